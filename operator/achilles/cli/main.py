@@ -1,0 +1,39 @@
+"""The `achilles` console script: one entry point, one sub-group per concern.
+
+Each sub-group lives in its own module of this package and is registered in
+`_SUBCOMMANDS`. Sub-modules import heavy libraries (kubernetes, openai) inside
+their commands so that `achilles --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# "command name" -> "module:attribute" of a click command or group.
+_SUBCOMMANDS: dict[str, str] = {
+    "db": "achilles.cli.db:db",
+}
+
+
+class _LazyGroup(click.Group):
+    """Imports a sub-command's module only when that sub-command is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _SUBCOMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="achilles-agent-engine")
+def cli() -> None:
+    """Achilles Agent Engine: personal AI agents run as Kubernetes Jobs."""

@@ -1,0 +1,175 @@
+"""A PostgreSQL server of our own for the local stack and the test suite.
+
+We run the distribution's server binaries on a data directory we own, so nothing
+depends on a system-wide cluster. PostgreSQL refuses to run as root; when we are
+root the server runs as the `postgres` system user (via `runuser`) and its data
+lives where that user can reach it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from achilles.errors import LocalStackError
+
+SUPERUSER = "postgres"
+_PG_ROOT = Path("/usr/lib/postgresql")
+_READY_TIMEOUT_S = 60.0
+
+
+def pg_bin_dir() -> Path:
+    """The newest installed server's bin directory (Debian layout), or the PATH's."""
+    if _PG_ROOT.is_dir():
+        versions = sorted(
+            (p for p in _PG_ROOT.iterdir() if (p / "bin" / "pg_ctl").exists()),
+            key=lambda p: int(p.name) if p.name.isdigit() else 0,
+        )
+        if versions:
+            return versions[-1] / "bin"
+    pg_ctl = shutil.which("pg_ctl")
+    if pg_ctl is None:
+        raise LocalStackError(
+            "PostgreSQL server binaries not found: install them (Debian: apt-get install postgresql)"
+        )
+    return Path(pg_ctl).parent
+
+
+def default_data_root() -> Path:
+    """Where data directories live: reachable by the user the server runs as."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/postgresql/achilles")
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "achilles" / "postgres"
+
+
+@dataclass(frozen=True)
+class LocalPostgres:
+    """A running server reachable on 127.0.0.1:`port` as the trusted superuser."""
+
+    data_dir: Path
+    port: int
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def libpq_dsn(self, database: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user={SUPERUSER} dbname={database}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "server.log"
+
+
+def _as_server_user(argv: list[str]) -> list[str]:
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *argv]
+    return argv
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(_as_server_user(argv), capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise LocalStackError(
+            f"{' '.join(argv[:2])} failed (exit {result.returncode}): "
+            f"{(result.stderr or result.stdout).strip()}"
+        )
+    return result
+
+
+def _prepare_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        shutil.chown(path, user="postgres", group="postgres")
+        path.chmod(0o700)
+
+
+def is_running(data_dir: Path) -> bool:
+    if not (data_dir / "PG_VERSION").exists():
+        return False
+    status = subprocess.run(
+        _as_server_user([str(pg_bin_dir() / "pg_ctl"), "status", "-D", str(data_dir)]),
+        capture_output=True,
+        check=False,
+    )
+    return status.returncode == 0
+
+
+def ensure_running(data_dir: Path, port: int, *, durable: bool = True) -> LocalPostgres:
+    """Initialise (once) and start (if stopped) a server; return when it accepts connections.
+
+    `durable=False` turns off fsync: right for throw-away test clusters only.
+    """
+    server = LocalPostgres(data_dir=data_dir, port=port)
+    bin_dir = pg_bin_dir()
+    if data_dir.parent != data_dir:
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+    if not (data_dir / "PG_VERSION").exists():
+        _prepare_dir(data_dir)
+        _run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data_dir),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+            ]
+        )
+    if not is_running(data_dir):
+        options = [
+            f"-p {port}",
+            "-c listen_addresses=127.0.0.1",
+            f"-c unix_socket_directories={data_dir}",
+            "-c max_connections=300",
+        ]
+        if not durable:
+            options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+        _run(
+            [
+                str(bin_dir / "pg_ctl"),
+                "start",
+                "-D",
+                str(data_dir),
+                "-l",
+                str(server.log_file),
+                "-w",
+                "-t",
+                str(int(_READY_TIMEOUT_S)),
+                "-o",
+                " ".join(options),
+            ]
+        )
+    _wait_accepting(server)
+    return server
+
+
+def _wait_accepting(server: LocalPostgres) -> None:
+    pg_isready = str(pg_bin_dir() / "pg_isready")
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while True:
+        ready = subprocess.run(
+            [pg_isready, "-h", "127.0.0.1", "-p", str(server.port), "-U", SUPERUSER],
+            capture_output=True,
+            check=False,
+        )
+        if ready.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise LocalStackError(
+                f"PostgreSQL on port {server.port} not ready; see {server.log_file}"
+            )
+        time.sleep(0.1)  # polling a readiness probe, not standing in for synchronisation
+
+
+def stop(data_dir: Path) -> bool:
+    """Stop the server if it runs; True if it was running."""
+    if not is_running(data_dir):
+        return False
+    _run([str(pg_bin_dir() / "pg_ctl"), "stop", "-D", str(data_dir), "-m", "fast", "-w"])
+    return True
