@@ -33,3 +33,11 @@ class NotFound(AchillesError):
 
 class StaleTransition(AchillesError):
     """A guarded state transition found the row no longer in the expected state."""
+
+
+class ConfigurationError(AchillesError):
+    """The engine is configured wrongly (missing or malformed setting)."""
+
+
+class DatabaseUnavailable(AchillesError):
+    """The database cannot be reached."""

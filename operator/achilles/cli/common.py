@@ -1,0 +1,71 @@
+"""What every CLI command shares: the database option, error mapping, output helpers.
+
+Exit codes: 0 success; 1 the request was understood but failed (not found,
+refused, database unreachable); 2 malformed input (click's usage errors too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import wraps
+from typing import ParamSpec, TypeVar
+
+import click
+
+from achilles.errors import AchillesError, InvalidInputError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+database_url_option = click.option(
+    "--database-url",
+    envvar="ACHILLES_DATABASE_URL",
+    metavar="URL",
+    help="PostgreSQL URL  [env: ACHILLES_DATABASE_URL]",
+)
+
+
+class CommandFailed(click.ClickException):
+    """A well-formed request that could not be carried out: exit code 1."""
+
+    exit_code = 1
+
+
+def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn the engine's errors into one-line messages with the documented exit codes."""
+
+    @wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except InvalidInputError as exc:
+            raise click.UsageError(str(exc)) from exc
+        except AchillesError as exc:
+            raise CommandFailed(str(exc)) from exc
+
+    return wrapper
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return iso_utc(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def echo_json(value: object) -> None:
+    click.echo(json.dumps(value, default=_json_default, indent=2))
+
+
+def echo_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

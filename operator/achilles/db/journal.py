@@ -1,0 +1,222 @@
+"""The run journal (`agent_runs`): enqueue through the start gates, then guarded transitions.
+
+Every transition is one `UPDATE ... WHERE id = :id AND state = <expected>`; a
+function returns False when the row was no longer in that state (reaped,
+finished elsewhere), and callers must then stop writing. A trigger in the
+schema additionally refuses any update of a terminal row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from psycopg.errors import UniqueViolation
+from sqlalchemy import ColumnElement, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from achilles.db.agents import load_durable_locks
+from achilles.db.models import Agent, AgentRun
+from achilles.db.settings import database_now, load_settings
+from achilles.db.usage import weekly_tokens_used
+from achilles.domain.budget import week_window
+from achilles.domain.gates import closed_locks, is_budget_exhausted
+from achilles.domain.runs import STALE_AFTER, FailReason, RunState, RunTrigger, SkipReason
+from achilles.errors import StartRefused
+
+ONE_ACTIVE_RUN_INDEX = "uq_agent_runs_one_active_per_agent"
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    run_id: int
+    state: RunState
+    reason: SkipReason | None = None
+
+    @property
+    def is_queued(self) -> bool:
+        return self.state is RunState.QUEUED
+
+
+def enqueue_run(
+    session: Session, agent_id: int, trigger: RunTrigger, *, now: datetime | None = None
+) -> EnqueueResult:
+    """Try to start a run of the agent, inside the caller's transaction.
+
+    Durable locks closed -> `StartRefused`, and no row. Budget exhausted ->
+    a `skipped/budget_exceeded` row. Another run active -> the partial unique
+    index refuses the insert and a `skipped/already_running` row is written.
+    """
+    now = now or database_now(session)
+    agent, locks = load_durable_locks(session, agent_id)
+    closed = closed_locks(locks)
+    if closed:
+        raise StartRefused(agent_id, tuple(reason.value for reason in closed))
+
+    settings = load_settings(session)
+    used = weekly_tokens_used(session, agent.user_id, week_window(now, settings.zone))
+    if is_budget_exhausted(used, settings.weekly_token_budget):
+        return _insert_skipped(session, agent_id, trigger, SkipReason.BUDGET_EXCEEDED, now)
+
+    try:
+        with session.begin_nested():
+            run_id = session.execute(
+                insert(AgentRun)
+                .values(agent_id=agent_id, trigger=trigger, state=RunState.QUEUED, created_at=now)
+                .returning(AgentRun.id)
+            ).scalar_one()
+    except IntegrityError as exc:
+        if not _is_one_active_run_violation(exc):
+            raise
+        return _insert_skipped(session, agent_id, trigger, SkipReason.ALREADY_RUNNING, now)
+    return EnqueueResult(run_id=run_id, state=RunState.QUEUED)
+
+
+def _is_one_active_run_violation(exc: IntegrityError) -> bool:
+    orig = exc.orig
+    return isinstance(orig, UniqueViolation) and orig.diag.constraint_name == ONE_ACTIVE_RUN_INDEX
+
+
+def _insert_skipped(
+    session: Session, agent_id: int, trigger: RunTrigger, reason: SkipReason, now: datetime
+) -> EnqueueResult:
+    # `skipped` lies outside the lock's predicate, so this insert never conflicts.
+    run_id = session.execute(
+        insert(AgentRun)
+        .values(
+            agent_id=agent_id,
+            trigger=trigger,
+            state=RunState.SKIPPED,
+            reason=reason,
+            tokens_used=0,
+            created_at=now,
+            finished_at=now,
+        )
+        .returning(AgentRun.id)
+    ).scalar_one()
+    return EnqueueResult(run_id=run_id, state=RunState.SKIPPED, reason=reason)
+
+
+def _transition(
+    session: Session,
+    run_id: int,
+    expected: tuple[RunState, ...],
+    values: dict[str, object],
+) -> bool:
+    guard: ColumnElement[bool] = AgentRun.state.in_([state.value for state in expected])
+    changed = session.execute(
+        update(AgentRun)
+        .where(AgentRun.id == run_id, guard)
+        .values(**values)
+        .returning(AgentRun.id)
+    ).first()
+    return changed is not None
+
+
+def claim_run(session: Session, run_id: int, *, now: datetime | None = None) -> bool:
+    """`queued -> running`; False if the run is no longer queued."""
+    now = now or database_now(session)
+    return _transition(
+        session,
+        run_id,
+        (RunState.QUEUED,),
+        {"state": RunState.RUNNING, "started_at": now, "heartbeat_at": now},
+    )
+
+
+def record_heartbeat(session: Session, run_id: int, *, now: datetime | None = None) -> bool:
+    now = now or database_now(session)
+    return _transition(session, run_id, (RunState.RUNNING,), {"heartbeat_at": now})
+
+
+def add_tokens(session: Session, run_id: int, tokens: int) -> bool:
+    """Count tokens as the run goes, so a crashed run still counts against the budget."""
+    if tokens < 0:
+        raise ValueError("tokens must be >= 0")
+    return _transition(
+        session, run_id, (RunState.RUNNING,), {"tokens_used": AgentRun.tokens_used + tokens}
+    )
+
+
+def succeed_run(
+    session: Session, run_id: int, output: str, *, now: datetime | None = None
+) -> bool:
+    now = now or database_now(session)
+    return _transition(
+        session,
+        run_id,
+        (RunState.RUNNING,),
+        {"state": RunState.SUCCEEDED, "output": output, "finished_at": now},
+    )
+
+
+def fail_run(
+    session: Session,
+    run_id: int,
+    reason: FailReason,
+    error: str,
+    *,
+    now: datetime | None = None,
+    from_queued: bool = False,
+) -> bool:
+    """`running -> failed` (or `queued -> failed` for a pod that never started)."""
+    now = now or database_now(session)
+    expected = (RunState.RUNNING, RunState.QUEUED) if from_queued else (RunState.RUNNING,)
+    return _transition(
+        session,
+        run_id,
+        expected,
+        {"state": RunState.FAILED, "reason": reason, "error": error, "finished_at": now},
+    )
+
+
+@dataclass(frozen=True)
+class ReapedRun:
+    run_id: int
+    agent_id: int
+
+
+def reap_stale_runs(
+    session: Session, *, now: datetime | None = None, stale_after: timedelta = STALE_AFTER
+) -> list[ReapedRun]:
+    """Fail every running row whose heartbeat is older than `stale_after`; this
+    releases the one-active-run lock so the agent can start again."""
+    now = now or database_now(session)
+    seconds = int(stale_after.total_seconds())
+    rows = session.execute(
+        update(AgentRun)
+        .where(
+            AgentRun.state == RunState.RUNNING,
+            AgentRun.heartbeat_at < now - stale_after,
+        )
+        .values(
+            state=RunState.FAILED,
+            reason=FailReason.STALE,
+            error=f"no heartbeat for more than {seconds} s; the runner is presumed dead",
+            finished_at=now,
+        )
+        .returning(AgentRun.id, AgentRun.agent_id)
+    ).all()
+    return [ReapedRun(run_id=row.id, agent_id=row.agent_id) for row in rows]
+
+
+def get_run(session: Session, run_id: int) -> AgentRun | None:
+    return session.get(AgentRun, run_id)
+
+
+def list_runs(
+    session: Session,
+    *,
+    agent_id: int | None = None,
+    states: tuple[RunState, ...] = (),
+    limit: int = 50,
+) -> list[tuple[AgentRun, str]]:
+    """Newest first, with the agent's name."""
+    query = select(AgentRun, Agent.name).join(Agent, Agent.id == AgentRun.agent_id)
+    if agent_id is not None:
+        query = query.where(AgentRun.agent_id == agent_id)
+    if states:
+        query = query.where(AgentRun.state.in_([s.value for s in states]))
+    rows = session.execute(query.order_by(AgentRun.id.desc()).limit(limit)).all()
+    return [(row[0], row[1]) for row in rows]

@@ -1,0 +1,50 @@
+"""Schema migrations, applied programmatically so the CLI and the chart's Job share one path.
+
+Feature areas (inbox, knowledge store) add their own revisions on top of
+`0001_engine`; we upgrade to `heads`, so independent branches apply together.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, text
+
+_MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# Serialises concurrent upgraders (two operator replicas, a Helm hook and a person).
+_MIGRATION_LOCK_KEY = 0x4AC41
+
+
+def _config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS_DIR))
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "heads") -> None:
+    config = _config()
+    with engine.begin() as connection:
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    config = _config()
+    with engine.begin() as connection:
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
+def current_revisions(engine: Engine) -> set[str]:
+    with engine.connect() as connection:
+        return set(MigrationContext.configure(connection).get_current_heads())
+
+
+def head_revisions() -> set[str]:
+    return set(ScriptDirectory.from_config(_config()).get_heads())

@@ -1,0 +1,241 @@
+"""Typed SQLAlchemy models of the engine's tables and the neighbour tables it reads.
+
+The schema itself is owned by the Alembic migrations (`db/migrations`); these
+models mirror it for queries, and a test compares the two. Column meanings are
+those of seed 000. Relationships are `lazy="raise"`: queries say what they load.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+RUN_TRIGGERS = ("manual", "scheduled")
+RUN_STATES = ("queued", "running", "succeeded", "failed", "skipped")
+SKIP_REASONS = ("budget_exceeded", "already_running")
+FAIL_REASONS = ("iteration_cap", "error", "stale")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _created_at() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+# --- neighbour tables (owned by Auth / Admin elsewhere; shipped for standalone installs) ---
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    key: Mapped[str] = mapped_column(Text, nullable=False, unique=True)  # e.g. "alice"
+    timezone: Mapped[str | None] = mapped_column(Text)  # NULL = the organisation's
+    active: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    created_at: Mapped[datetime] = _created_at()
+
+
+class AgentModel(Base):
+    """The admin allowlist of chat models agents may use."""
+
+    __tablename__ = "agent_models"
+    __table_args__ = (
+        # At most one list preset for new agents.
+        Index(
+            "uq_agent_models_single_default",
+            "is_default",
+            unique=True,
+            postgresql_where=text("is_default"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    base_url: Mapped[str] = mapped_column(Text, nullable=False)
+    provider_model: Mapped[str] = mapped_column(Text, nullable=False)
+    api_key_secret_name: Mapped[str | None] = mapped_column(Text)
+    api_key_secret_key: Mapped[str | None] = mapped_column(Text)
+    is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    created_at: Mapped[datetime] = _created_at()
+
+
+class Tool(Base):
+    """The tool catalogue; `agents_allowed` is the admin's allowlist switch."""
+
+    __tablename__ = "tools"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    description: Mapped[str | None] = mapped_column(Text)
+    implementation: Mapped[str] = mapped_column(Text, nullable=False)
+    agents_allowed: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("true")
+    )
+    created_at: Mapped[datetime] = _created_at()
+
+
+class PlatformSettings(Base):
+    """The organisation's settings: a single row (id = 1)."""
+
+    __tablename__ = "platform_settings"
+    __table_args__ = (
+        CheckConstraint("id = 1", name="singleton"),
+        CheckConstraint("agent_weekly_token_budget >= 0", name="budget_non_negative"),
+        CheckConstraint("agent_max_iterations >= 1", name="iterations_positive"),
+        CheckConstraint("agent_max_concurrency >= 1", name="concurrency_positive"),
+        CheckConstraint("agent_run_timeout_seconds >= 1", name="timeout_positive"),
+    )
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, server_default=text("1"))
+    timezone: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'UTC'"))
+    agent_weekly_token_budget: Mapped[int] = mapped_column(
+        BigInteger, nullable=False, server_default=text("200000")
+    )
+    agent_max_iterations: Mapped[int] = mapped_column(
+        Integer, nullable=False, server_default=text("8")
+    )
+    agent_max_concurrency: Mapped[int] = mapped_column(
+        Integer, nullable=False, server_default=text("4")
+    )
+    agent_run_timeout_seconds: Mapped[int] = mapped_column(
+        Integer, nullable=False, server_default=text("900")
+    )
+    agent_platform_prompt: Mapped[str] = mapped_column(
+        Text, nullable=False, server_default=text("''")
+    )
+    updated_at: Mapped[datetime] = _created_at()
+
+
+# --- engine-owned tables (seed 000) ---
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    description: Mapped[str | None] = mapped_column(Text)
+    prompt: Mapped[str] = mapped_column(Text, nullable=False)
+    schedule: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    model_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("agent_models.id", ondelete="SET NULL"), index=True
+    )
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    admin_paused: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false")
+    )
+    next_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    meta: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # The Agent custom resource this row reconciles from (namespace/name for
+    # events and status, uid so a re-created CR of the same name is a new agent).
+    cr_uid: Mapped[str | None] = mapped_column(Text, unique=True)
+    cr_namespace: Mapped[str | None] = mapped_column(Text)
+    cr_name: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = _created_at()
+
+
+class AgentRun(Base):
+    __tablename__ = "agent_runs"
+    __table_args__ = (
+        CheckConstraint(_in("trigger", RUN_TRIGGERS), name="trigger"),
+        CheckConstraint(_in("state", RUN_STATES), name="state"),
+        # A reason is a machine code that belongs to its state, and only there.
+        CheckConstraint(
+            f"(state = 'skipped' AND {_in('reason', SKIP_REASONS)})"
+            f" OR (state = 'failed' AND {_in('reason', FAIL_REASONS)})"
+            " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)",
+            name="reason_matches_state",
+        ),
+        CheckConstraint("tokens_used >= 0", name="tokens_non_negative"),
+        CheckConstraint("state <> 'skipped' OR tokens_used = 0", name="skipped_spends_nothing"),
+        CheckConstraint(
+            "(state IN ('succeeded', 'failed', 'skipped')) = (finished_at IS NOT NULL)",
+            name="finished_iff_terminal",
+        ),
+        CheckConstraint(
+            "state NOT IN ('running', 'succeeded') OR started_at IS NOT NULL",
+            name="started_when_ran",
+        ),
+        # One active run per agent: the database is the lock (seed 000).
+        Index(
+            "uq_agent_runs_one_active_per_agent",
+            "agent_id",
+            unique=True,
+            postgresql_where=text("state IN ('queued', 'running')"),
+        ),
+        # FIFO dispatch of waiting runs.
+        Index(
+            "ix_agent_runs_queued_fifo",
+            "created_at",
+            "id",
+            postgresql_where=text("state = 'queued'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    trigger: Mapped[str] = mapped_column(Text, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    output: Mapped[str | None] = mapped_column(Text)
+    tokens_used: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _created_at()
+
+
+class AgentToolLink(Base):
+    """The optional tools an owner picked beyond the locked KS core (append-only)."""
+
+    __tablename__ = "agent_tools"
+    __table_args__ = (UniqueConstraint("agent_id", "tool_id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    tool_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("tools.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    created_at: Mapped[datetime] = _created_at()

@@ -1,0 +1,43 @@
+"""Reading the organisation's platform settings (the singleton row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from achilles.db.models import PlatformSettings
+
+
+@dataclass(frozen=True)
+class Settings:
+    timezone: str
+    weekly_token_budget: int
+    max_iterations: int
+    max_concurrency: int
+    run_timeout_seconds: int
+    platform_prompt: str
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+def load_settings(session: Session) -> Settings:
+    row = session.execute(select(PlatformSettings).where(PlatformSettings.id == 1)).scalar_one()
+    return Settings(
+        timezone=row.timezone,
+        weekly_token_budget=row.agent_weekly_token_budget,
+        max_iterations=row.agent_max_iterations,
+        max_concurrency=row.agent_max_concurrency,
+        run_timeout_seconds=row.agent_run_timeout_seconds,
+        platform_prompt=row.agent_platform_prompt,
+    )
+
+
+def database_now(session: Session) -> datetime:
+    """The database's clock: the one clock every writer and the reaper agree on."""
+    return session.execute(select(func.now())).scalar_one()

@@ -1,0 +1,66 @@
+"""The run journal's vocabulary and state machine (seed 000, `agent_runs`).
+
+A run row lives by in-place transitions: `queued` on insert, `running` when the
+runner claims it, then one terminal state. `skipped` is written directly as a
+terminal row when a runtime gate closes. Terminal rows never change again.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+
+
+class RunTrigger(StrEnum):
+    MANUAL = "manual"
+    SCHEDULED = "scheduled"
+
+
+class RunState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class SkipReason(StrEnum):
+    """Runtime gates that closed when the engine tried to start a run."""
+
+    BUDGET_EXCEEDED = "budget_exceeded"
+    ALREADY_RUNNING = "already_running"
+
+
+class FailReason(StrEnum):
+    ITERATION_CAP = "iteration_cap"
+    ERROR = "error"
+    STALE = "stale"
+
+
+# States covered by the one-active-run lock (partial unique index on agent_runs).
+ACTIVE_STATES: frozenset[RunState] = frozenset({RunState.QUEUED, RunState.RUNNING})
+TERMINAL_STATES: frozenset[RunState] = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED}
+)
+
+_ALLOWED: dict[RunState, frozenset[RunState]] = {
+    # A queued run can fail without ever running: its pod never started.
+    RunState.QUEUED: frozenset({RunState.RUNNING, RunState.FAILED}),
+    RunState.RUNNING: frozenset({RunState.SUCCEEDED, RunState.FAILED}),
+    RunState.SUCCEEDED: frozenset(),
+    RunState.FAILED: frozenset(),
+    RunState.SKIPPED: frozenset(),
+}
+
+# The runner beats every HEARTBEAT_INTERVAL; a running row silent for
+# STALE_AFTER (three missed beats) is reaped as failed/stale.
+HEARTBEAT_INTERVAL = timedelta(seconds=30)
+STALE_AFTER = timedelta(seconds=90)
+
+
+def can_transition(current: RunState, target: RunState) -> bool:
+    return target in _ALLOWED[current]
+
+
+def is_terminal(state: RunState) -> bool:
+    return state in TERMINAL_STATES

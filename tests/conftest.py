@@ -1,0 +1,83 @@
+"""Fixtures shared by every tier: a real PostgreSQL server and a fresh database per session.
+
+The server is our own (`achilles.local.postgres`) on a test port, so the suite
+never touches a developer's data; each pytest session migrates a new database
+and drops it at the end. Tests that write get a truncated schema afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, text
+
+from achilles.db import migrate
+from achilles.db.session import make_engine
+from achilles.local import postgres
+
+TEST_PG_PORT = int(os.environ.get("ACHILLES_TEST_PG_PORT", "54329"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.LocalPostgres]:
+    data_dir = postgres.default_data_root() / "test"
+    was_running = postgres.is_running(data_dir)
+    server = postgres.ensure_running(data_dir, TEST_PG_PORT, durable=False)
+    yield server
+    if not was_running:
+        postgres.stop(data_dir)
+
+
+def create_database(server: postgres.LocalPostgres, prefix: str = "achilles_test") -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server.libpq_dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def drop_database(server: postgres.LocalPostgres, name: str) -> None:
+    with psycopg.connect(server.libpq_dsn(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def database_url(postgres_server: postgres.LocalPostgres) -> Iterator[str]:
+    """URL of a database migrated to the newest schema, private to this pytest session."""
+    name = create_database(postgres_server)
+    url = postgres_server.url(name)
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    yield url
+    drop_database(postgres_server, name)
+
+
+@pytest.fixture(scope="session")
+def db_engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url, pool_size=70)
+    yield engine
+    engine.dispose()
+
+
+def truncate_all(engine: Engine) -> None:
+    """Empty every table but the migration marker; restore the settings singleton."""
+    with engine.begin() as conn:
+        tables = conn.execute(
+            text(
+                "SELECT quote_ident(tablename) FROM pg_tables "
+                "WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
+            )
+        ).scalars()
+        conn.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+        conn.execute(text("INSERT INTO platform_settings (id) VALUES (1)"))
+
+
+@pytest.fixture
+def db(db_engine: Engine) -> Iterator[Engine]:
+    """The session database, emptied after the test."""
+    yield db_engine
+    truncate_all(db_engine)
