@@ -41,3 +41,11 @@ class ConfigurationError(AchillesError):
 
 class DatabaseUnavailable(AchillesError):
     """The database cannot be reached."""
+
+
+class InvalidScheduleError(InvalidInputError):
+    """A schedule (database or Agent CR spelling) failed validation; the message names the field."""
+
+
+class UnknownTimezoneError(InvalidInputError):
+    """A time zone name is not in the IANA time zone database."""

@@ -14,6 +14,7 @@ import click
 # "command name" -> "module:attribute" of a click command or group.
 _SUBCOMMANDS: dict[str, str] = {
     "db": "achilles.cli.db:db",
+    "schedule": "achilles.cli.schedule:schedule",
 }
 
 
