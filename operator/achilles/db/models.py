@@ -178,8 +178,9 @@ class AgentRun(Base):
         CheckConstraint(_in("state", RUN_STATES), name="state"),
         # A reason is a machine code that belongs to its state, and only there.
         CheckConstraint(
-            f"(state = 'skipped' AND {_in('reason', SKIP_REASONS)})"
-            f" OR (state = 'failed' AND {_in('reason', FAIL_REASONS)})"
+            # IS NOT NULL: `NULL IN (...)` is NULL, which a CHECK would let pass.
+            f"(state = 'skipped' AND reason IS NOT NULL AND {_in('reason', SKIP_REASONS)})"
+            f" OR (state = 'failed' AND reason IS NOT NULL AND {_in('reason', FAIL_REASONS)})"
             " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)",
             name="reason_matches_state",
         ),

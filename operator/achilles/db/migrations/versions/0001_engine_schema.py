@@ -183,8 +183,10 @@ def upgrade() -> None:
             name="ck_agent_runs_state",
         ),
         sa.CheckConstraint(
-            "(state = 'skipped' AND reason IN ('budget_exceeded', 'already_running'))"
-            " OR (state = 'failed' AND reason IN ('iteration_cap', 'error', 'stale'))"
+            "(state = 'skipped' AND reason IS NOT NULL"
+            " AND reason IN ('budget_exceeded', 'already_running'))"
+            " OR (state = 'failed' AND reason IS NOT NULL"
+            " AND reason IN ('iteration_cap', 'error', 'stale'))"
             " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)",
             name="ck_agent_runs_reason_matches_state",
         ),
