@@ -13,7 +13,10 @@ import click
 
 # "command name" -> "module:attribute" of a click command or group.
 _SUBCOMMANDS: dict[str, str] = {
+    "budget": "achilles.cli.budget:budget",
     "db": "achilles.cli.db:db",
+    "runs": "achilles.cli.runs:runs",
+    "users": "achilles.cli.users:users",
     "schedule": "achilles.cli.schedule:schedule",
 }
 

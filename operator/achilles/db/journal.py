@@ -205,6 +205,16 @@ def get_run(session: Session, run_id: int) -> AgentRun | None:
     return session.get(AgentRun, run_id)
 
 
+def list_run(session: Session, run_id: int) -> tuple[AgentRun, str] | None:
+    """One run with its agent's name."""
+    row = session.execute(
+        select(AgentRun, Agent.name)
+        .join(Agent, Agent.id == AgentRun.agent_id)
+        .where(AgentRun.id == run_id)
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
 def list_runs(
     session: Session,
     *,

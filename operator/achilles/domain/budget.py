@@ -7,8 +7,10 @@ The week starts Sunday 00:00 in the organisation's timezone. Usage is the sum of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
+
+from achilles.domain.schedule.timezones import resolve_wall_time
 
 _SUNDAY = 6  # date.weekday(): Monday = 0
 
@@ -20,26 +22,9 @@ class BudgetWindow:
 
 
 def _local_midnight(day: date, tz: ZoneInfo) -> datetime:
-    """00:00 of `day` in tz; if midnight does not exist that day (a DST gap at
-    midnight, e.g. America/Santiago), the first valid instant after it."""
-    naive = datetime.combine(day, time(0, 0))
-    early = naive.replace(tzinfo=tz, fold=1).astimezone(UTC)  # post-gap offset: earliest reading
-    late = naive.replace(tzinfo=tz, fold=0).astimezone(UTC)
-    if early.astimezone(tz).replace(tzinfo=None) == naive:
-        return early
-    if late.astimezone(tz).replace(tzinfo=None) == naive:
-        return late
-    # In a gap: the first valid instant after it is the transition, which lies
-    # between the two readings; find it to the second.
-    low, high = min(early, late), max(early, late)
-    before_offset = low.astimezone(tz).utcoffset()
-    while high - low > timedelta(seconds=1):
-        mid = low + (high - low) / 2
-        if mid.astimezone(tz).utcoffset() == before_offset:
-            low = mid
-        else:
-            high = mid
-    return high.replace(microsecond=0)
+    """00:00 of `day` in tz; where midnight does not exist that day (a DST gap at
+    midnight, e.g. America/Santiago) the first valid instant after it."""
+    return resolve_wall_time(datetime.combine(day, time(0, 0)), tz)
 
 
 def week_window(now: datetime, org_tz: ZoneInfo) -> BudgetWindow:

@@ -1,0 +1,43 @@
+"""`achilles budget`: an owner's weekly token use against the platform limit."""
+
+from __future__ import annotations
+
+import click
+
+from achilles.cli.common import database_url_option, echo_json, iso_utc, reports_errors
+
+
+@click.group()
+def budget() -> None:
+    """Weekly token budgets (derived from the run journal)."""
+
+
+@budget.command("show")
+@database_url_option
+@click.option("--owner", required=True, metavar="USER", help="The owner's user key.")
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def show(database_url: str | None, owner: str, as_json: bool) -> None:
+    """This week's usage of OWNER (all their agents) against the weekly limit."""
+    from achilles.db.session import transaction
+    from achilles.db.settings import database_now
+    from achilles.db.usage import owner_budget
+
+    with transaction(database_url) as session:
+        status = owner_budget(session, owner, database_now(session))
+    record = {
+        "owner": status.owner,
+        "used": status.used,
+        "limit": status.limit,
+        "remaining": status.remaining,
+        "exhausted": status.exhausted,
+        "timezone": status.timezone,
+        "week_start": iso_utc(status.window.start),
+        "week_end": iso_utc(status.window.end),
+    }
+    if as_json:
+        echo_json(record)
+        return
+    state = "EXHAUSTED" if status.exhausted else f"{status.remaining} left"
+    click.echo(f"{owner}: {status.used} / {status.limit} tokens this week ({state})")
+    click.echo(f"week: {record['week_start']} .. {record['week_end']} ({status.timezone})")

@@ -1,0 +1,158 @@
+"""`achilles runs`: read the run journal, and enqueue a run directly in the database."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from achilles.cli.common import (
+    CommandFailed,
+    database_url_option,
+    echo_json,
+    echo_table,
+    iso_utc,
+    reports_errors,
+)
+from achilles.domain.runs import RunState, RunTrigger
+
+if TYPE_CHECKING:
+    from achilles.db.models import AgentRun
+
+
+@click.group()
+def runs() -> None:
+    """The run journal (agent_runs)."""
+
+
+def _as_dict(run: AgentRun, agent_name: str) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "agent_id": run.agent_id,
+        "agent": agent_name,
+        "trigger": run.trigger,
+        "state": run.state,
+        "reason": run.reason,
+        "tokens_used": run.tokens_used,
+        "error": run.error,
+        "output": run.output,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "heartbeat_at": run.heartbeat_at,
+    }
+
+
+@runs.command("list")
+@database_url_option
+@click.option("--agent", "agent_ref", metavar="ID|NAME", help="Only this agent's runs.")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in RunState]),
+    help="Only runs in this state (repeatable).",
+)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@reports_errors
+def list_runs(
+    database_url: str | None,
+    agent_ref: str | None,
+    states: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+    from achilles.db import journal
+    from achilles.db.agents import find_agent_id
+    from achilles.db.session import transaction
+
+    with transaction(database_url) as session:
+        agent_id = find_agent_id(session, agent_ref) if agent_ref else None
+        rows = journal.list_runs(
+            session,
+            agent_id=agent_id,
+            states=tuple(RunState(s) for s in states),
+            limit=limit,
+        )
+        records = [_as_dict(run, name) for run, name in rows]
+    if as_json:
+        echo_json(records)
+        return
+    echo_table(
+        ["id", "agent", "trigger", "state", "reason", "tokens", "created", "finished"],
+        [
+            [
+                str(r["id"]),
+                r["agent"],
+                r["trigger"],
+                r["state"],
+                r["reason"] or "",
+                str(r["tokens_used"]),
+                iso_utc(r["created_at"]) or "",
+                iso_utc(r["finished_at"]) or "",
+            ]
+            for r in records
+        ],
+    )
+
+
+@runs.command("show")
+@database_url_option
+@click.argument("run_id", type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def show_run(database_url: str | None, run_id: int, as_json: bool) -> None:
+    """One run with its output and error."""
+    from achilles.db import journal
+    from achilles.db.session import transaction
+
+    with transaction(database_url) as session:
+        found = journal.list_run(session, run_id)
+        if found is None:
+            raise CommandFailed(f"run {run_id} does not exist")
+        record = _as_dict(*found)
+    if as_json:
+        echo_json(record)
+        return
+    for key, value in record.items():
+        if key != "output":
+            shown = iso_utc(value) if hasattr(value, "tzinfo") else value
+            click.echo(f"{key + ':':14}{'' if shown is None else shown}")
+    click.echo("output:")
+    click.echo(record["output"] or "")
+
+
+@runs.command("enqueue")
+@database_url_option
+@click.argument("agent_ref", metavar="AGENT")
+@click.option(
+    "--trigger",
+    type=click.Choice([t.value for t in RunTrigger]),
+    default=RunTrigger.MANUAL.value,
+    show_default=True,
+)
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def enqueue(database_url: str | None, agent_ref: str, trigger: str, as_json: bool) -> None:
+    """Ask for a run through the start gates, directly in the database.
+
+    On a cluster, people request a run with the Agent's
+    `achilles.io/run-requested-at` annotation instead; this is for standalone
+    installs and operations. A closed durable lock exits 1 and writes no row; a
+    run skipped by a runtime gate is recorded and exits 0.
+    """
+    from achilles.db import journal
+    from achilles.db.agents import find_agent_id
+    from achilles.db.session import transaction
+
+    with transaction(database_url) as session:
+        agent_id = find_agent_id(session, agent_ref)
+        result = journal.enqueue_run(session, agent_id, RunTrigger(trigger))
+    record = {"run_id": result.run_id, "state": result.state, "reason": result.reason}
+    if as_json:
+        echo_json(record)
+    else:
+        suffix = f" ({result.reason})" if result.reason else ""
+        click.echo(f"run {result.run_id}: {result.state}{suffix}")

@@ -1,0 +1,41 @@
+"""`achilles users`: owners, for standalone installs that have no Auth service."""
+
+from __future__ import annotations
+
+import click
+
+from achilles.cli.common import database_url_option, reports_errors
+
+
+@click.group()
+def users() -> None:
+    """Users who own agents."""
+
+
+@users.command("upsert")
+@database_url_option
+@click.argument("key", metavar="USER")
+@click.option("--timezone", metavar="TZ", help="IANA zone for calendar slots (default: the organisation's).")
+@click.option("--inactive", is_flag=True, help="Deactivate: the user's agents are switched off.")
+@reports_errors
+def upsert(database_url: str | None, key: str, timezone: str | None, inactive: bool) -> None:
+    """Create or update USER. Without --timezone an existing zone is kept.
+
+    Deactivating writes enabled=false on the user's agents (no third lock);
+    reactivating does not switch them back on: that is the owner's choice.
+    """
+    from achilles.db.session import transaction
+    from achilles.db.users import upsert_user
+    from achilles.domain.schedule.timezones import load_timezone
+
+    if not key.strip() or len(key) > 253:
+        raise click.BadParameter("must be 1-253 characters", param_hint="USER")
+    if timezone is not None:
+        load_timezone(timezone, field="--timezone")
+    with transaction(database_url) as session:
+        result = upsert_user(session, key, timezone=timezone, active=not inactive)
+    verb = "created" if result.created else "updated"
+    status = "inactive" if inactive else "active"
+    click.echo(f"user {key} {verb} ({status})")
+    if result.agents_disabled:
+        click.echo(f"switched off {result.agents_disabled} agent(s) of {key}")
