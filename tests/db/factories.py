@@ -26,7 +26,9 @@ def make_model(engine: Engine, name: str | None = None) -> str:
     name = name or f"model{next(_counter)}"
     with Session(engine) as session, session.begin():
         session.execute(
-            insert(AgentModel).values(name=name, base_url="http://127.0.0.1:1/v1", provider_model="m")
+            insert(AgentModel).values(
+                name=name, base_url="http://127.0.0.1:1/v1", provider_model="m"
+            )
         )
     return name
 

@@ -38,7 +38,11 @@ def test_db_upgrade_without_a_database_is_a_clear_error(database_url: str) -> No
     env = {k: v for k, v in os.environ.items() if k != "ACHILLES_DATABASE_URL"}
     result = subprocess.run(
         [sys.executable, "-m", "achilles", "db", "upgrade"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 1
     assert "ACHILLES_DATABASE_URL" in result.stderr
@@ -71,7 +75,9 @@ def test_users_upsert_and_deactivation(db: Engine, database_url: str) -> None:
         (("runs", "list", "--limit", "0"), "--limit"),
     ],
 )
-def test_bad_input_exits_2_naming_the_field(database_url: str, args: tuple[str, ...], needle: str) -> None:
+def test_bad_input_exits_2_naming_the_field(
+    database_url: str, args: tuple[str, ...], needle: str
+) -> None:
     result = achilles(database_url, *args)
     assert result.returncode == 2
     assert needle in result.stderr
@@ -87,7 +93,9 @@ def test_enqueue_list_and_budget(db: Engine, database_url: str) -> None:
     second = achilles(database_url, "runs", "enqueue", str(agent_id))
     assert "skipped (already_running)" in second.stdout
 
-    listed = json.loads(achilles(database_url, "runs", "list", "--agent", "digest", "--json").stdout)
+    listed = json.loads(
+        achilles(database_url, "runs", "list", "--agent", "digest", "--json").stdout
+    )
     assert [(r["state"], r["reason"]) for r in listed] == [
         ("skipped", "already_running"),
         ("queued", None),
@@ -117,6 +125,10 @@ def test_enqueue_refused_by_a_durable_lock_writes_nothing(db: Engine, database_u
 def test_parallel_cli_enqueues_from_separate_processes(db: Engine, database_url: str) -> None:
     make_agent(db, name="raced")
     with ThreadPoolExecutor(max_workers=12) as pool:
-        results = list(pool.map(lambda _: achilles(database_url, "runs", "enqueue", "raced", "--json"), range(12)))
+        results = list(
+            pool.map(
+                lambda _: achilles(database_url, "runs", "enqueue", "raced", "--json"), range(12)
+            )
+        )
     states = sorted(json.loads(r.stdout)["state"] for r in results)
     assert states == ["queued"] + ["skipped"] * 11

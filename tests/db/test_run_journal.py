@@ -114,8 +114,15 @@ def test_lock_is_released_by_a_terminal_state(db: Engine) -> None:
 def test_raw_second_active_insert_violates_the_index(db: Engine) -> None:
     agent_id = make_agent(db)
     _enqueue(db, agent_id)
-    with pytest.raises(IntegrityError, match="uq_agent_runs_one_active_per_agent"), db.begin() as conn:
-        conn.execute(insert(AgentRun).values(agent_id=agent_id, trigger="manual", state="running", started_at=NOW))
+    with (
+        pytest.raises(IntegrityError, match="uq_agent_runs_one_active_per_agent"),
+        db.begin() as conn,
+    ):
+        conn.execute(
+            insert(AgentRun).values(
+                agent_id=agent_id, trigger="manual", state="running", started_at=NOW
+            )
+        )
 
 
 # --- runtime budget gate ---
@@ -163,7 +170,9 @@ def test_budget_window_starts_sunday_midnight_in_the_organisation_zone(db: Engin
     assert result.reason is SkipReason.BUDGET_EXCEEDED
     # In UTC that spend belongs to the week before Sunday 2026-11-29 00:00 UTC.
     set_settings(db, timezone="UTC")
-    assert _enqueue(db, agent_id, datetime(2026, 11, 29, 0, 30, tzinfo=UTC)).state is RunState.QUEUED
+    assert (
+        _enqueue(db, agent_id, datetime(2026, 11, 29, 0, 30, tzinfo=UTC)).state is RunState.QUEUED
+    )
 
 
 # --- guarded transitions ---
@@ -243,7 +252,13 @@ def test_queued_run_can_fail_when_its_pod_never_started(db: Engine) -> None:
         {"trigger": "manual", "state": "skipped", "reason": "stale", "finished_at": NOW},
         {"trigger": "manual", "state": "failed", "reason": "budget_exceeded", "finished_at": NOW},
         {"trigger": "manual", "state": "failed", "finished_at": NOW},
-        {"trigger": "manual", "state": "skipped", "reason": "already_running", "tokens_used": 5, "finished_at": NOW},
+        {
+            "trigger": "manual",
+            "state": "skipped",
+            "reason": "already_running",
+            "tokens_used": 5,
+            "finished_at": NOW,
+        },
         {"trigger": "manual", "state": "queued", "tokens_used": -1},
         {"trigger": "manual", "state": "succeeded", "started_at": NOW},
         {"trigger": "manual", "state": "running"},

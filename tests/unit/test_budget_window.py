@@ -42,8 +42,16 @@ def test_week_window(zone: str, now: str, start: str, end: str) -> None:
     assert window.end == datetime.fromisoformat(end).replace(tzinfo=UTC)
 
 
-ZONES = ["UTC", "Asia/Tokyo", "America/New_York", "America/Santiago", "Asia/Kathmandu",
-         "Australia/Lord_Howe", "Pacific/Chatham", "Europe/Berlin"]
+ZONES = [
+    "UTC",
+    "Asia/Tokyo",
+    "America/New_York",
+    "America/Santiago",
+    "Asia/Kathmandu",
+    "Australia/Lord_Howe",
+    "Pacific/Chatham",
+    "Europe/Berlin",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -74,8 +82,12 @@ def test_window_contains_now_and_starts_on_local_sunday(zone: str, now: datetime
         (DurableLocks(True, False, True, True, False), (LockReason.OWNER_INACTIVE,)),
         (
             DurableLocks(False, True, False, True, False),
-            (LockReason.DISABLED, LockReason.ADMIN_PAUSED, LockReason.NO_MODEL,
-             LockReason.OWNER_INACTIVE),
+            (
+                LockReason.DISABLED,
+                LockReason.ADMIN_PAUSED,
+                LockReason.NO_MODEL,
+                LockReason.OWNER_INACTIVE,
+            ),
         ),
     ],
 )
@@ -83,6 +95,9 @@ def test_closed_locks(locks: DurableLocks, reasons: tuple[LockReason, ...]) -> N
     assert closed_locks(locks) == reasons
 
 
-@pytest.mark.parametrize(("used", "limit", "exhausted"), [(0, 0, True), (99, 100, False), (100, 100, True), (150, 100, True)])
+@pytest.mark.parametrize(
+    ("used", "limit", "exhausted"),
+    [(0, 0, True), (99, 100, False), (100, 100, True), (150, 100, True)],
+)
 def test_budget_gate(used: int, limit: int, exhausted: bool) -> None:
     assert is_budget_exhausted(used, limit) is exhausted

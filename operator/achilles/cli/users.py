@@ -15,7 +15,9 @@ def users() -> None:
 @users.command("upsert")
 @database_url_option
 @click.argument("key", metavar="USER")
-@click.option("--timezone", metavar="TZ", help="IANA zone for calendar slots (default: the organisation's).")
+@click.option(
+    "--timezone", metavar="TZ", help="IANA zone for calendar slots (default: the organisation's)."
+)
 @click.option("--inactive", is_flag=True, help="Deactivate: the user's agents are switched off.")
 @reports_errors
 def upsert(database_url: str | None, key: str, timezone: str | None, inactive: bool) -> None:

@@ -55,9 +55,9 @@ def create_agent(
 
 def load_durable_locks(session: Session, agent_id: int) -> tuple[Agent, DurableLocks]:
     row = session.execute(
-        select(Agent, User.active).outerjoin(User, User.id == Agent.user_id).where(
-            Agent.id == agent_id
-        )
+        select(Agent, User.active)
+        .outerjoin(User, User.id == Agent.user_id)
+        .where(Agent.id == agent_id)
     ).first()
     if row is None:
         raise NotFound(f"agent {agent_id} does not exist")

@@ -106,10 +106,7 @@ def _transition(
 ) -> bool:
     guard: ColumnElement[bool] = AgentRun.state.in_([state.value for state in expected])
     changed = session.execute(
-        update(AgentRun)
-        .where(AgentRun.id == run_id, guard)
-        .values(**values)
-        .returning(AgentRun.id)
+        update(AgentRun).where(AgentRun.id == run_id, guard).values(**values).returning(AgentRun.id)
     ).first()
     return changed is not None
 
@@ -139,9 +136,7 @@ def add_tokens(session: Session, run_id: int, tokens: int) -> bool:
     )
 
 
-def succeed_run(
-    session: Session, run_id: int, output: str, *, now: datetime | None = None
-) -> bool:
+def succeed_run(session: Session, run_id: int, output: str, *, now: datetime | None = None) -> bool:
     now = now or database_now(session)
     return _transition(
         session,

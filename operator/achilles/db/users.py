@@ -19,9 +19,7 @@ class UserUpsert:
     agents_disabled: int
 
 
-def upsert_user(
-    session: Session, key: str, *, timezone: str | None, active: bool
-) -> UserUpsert:
+def upsert_user(session: Session, key: str, *, timezone: str | None, active: bool) -> UserUpsert:
     """Create or update a user. `timezone=None` leaves an existing user's zone as it is."""
     existed = session.execute(select(User.id).where(User.key == key)).scalar_one_or_none()
     changes: dict[str, object] = {"active": active}

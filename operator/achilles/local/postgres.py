@@ -34,7 +34,8 @@ def pg_bin_dir() -> Path:
     pg_ctl = shutil.which("pg_ctl")
     if pg_ctl is None:
         raise LocalStackError(
-            "PostgreSQL server binaries not found: install them (Debian: apt-get install postgresql)"
+            "PostgreSQL server binaries not found; install them "
+            "(Debian: apt-get install postgresql)"
         )
     return Path(pg_ctl).parent
 

@@ -10,6 +10,7 @@ Written by hand from seed 000; `tests/db/test_schema.py` proves the models agree
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -27,7 +28,7 @@ def _id() -> sa.Column[int]:
     return sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True)
 
 
-def _created_at() -> sa.Column[sa.DateTime]:
+def _created_at() -> sa.Column[datetime]:
     return sa.Column("created_at", _TS, nullable=False, server_default=sa.func.now())
 
 
@@ -81,9 +82,7 @@ def upgrade() -> None:
             server_default=sa.text("200000"),
         ),
         sa.Column("agent_max_iterations", sa.Integer, nullable=False, server_default=sa.text("8")),
-        sa.Column(
-            "agent_max_concurrency", sa.Integer, nullable=False, server_default=sa.text("4")
-        ),
+        sa.Column("agent_max_concurrency", sa.Integer, nullable=False, server_default=sa.text("4")),
         sa.Column(
             "agent_run_timeout_seconds", sa.Integer, nullable=False, server_default=sa.text("900")
         ),

@@ -1,0 +1,48 @@
+# One entry point for the project's tasks. `make` alone lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+RUN := uv run --frozen
+
+.PHONY: help
+help: ## List the tasks
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-14s %s\n", $$1, $$2}'
+
+.PHONY: bootstrap
+bootstrap: ## Install uv, the locked Python env and the PostgreSQL server binaries
+	@scripts/bootstrap.sh
+
+.PHONY: control-plane
+control-plane: bootstrap ## Build (once, cached) kube-apiserver, controller-manager, kubectl, etcd, helm
+	$(RUN) achilles dev build
+
+.PHONY: lint
+lint: bootstrap ## ruff, mypy (strict), import layering, generated-file drift
+	$(RUN) ruff check operator tests bench scripts
+	$(RUN) ruff format --check operator tests bench scripts
+	$(RUN) mypy
+	$(RUN) lint-imports
+	@if $(RUN) achilles crds --help >/dev/null 2>&1; then $(RUN) achilles crds generate --check; fi
+
+.PHONY: test
+test: lint control-plane ## Everything CI runs: lint, then unit, database and cluster tests
+	$(RUN) pytest -p no:cacheprovider
+
+.PHONY: test-unit
+test-unit: bootstrap ## Pure unit tests only (no services)
+	$(RUN) pytest tests/unit
+
+.PHONY: test-db
+test-db: bootstrap ## Database tests (starts its own PostgreSQL)
+	$(RUN) pytest tests/db
+
+.PHONY: test-cluster
+test-cluster: control-plane ## Cluster tests (starts its own control plane)
+	$(RUN) pytest tests/cluster
+
+.PHONY: dev
+dev: control-plane ## Bring up the local stack (`achilles dev up`)
+	$(RUN) achilles dev up
+
+.PHONY: dev-down
+dev-down: ## Stop everything `make dev` started
+	$(RUN) achilles dev down
