@@ -1,0 +1,114 @@
+"""Typed models of the Agent Inbox tables (seed 003); the schema is migration `0003_inbox`.
+
+The CHECK constraints make impossible rows unrepresentable whatever writes
+them: a reply comes with its kind, channel, time and serial or not at all; a
+reply can be seen only if it exists, and acknowledged only once seen. The
+rules *between* rows and over time (compare-and-swap, the two channels) live in
+`achilles.domain.inbox` and their SQL in `achilles.db.inbox`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from achilles.db.models import Base
+from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
+
+
+def _in(column: str, values: list[str]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+ITEM_STATES = [s.value for s in ItemState]
+REPLY_KINDS = [k.value for k in ReplyKind]
+REPLY_CHANNELS = [c.value for c in ReplyChannel]
+
+# Predicate of "answered but not processed" (the partial index and the query share it).
+UNPROCESSED_PREDICATE = "handled_at IS NOT NULL AND outcome IS NULL"
+
+
+def _timestamp() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class InboxBoard(Base):
+    """One board per agent; `board_version` is the board half of `board_advance`'s CAS."""
+
+    __tablename__ = "agent_inbox_boards"
+    __table_args__ = (CheckConstraint("board_version >= 0", name="version_non_negative"),)
+
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    board_version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
+    created_at: Mapped[datetime] = _timestamp()
+    updated_at: Mapped[datetime] = _timestamp()
+
+
+class InboxItemRow(Base):
+    """One question or dependency of an agent: one key, one row."""
+
+    __tablename__ = "agent_inbox_items"
+    __table_args__ = (
+        UniqueConstraint("agent_id", "key"),
+        CheckConstraint(_in("state", ITEM_STATES), name="state"),
+        CheckConstraint(_in("reply_kind", REPLY_KINDS), name="reply_kind"),
+        CheckConstraint(_in("reply_channel", REPLY_CHANNELS), name="reply_channel"),
+        CheckConstraint("key <> ''", name="key_not_empty"),
+        CheckConstraint("btrim(question) <> ''", name="question_not_blank"),
+        CheckConstraint("revision >= 1", name="revision_positive"),
+        CheckConstraint("reply_serial >= 0", name="reply_serial_non_negative"),
+        # A reply is whole or absent; the serial counts accepted replies.
+        CheckConstraint(
+            "(reply IS NULL) = (reply_kind IS NULL)"
+            " AND (reply IS NULL) = (reply_channel IS NULL)"
+            " AND (reply IS NULL) = (handled_at IS NULL)"
+            " AND (reply IS NULL) = (reply_serial = 0)",
+            name="reply_complete",
+        ),
+        CheckConstraint("reply_seen_at IS NULL OR reply IS NOT NULL", name="seen_needs_reply"),
+        CheckConstraint("outcome IS NULL OR reply_seen_at IS NOT NULL", name="outcome_needs_take"),
+        Index(
+            "ix_agent_inbox_items_unprocessed",
+            "agent_id",
+            "handled_at",
+            postgresql_where=text(UNPROCESSED_PREDICATE),
+        ),
+        Index("ix_agent_inbox_items_state", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    # Items hang off their board, so every item's agent has a board row to version.
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger,
+        ForeignKey("agent_inbox_boards.agent_id", ondelete="CASCADE"),
+        nullable=False,
+    )
+    key: Mapped[str] = mapped_column(Text, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False)
+    question: Mapped[str] = mapped_column(Text, nullable=False)
+    context: Mapped[str | None] = mapped_column(Text)
+    revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("1"))
+    reply: Mapped[str | None] = mapped_column(Text)
+    reply_kind: Mapped[str | None] = mapped_column(Text)
+    reply_channel: Mapped[str | None] = mapped_column(Text)
+    reply_serial: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
+    handled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reply_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _timestamp()
+    updated_at: Mapped[datetime] = _timestamp()

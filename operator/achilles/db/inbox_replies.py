@@ -1,0 +1,163 @@
+"""Agent Inbox queries, reply side: the two reply channels, take, acknowledge (seed 003).
+
+Each channel is one conditional UPDATE, so there is no window between reading
+the current reply and replacing it:
+- inbox: `WHERE id = :id` — it always replaces, clears `reply_seen_at`;
+- chat:  `WHERE id = :id AND (reply IS NULL OR reply_seen_at IS NOT NULL)` —
+  it never lands on a reply the agent has not taken; a refusal is a result,
+  not an error.
+An accepted reply bumps the item's revision and then its board (lock order of
+`achilles.db.inbox`). Taking and acknowledging touch the item only.
+The caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from achilles.db.inbox import (
+    GUARDED_WRITE_ATTEMPTS,
+    ITEM_COLUMNS,
+    bump_board,
+    get_item,
+    get_item_and_board_version,
+    is_unprocessed,
+    item_from_row,
+)
+from achilles.db.inbox_models import InboxItemRow
+from achilles.domain.inbox import (
+    AckStatus,
+    InboxItem,
+    ReplyChannel,
+    ReplyKind,
+    acknowledge_status,
+    validate_text,
+)
+
+
+@dataclass(frozen=True)
+class ReplyWrite:
+    accepted: bool  # False only for a chat reply refused by the chat rule
+    item: InboxItem  # after the write; as found when refused
+    board_version: int
+
+
+def write_reply(
+    session: Session, item_id: int, text: str, kind: ReplyKind, channel: ReplyChannel
+) -> ReplyWrite:
+    validate_text("reply", text)
+    guards = [InboxItemRow.id == item_id]
+    if channel is ReplyChannel.CHAT:
+        guards.append(or_(InboxItemRow.reply.is_(None), InboxItemRow.reply_seen_at.is_not(None)))
+    row = session.execute(
+        update(InboxItemRow)
+        .where(*guards)
+        .values(
+            reply=text,
+            reply_kind=kind.value,
+            reply_channel=channel.value,
+            reply_serial=InboxItemRow.reply_serial + 1,
+            handled_at=func.now(),
+            reply_seen_at=None,
+            outcome=None,
+            revision=InboxItemRow.revision + 1,
+        )
+        .returning(*ITEM_COLUMNS)
+    ).first()
+    if row is None:
+        # Refused (or absent: NotFound). Read afterwards, for the caller's
+        # information only: the decision was the UPDATE's.
+        current, version = get_item_and_board_version(session, item_id)
+        return ReplyWrite(accepted=False, item=current, board_version=version)
+    item = item_from_row(row)
+    return ReplyWrite(accepted=True, item=item, board_version=bump_board(session, item.agent_id))
+
+
+def take_reply(session: Session, item_id: int) -> InboxItem | None:
+    """Mark the item's unprocessed reply as taken (idempotent); None if there is none."""
+    row = session.execute(
+        update(InboxItemRow)
+        .where(InboxItemRow.id == item_id, is_unprocessed())
+        .values(reply_seen_at=func.coalesce(InboxItemRow.reply_seen_at, func.now()))
+        .returning(*ITEM_COLUMNS)
+    ).first()
+    if row is None:
+        get_item(session, item_id)  # NotFound for a missing item
+        return None
+    return item_from_row(row)
+
+
+def take_unprocessed(session: Session, agent_id: int) -> list[InboxItem]:
+    """Take every answered-but-not-processed reply of the agent, oldest first.
+
+    Replies taken earlier and never acknowledged (the agent crashed) are
+    returned again with their first `reply_seen_at`.
+    """
+    locked = (
+        select(InboxItemRow.id)
+        .where(InboxItemRow.agent_id == agent_id, is_unprocessed())
+        .order_by(InboxItemRow.id)
+        .with_for_update()
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        update(InboxItemRow)
+        .where(InboxItemRow.id.in_(locked), is_unprocessed())
+        .values(reply_seen_at=func.coalesce(InboxItemRow.reply_seen_at, func.now()))
+        .returning(*ITEM_COLUMNS)
+    ).all()
+    return sorted((item_from_row(row) for row in rows), key=_oldest_reply_first)
+
+
+def _oldest_reply_first(item: InboxItem) -> tuple[datetime, int]:
+    assert item.reply is not None, "only answered items are taken"
+    return item.reply.handled_at, item.id
+
+
+def answered_unprocessed(session: Session, agent_id: int) -> list[InboxItem]:
+    """Items whose human reply the agent has not acknowledged (taken or not), oldest first."""
+    rows = session.execute(
+        select(*ITEM_COLUMNS)
+        .where(InboxItemRow.agent_id == agent_id, is_unprocessed())
+        .order_by(InboxItemRow.handled_at, InboxItemRow.id)
+    ).all()
+    return [item_from_row(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class AckResult:
+    status: AckStatus
+    item: InboxItem
+
+
+def acknowledge(session: Session, item_id: int, reply_serial: int, outcome: str) -> AckResult:
+    """Record the outcome of processing reply `reply_serial`, which the agent took.
+
+    Only that exact reply, taken and not yet acknowledged, is marked: a newer
+    reply (`superseded`) stays unprocessed for the agent to take.
+    """
+    validate_text("outcome", outcome)
+    for _ in range(GUARDED_WRITE_ATTEMPTS):
+        row = session.execute(
+            update(InboxItemRow)
+            .where(
+                InboxItemRow.id == item_id,
+                InboxItemRow.reply_serial == reply_serial,
+                InboxItemRow.reply_seen_at.is_not(None),
+                InboxItemRow.outcome.is_(None),
+            )
+            .values(outcome=outcome)
+            .returning(*ITEM_COLUMNS)
+        ).first()
+        if row is not None:
+            return AckResult(status=AckStatus.ACKNOWLEDGED, item=item_from_row(row))
+        current = get_item(session, item_id)
+        status = acknowledge_status(current, reply_serial)
+        if status is not AckStatus.ACKNOWLEDGED:
+            return AckResult(status=status, item=current)
+        # A take landed between the UPDATE and the read: try again.
+    return AckResult(status=AckStatus.NOT_TAKEN, item=current)
