@@ -13,6 +13,7 @@ Convention for custom errors raised by our validators: use the error type `missi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,8 @@ from pydantic_core import ErrorDetails
 _MAX_SHOWN_INPUT = 60
 # Error types whose `input` is not the offending value (or is obvious from the message).
 _INPUT_NOT_SHOWN = frozenset({"missing", "extra_forbidden", "union_tag_not_found"})
+# pydantic words most messages "<Subject> should ...": Input, String, List, Value...
+_SUBJECT_SHOULD = re.compile(r"^[A-Z][a-z]+ should ")
 # Error types meaning "an object was expected here", worded in pydantic's Python terms.
 _NOT_AN_OBJECT = frozenset({"model_attributes_type", "model_type", "dict_type"})
 
@@ -90,13 +93,10 @@ def _without_union_tags(loc: Sequence[int | str], data: object | None) -> list[i
 
 
 def _reword(message: str) -> str:
-    for prefix, replacement in (
-        ("Input should be ", "must be "),
-        ("Value error, ", ""),
-        ("Assertion failed, ", ""),
-    ):
-        if message.startswith(prefix):
-            return replacement + message[len(prefix) :]
+    """pydantic's "Input/String/List should be ..." becomes "must be ..."."""
+    message = _SUBJECT_SHOULD.sub("must ", message, count=1)
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
     return message
 
 

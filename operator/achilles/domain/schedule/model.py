@@ -35,20 +35,19 @@ WALL_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 WEEKDAY_MONDAY = 0
 WEEKDAY_SUNDAY = 6
 
-_MODEL_CONFIG = ConfigDict(
-    extra="forbid",
-    frozen=True,
-    # No coercion: "6" or 6.0 or true for every_hours is a mistake to report, not to fix.
-    strict=True,
-    validate_by_name=True,
-    validate_by_alias=True,
-)
-
 
 class IntervalSchedule(BaseModel):
     """Every N hours (absolute hours, counted from the schedule's anchor)."""
 
-    model_config = _MODEL_CONFIG
+    # Spelled out per class (not shared) so the pydantic mypy plugin sees frozen/by-name.
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        # No coercion: "6", 6.0 or true for a number is a mistake to report, not to fix.
+        strict=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
 
     type: Literal["interval"]
     every_hours: int = Field(alias="everyHours", ge=MIN_EVERY_HOURS, le=MAX_EVERY_HOURS)
@@ -74,7 +73,13 @@ class IntervalSchedule(BaseModel):
 class CalendarSchedule(BaseModel):
     """Daily, or weekly on one weekday, at a wall-clock time in the owner's time zone."""
 
-    model_config = _MODEL_CONFIG
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
 
     type: Literal["calendar"]
     cadence: Literal["daily", "weekly"]
