@@ -15,6 +15,7 @@ import click
 _SUBCOMMANDS: dict[str, str] = {
     "budget": "achilles.cli.budget:budget",
     "db": "achilles.cli.db:db",
+    "dev": "achilles.cli.dev:dev",
     "runs": "achilles.cli.runs:runs",
     "users": "achilles.cli.users:users",
     "schedule": "achilles.cli.schedule:schedule",

@@ -1,0 +1,103 @@
+"""Where one local stack keeps its state and which loopback ports it listens on.
+
+A stack is fully described by a state directory and a set of ports, so two can run
+side by side: the developer's `achilles dev up` and the test suite's own stack.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from achilles.local.postgres import default_data_root
+
+LOOPBACK = "127.0.0.1"
+DATABASE_NAME = "achilles"
+DEFAULT_NODE_NAME = "achilles-local"
+
+
+@dataclass(frozen=True)
+class Ports:
+    postgres: int = 54320
+    etcd: int = 23790
+    etcd_peer: int = 23791
+    apiserver: int = 16443
+    controller_manager: int = 16444
+
+    @classmethod
+    def free(cls) -> Ports:
+        """Ports the kernel reports free right now (for a second, throw-away stack)."""
+        sockets = [socket.socket() for _ in range(5)]
+        try:
+            for sock in sockets:
+                sock.bind((LOOPBACK, 0))
+            numbers = [sock.getsockname()[1] for sock in sockets]
+        finally:
+            for sock in sockets:
+                sock.close()
+        return cls(*numbers)
+
+
+def default_state_dir() -> Path:
+    override = os.environ.get("ACHILLES_DEV_STATE")
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "achilles" / "dev"
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    state_dir: Path
+    ports: Ports = field(default_factory=Ports)
+    # Where the stack's PostgreSQL keeps its data; it must be reachable by the server's user.
+    postgres_dir: Path = field(default_factory=lambda: default_data_root() / "dev")
+    # False for throw-away stacks: no fsync in etcd and PostgreSQL.
+    durable: bool = True
+    node_name: str = DEFAULT_NODE_NAME
+    # Namespaces whose pods the kubelet stand-in runs; empty means every namespace.
+    kubelet_namespaces: tuple[str, ...] = ()
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def etcd_dir(self) -> Path:
+        return self.state_dir / "etcd"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.state_dir / "kubelet"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig handed to people and tests."""
+        return self.state_dir / "kubeconfig"
+
+    def component_kubeconfig(self, component: str) -> Path:
+        return self.state_dir / f"{component}.kubeconfig"
+
+    def pidfile(self, component: str) -> Path:
+        return self.run_dir / f"{component}.pid"
+
+    def log(self, component: str) -> Path:
+        return self.logs_dir / f"{component}.log"
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://{LOOPBACK}:{self.ports.apiserver}"
+
+    @property
+    def database_url(self) -> str:
+        return f"postgresql+psycopg://postgres@{LOOPBACK}:{self.ports.postgres}/{DATABASE_NAME}"

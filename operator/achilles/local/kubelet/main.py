@@ -1,0 +1,138 @@
+"""Entry point of the kubelet stand-in: `python -m achilles.local.kubelet` / `achilles dev kubelet`.
+
+Wires the pieces: the Node (registered, heartbeat every `HEARTBEAT_S`), adoption of
+runs a previous instance left, one pod informer per served namespace (or one for all),
+and the reconcile loop. SIGTERM stops the stand-in but not the pods: like a kubelet
+restart, the processes keep running and the next instance adopts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kubernetes import client
+from kubernetes.informer import ADDED, DELETED, MODIFIED, SharedInformer
+
+from achilles.local.config import DEFAULT_NODE_NAME
+from achilles.local.kube import api_client as make_api_client
+from achilles.local.kubelet.agent import StandIn
+from achilles.local.kubelet.api import PodApi
+from achilles.local.kubelet.node import DEFAULT_MAX_PODS
+from achilles.local.kubelet.runs import prune_logs
+
+log = logging.getLogger("achilles.kubelet")
+
+HEARTBEAT_S = 20.0
+_KEEP_FINISHED_POD_DIRS = 200
+
+
+def parse_namespaces(value: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+def _informers(
+    api_client: client.ApiClient, standin: StandIn, namespaces: tuple[str, ...]
+) -> list[SharedInformer]:
+    core = client.CoreV1Api(api_client)
+    # The client's informer carries no annotations; hence the ignores on its calls.
+    informers: list[SharedInformer] = (
+        [SharedInformer(core.list_namespaced_pod, namespace=ns) for ns in namespaces]  # type: ignore[no-untyped-call]
+        if namespaces
+        else [SharedInformer(core.list_pod_for_all_namespaces)]  # type: ignore[no-untyped-call]
+    )
+
+    def changed(obj: Any) -> None:
+        standin.observe(standin.api.to_dict(obj))
+
+    def deleted(obj: Any) -> None:
+        standin.observe(standin.api.to_dict(obj), deleted=True)
+
+    for informer in informers:
+        informer.add_event_handler(ADDED, changed)  # type: ignore[no-untyped-call]
+        informer.add_event_handler(MODIFIED, changed)  # type: ignore[no-untyped-call]
+        informer.add_event_handler(DELETED, deleted)  # type: ignore[no-untyped-call]
+    return informers
+
+
+def _heartbeat(api: PodApi, node: str, max_pods: int, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_S):  # an interval timer, not synchronisation
+        try:
+            api.heartbeat(node, max_pods)
+        except Exception:  # a missed beat is retried at the next interval
+            log.exception("node heartbeat failed")
+
+
+def run(
+    kubeconfig: Path,
+    state_dir: Path,
+    node: str = DEFAULT_NODE_NAME,
+    namespaces: tuple[str, ...] = (),
+    max_pods: int = DEFAULT_MAX_PODS,
+    stop: threading.Event | None = None,
+) -> None:
+    stop = stop or threading.Event()
+    api_client = make_api_client(kubeconfig)
+    api = PodApi(api_client)
+    pods_dir = state_dir / "pods"
+    pods_dir.mkdir(parents=True, exist_ok=True)
+    prune_logs(pods_dir, keep=_KEEP_FINISHED_POD_DIRS)
+
+    api.register_node(node, max_pods)
+    log.info(
+        "node %s registered and Ready; serving %s", node, ", ".join(namespaces) or "all namespaces"
+    )
+    standin = StandIn(api, node, pods_dir, max_pods)
+    standin.adopt_recorded_runs()
+    # Watches get their own connection pool so a long watch never starves status updates.
+    informers = _informers(make_api_client(kubeconfig), standin, namespaces)
+    for informer in informers:
+        informer.start()  # type: ignore[no-untyped-call]
+    threading.Thread(target=_heartbeat, args=(api, node, max_pods, stop), daemon=True).start()
+    try:
+        standin.run(stop)
+    finally:
+        for informer in informers:
+            informer.stop()  # type: ignore[no-untyped-call]
+        log.info("stand-in stopped; pod processes keep running and will be adopted")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="achilles-kubelet",
+        description="A kubelet stand-in that runs pods' commands as local processes.",
+    )
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--state-dir", type=Path, required=True, help="pod logs and records")
+    parser.add_argument("--node-name", default=DEFAULT_NODE_NAME)
+    parser.add_argument(
+        "--namespaces",
+        default="",
+        help="comma-separated namespaces whose pods to bind and run (default: all)",
+    )
+    parser.add_argument("--max-pods", type=int, default=DEFAULT_MAX_PODS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    run(
+        args.kubeconfig,
+        args.state_dir,
+        args.node_name,
+        parse_namespaces(args.namespaces),
+        args.max_pods,
+        stop,
+    )
