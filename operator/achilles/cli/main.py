@@ -14,6 +14,7 @@ import click
 # "command name" -> "module:attribute" of a click command or group.
 _SUBCOMMANDS: dict[str, str] = {
     "budget": "achilles.cli.budget:budget",
+    "crds": "achilles.cli.crds:crds",
     "db": "achilles.cli.db:db",
     "dev": "achilles.cli.dev:dev",
     "runs": "achilles.cli.runs:runs",

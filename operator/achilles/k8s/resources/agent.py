@@ -1,0 +1,191 @@
+"""The Agent custom resource: one employee's agent, as the portal or kubectl writes it.
+
+Field names are the contract of DESIGN.md §2. The schedule is the domain's own union
+(`achilles.domain.schedule`), so the API server, the CLI and the database all accept the
+same schedules; this module only adds what is specific to the CR spelling and the
+rules that need the old object (owner is immutable).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
+from achilles.domain.schedule import Schedule
+from achilles.k8s.resources.cel import PATH, CelRule, Reason, cel_rules
+from achilles.k8s.resources.common import (
+    KOPF_STATE_FIELD,
+    Conditions,
+    CustomResource,
+    ResourceName,
+    SpecModel,
+    StatusModel,
+    check_unique_condition_types,
+    drop_nulls,
+)
+
+# A user key of the platform's users table ("alice", "alice@example.org").
+OWNER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$"
+OWNER_MAX_LENGTH = 253
+DISPLAY_NAME_MAX_LENGTH = 200
+DESCRIPTION_MAX_LENGTH = 2000
+PROMPT_MAX_LENGTH = 65536
+MAX_TOOLS = 32
+
+# The schedule union itself is exact per type (the generator derives those rules from
+# the union); what the union cannot say is the domain's weekday rule.
+SCHEDULE_RULES = cel_rules(
+    CelRule(
+        rule="!has(self.cadence) || self.cadence == 'weekly' || !has(self.weekday)",
+        message=f"{PATH}.weekday is only allowed when cadence is weekly",
+        field_path=".weekday",
+        reason=Reason.FORBIDDEN,
+    ),
+    CelRule(
+        rule="!has(self.cadence) || self.cadence != 'weekly' || has(self.weekday)",
+        message=f"{PATH}.weekday is required when cadence is weekly (0=Monday .. 6=Sunday)",
+        field_path=".weekday",
+        reason=Reason.REQUIRED,
+    ),
+)
+
+OWNER_RULES = cel_rules(
+    CelRule(
+        rule="self == oldSelf",
+        message=f"{PATH} is immutable; create a new Agent for another owner",
+    )
+)
+
+
+class AgentSpec(SpecModel):
+    """What the employee set up."""
+
+    owner: str = Field(
+        min_length=1,
+        max_length=OWNER_MAX_LENGTH,
+        pattern=OWNER_PATTERN,
+        description="Key of the owning user (users.key); immutable after create.",
+        json_schema_extra=OWNER_RULES,
+    )
+    display_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=DISPLAY_NAME_MAX_LENGTH,
+        description="Name shown in the owner's list of agents (default: metadata.name).",
+    )
+    description: str | None = Field(
+        default=None,
+        max_length=DESCRIPTION_MAX_LENGTH,
+        description="Subtitle for people; never sent to the model.",
+    )
+    prompt: str = Field(
+        min_length=1,
+        max_length=PROMPT_MAX_LENGTH,
+        description="The owner's layer of the prompt, composed under the platform prompt.",
+    )
+    schedule: Schedule | None = Field(
+        default=None,
+        description="When the agent runs by itself; absent = manual runs only. "
+        "{type: interval, everyHours: N} or "
+        "{type: calendar, cadence: daily|weekly, weekday: 0-6 (weekly only, 0=Monday), "
+        "time: HH:MM in the owner's time zone}.",
+        json_schema_extra=SCHEDULE_RULES,
+    )
+    model: ResourceName | None = Field(
+        default=None,
+        description="Name of an AgentModel; absent = no model, the agent does not run.",
+    )
+    tools: list[ResourceName] = Field(
+        default_factory=list,
+        max_length=MAX_TOOLS,
+        description="AgentTool names beyond the locked Knowledge Store core.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    enabled: bool = Field(default=True, description="The owner's switch.")
+    admin_paused: bool = Field(
+        default=False,
+        description="The admin's sticky lock; only members of the admin groups may change it.",
+    )
+
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _cr_spelling_of_schedule(cls, value: Any) -> Any:
+        value = drop_nulls(value)  # the domain model is not a SpecModel
+        if isinstance(value, dict) and "every_hours" in value:
+            # The domain also reads the database spelling; a CR has only everyHours.
+            raise PydanticCustomError(
+                "extra_forbidden", "unknown field every_hours (the CR spelling is everyHours)"
+            )
+        return value
+
+    @field_validator("tools", mode="after")
+    @classmethod
+    def _tools_are_a_set(cls, tools: list[str]) -> list[str]:
+        duplicates = sorted({tool for tool in tools if tools.count(tool) > 1})
+        if duplicates:
+            raise PydanticCustomError(
+                "duplicate_value",
+                "duplicate tool name(s): {names}",
+                {"names": ", ".join(duplicates)},
+            )
+        return tools
+
+
+class LastRun(StatusModel):
+    """The agent's most recent run, as recorded in the run journal."""
+
+    id: int = Field(ge=1, description="agent_runs.id")
+    trigger: RunTrigger
+    state: RunState
+    reason: SkipReason | FailReason | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    tokens_used: int = Field(default=0, ge=0)
+
+
+class WeeklyTokens(StatusModel):
+    """The owner's token use this week (all of their agents) against the weekly budget."""
+
+    used: int = Field(ge=0)
+    limit: int = Field(ge=0)
+    window_start: datetime = Field(description="Start of the budget week (Sunday 00:00).")
+
+
+class AgentStatus(StatusModel):
+    """What the operator reports; owned by the operator, read by people and the portal."""
+
+    database_id: int | None = Field(default=None, ge=1, description="agents.id")
+    phase: str | None = Field(
+        default=None,
+        max_length=64,
+        description="One word for why the agent can or cannot run "
+        "(e.g. Ready, Disabled, AdminPaused, NoModel, OwnerMissing).",
+    )
+    conditions: Conditions = Field(default_factory=list)
+    schedule_summary: str | None = Field(
+        default=None, max_length=256, description="The schedule in words, for kubectl get."
+    )
+    next_run_at: datetime | None = None
+    last_run: LastRun | None = None
+    weekly_tokens: WeeklyTokens | None = None
+    observed_generation: int | None = Field(default=None, ge=0)
+    last_handled_run_request: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The achilles.io/run-requested-at value last turned into a run request.",
+    )
+    kopf: dict[str, Any] | None = KOPF_STATE_FIELD
+
+    _unique_conditions = field_validator("conditions")(check_unique_condition_types)
+
+
+class AgentResource(CustomResource):
+    """An employee's personal AI agent: its prompt, schedule, model and tools."""
+
+    kind: Literal["Agent"]
+    spec: AgentSpec
+    status: AgentStatus | None = None

@@ -1,0 +1,124 @@
+"""The AgentPlatform custom resource: the organisation's settings (`platform_settings`).
+
+A cluster-scoped singleton named `default`: one organisation per installation, so a
+second object could only disagree with the first. Defaults equal the database's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from achilles.domain.schedule import load_timezone
+from achilles.errors import UnknownTimezoneError
+from achilles.k8s.resources.cel import CelRule, cel_rules
+from achilles.k8s.resources.common import (
+    KOPF_STATE_FIELD,
+    Conditions,
+    CustomResource,
+    ObjectMeta,
+    SpecModel,
+    StatusModel,
+    check_unique_condition_types,
+)
+
+SINGLETON_NAME = "default"
+# IANA zone names ("UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+3").
+# CEL cannot consult the tz database; the shape is checked here, existence by pydantic
+# (and by the operator, which reports an unknown zone in status).
+TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
+TIMEZONE_MAX_LENGTH = 64
+MAX_WEEKLY_TOKEN_BUDGET = 10**12
+MAX_ITERATIONS = 1000
+MAX_CONCURRENCY = 1000
+MAX_RUN_TIMEOUT_SECONDS = 86400
+PLATFORM_PROMPT_MAX_LENGTH = 65536
+
+
+class AgentPlatformSpec(SpecModel):
+    """Organisation-wide settings for agents."""
+
+    timezone: str = Field(
+        default="UTC",
+        min_length=1,
+        max_length=TIMEZONE_MAX_LENGTH,
+        pattern=TIMEZONE_PATTERN,
+        description="IANA time zone of the organisation: budget weeks start Sunday 00:00 "
+        "here, and calendar schedules of owners without a zone resolve here.",
+    )
+    weekly_token_budget: int = Field(
+        default=200000,
+        ge=0,
+        le=MAX_WEEKLY_TOKEN_BUDGET,
+        description="Tokens each owner may spend per week across all of their agents.",
+    )
+    max_iterations: int = Field(
+        default=8, ge=1, le=MAX_ITERATIONS, description="Model/tool rounds per run."
+    )
+    max_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Runs executing at once; the runs namespace's pod quota backs it.",
+    )
+    run_timeout_seconds: int = Field(
+        default=900,
+        ge=1,
+        le=MAX_RUN_TIMEOUT_SECONDS,
+        description="Wall-clock limit of one run (the Job's active deadline).",
+    )
+    platform_prompt: str = Field(
+        default="",
+        max_length=PLATFORM_PROMPT_MAX_LENGTH,
+        description="Prompt every agent's own prompt is composed under.",
+    )
+
+    @field_validator("timezone", mode="after")
+    @classmethod
+    def _known_timezone(cls, name: str) -> str:
+        try:
+            load_timezone(name)
+        except UnknownTimezoneError as exc:
+            raise PydanticCustomError(
+                "unknown_timezone", "unknown time zone (expected an IANA name like Europe/Berlin)"
+            ) from exc
+        return name
+
+
+class AgentPlatformStatus(StatusModel):
+    conditions: Conditions = Field(default_factory=list)
+    observed_generation: int | None = Field(default=None, ge=0)
+    kopf: dict[str, Any] | None = KOPF_STATE_FIELD
+
+    _unique_conditions = field_validator("conditions")(check_unique_condition_types)
+
+
+class AgentPlatformResource(CustomResource):
+    """The organisation's agent settings; exactly one, named default."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule=f"self.metadata.name == '{SINGLETON_NAME}'",
+                message=f"metadata.name must be '{SINGLETON_NAME}': "
+                "there is one AgentPlatform per cluster",
+            )
+        )
+    )
+
+    kind: Literal["AgentPlatform"]
+    spec: AgentPlatformSpec
+    status: AgentPlatformStatus | None = None
+
+    @field_validator("metadata", mode="after")
+    @classmethod
+    def _singleton_name(cls, metadata: ObjectMeta) -> ObjectMeta:
+        if metadata.name != SINGLETON_NAME:
+            raise PydanticCustomError(
+                "singleton_name",
+                "metadata.name must be '{expected}': there is one AgentPlatform per cluster",
+                {"expected": SINGLETON_NAME},
+            )
+        return metadata
