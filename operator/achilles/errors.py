@@ -119,7 +119,3 @@ class ModelCallFailed(AchillesError):
 
 class ModelScriptError(InvalidInputError):
     """A script for the offline model server is malformed; the message names the field."""
-
-
-class CrdGenerationError(AchillesError):
-    """A pydantic model cannot be expressed as a structural CRD schema (names the field)."""
