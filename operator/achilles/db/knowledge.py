@@ -19,9 +19,10 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from achilles.db.models import User
 from achilles.ks.store import Document, RelatedDocument, SearchHit
 
 KS_READER_ROLE = "achilles_ks_reader"
@@ -56,6 +57,11 @@ def any_word_query(query: str) -> str | None:
     """
     words = _WORD.findall(query)
     return " or ".join(words) if words else None
+
+
+def user_id_by_key(session: Session, key: str) -> int | None:
+    """The KS acts for users by id; people and the CLI name them by key."""
+    return session.execute(select(User.id).where(User.key == key)).scalar_one_or_none()
 
 
 class PostgresKnowledgeStore:

@@ -1,0 +1,74 @@
+"""Claiming a run and reading everything it needs, in one transaction.
+
+Claim and read happen together so the run's view is one consistent snapshot:
+the optional tools filtered by `agents_allowed` as it is at this moment, the
+model as it is now (NULL if it was withdrawn after the run was queued), the
+platform settings of now.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from achilles.db.journal import claim_run
+from achilles.db.models import Agent, AgentModel, AgentRun, AgentToolLink, Tool, User
+from achilles.db.settings import load_settings
+from achilles.domain.run_spec import ModelEndpoint, RunSpec
+from achilles.domain.runs import RunTrigger
+
+
+def claim_and_load(session: Session, run_id: int) -> RunSpec | None:
+    """`queued -> running` and the run's spec; None when the run is not claimable
+    (no longer queued, or gone with its agent)."""
+    if not claim_run(session, run_id):
+        return None
+    row = session.execute(
+        select(
+            AgentRun.trigger,
+            Agent.id.label("agent_id"),
+            Agent.name.label("agent_name"),
+            Agent.prompt,
+            User.id.label("user_id"),
+            User.key.label("user_key"),
+            User.timezone,
+            AgentModel.name.label("model_name"),
+            AgentModel.base_url,
+            AgentModel.provider_model,
+            AgentModel.api_key_secret_name,
+        )
+        .join(Agent, Agent.id == AgentRun.agent_id)
+        .join(User, User.id == Agent.user_id)
+        .outerjoin(AgentModel, AgentModel.id == Agent.model_id)
+        .where(AgentRun.id == run_id)
+    ).one()
+    implementations = session.execute(
+        select(Tool.implementation)
+        .join(AgentToolLink, AgentToolLink.tool_id == Tool.id)
+        .where(AgentToolLink.agent_id == row.agent_id, Tool.agents_allowed.is_(True))
+        .order_by(Tool.implementation)
+    ).scalars()
+    settings = load_settings(session)
+    model = None
+    if row.model_name is not None:
+        model = ModelEndpoint(
+            name=row.model_name,
+            base_url=row.base_url,
+            provider_model=row.provider_model,
+            has_api_key=row.api_key_secret_name is not None,
+        )
+    return RunSpec(
+        run_id=run_id,
+        trigger=RunTrigger(row.trigger),
+        agent_id=row.agent_id,
+        agent_name=row.agent_name,
+        prompt=row.prompt,
+        owner_user_id=row.user_id,
+        owner_key=row.user_key,
+        owner_timezone=row.timezone or settings.timezone,
+        model=model,
+        tool_implementations=tuple(dict.fromkeys(implementations)),
+        platform_prompt=settings.platform_prompt,
+        max_iterations=settings.max_iterations,
+        run_timeout_seconds=settings.run_timeout_seconds,
+    )

@@ -1,0 +1,39 @@
+"""Everything one run needs, read once at run start (DESIGN.md §4, "Runner").
+
+Settings are a snapshot: the iteration cap, timeout and platform prompt as they
+were when the run was claimed; the optional tools are those the owner picked
+whose `agents_allowed` was true at that moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from achilles.domain.runs import RunTrigger
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    name: str  # the AgentModel's name (for messages)
+    base_url: str
+    provider_model: str
+    # Whether the AgentModel references an API key Secret; the Job passes the
+    # key as an environment variable.
+    has_api_key: bool
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: int
+    trigger: RunTrigger
+    agent_id: int
+    agent_name: str
+    prompt: str  # the owner's layer
+    owner_user_id: int
+    owner_key: str
+    owner_timezone: str  # the owner's zone, else the organisation's
+    model: ModelEndpoint | None  # None: the agent has no model (it was withdrawn)
+    tool_implementations: tuple[str, ...]  # allowed optional tools, by implementation
+    platform_prompt: str
+    max_iterations: int
+    run_timeout_seconds: int

@@ -1,0 +1,132 @@
+"""What a tool is: a name, a description, a pydantic argument model, and a handler.
+
+The argument model's JSON schema is exactly what the model is offered, and the
+same model validates what the model sends back: malformed JSON, a missing field
+or a wrong type becomes an error message fed back to the model, never a crash.
+A handler may raise `ToolError` for an expected failure ("document not found");
+its message is fed back too. Any other exception is a bug and fails the run.
+
+Handlers receive a `ToolContext`: who the run acts for (owner id and timezone),
+the Knowledge Store (read-only, under the owner's rights), a database
+transaction factory for tools that keep their own state (e.g. the inbox), and
+the clock.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from achilles.errors import ToolError
+from achilles.ks.store import KnowledgeStore
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+# The Chat Completions API's rule for function names.
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_MAX_SHOWN_INPUT = 80
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    run_id: int
+    agent_id: int
+    owner_user_id: int
+    owner_timezone: ZoneInfo
+    knowledge: KnowledgeStore
+    # `with ctx.transaction() as session:` - one committed transaction (normal
+    # rights, not the KS reader's); for tools with state of their own.
+    transaction: Callable[[], AbstractContextManager[Session]]
+    # Aware UTC "now"; injected so tests control time.
+    now: Callable[[], datetime]
+
+
+class ToolArgs(BaseModel):
+    """Base of every tool's argument model: unknown fields are errors the model can read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoArgs(ToolArgs):
+    """For tools that take no arguments."""
+
+
+ArgsT = TypeVar("ArgsT", bound=ToolArgs)
+
+
+def error_result(message: str) -> str:
+    """A tool result that tells the model what went wrong."""
+    return json.dumps({"error": message}, ensure_ascii=False)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "arguments"
+        shown = repr(error.get("input"))
+        if len(shown) > _MAX_SHOWN_INPUT:
+            shown = shown[:_MAX_SHOWN_INPUT] + "..."
+        parts.append(f"{where}: {error['msg']} (got {shown})")
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Tool(Generic[ArgsT]):
+    name: str
+    description: str
+    args_model: type[ArgsT]
+    # Returns anything JSON-serialisable; it becomes the tool message's content.
+    handler: Callable[[ArgsT, ToolContext], object]
+
+    def __post_init__(self) -> None:
+        if not _TOOL_NAME.match(self.name):
+            raise ValueError(f"tool name {self.name!r} must match {_TOOL_NAME.pattern}")
+
+    def spec(self) -> dict[str, Any]:
+        """The Chat Completions `tools` entry the model sees."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.args_model.model_json_schema(),
+            },
+        }
+
+    def invoke(self, arguments: str, ctx: ToolContext) -> str:
+        """Validate the model's JSON arguments, run the handler, return the result text."""
+        try:
+            args = self.args_model.model_validate_json(arguments.strip() or "{}")
+        except ValidationError as exc:
+            return error_result(
+                f"invalid arguments for {self.name}: {describe_validation_error(exc)}"
+            )
+        try:
+            result = self.handler(args, ctx)
+        except ToolError as exc:
+            return error_result(str(exc))
+        return json.dumps(result, ensure_ascii=False, default=str)
+
+
+def tool(
+    name: str, *, args: type[ArgsT], description: str | None = None
+) -> Callable[[Callable[[ArgsT, ToolContext], object]], Tool[ArgsT]]:
+    """Decorator: turn `handler(args, ctx)` into a `Tool`; the docstring is the description."""
+
+    def wrap(handler: Callable[[ArgsT, ToolContext], object]) -> Tool[ArgsT]:
+        text = description or inspect.getdoc(handler)
+        if not text:
+            raise ValueError(f"tool {name!r} needs a description (or a docstring)")
+        return Tool(name=name, description=text, args_model=args, handler=handler)
+
+    return wrap

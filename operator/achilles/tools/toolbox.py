@@ -1,0 +1,32 @@
+"""The set of tools one run offers the model, and dispatch of the model's calls to them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from achilles.tools.base import Tool, ToolContext, error_result
+
+
+class Toolbox:
+    def __init__(self, tools: Sequence[Tool[Any]]) -> None:
+        by_name: dict[str, Tool[Any]] = {}
+        for item in tools:
+            if item.name in by_name:
+                raise ValueError(f"two tools are named {item.name!r}")
+            by_name[item.name] = item
+        self._tools = by_name
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def specs(self) -> list[dict[str, Any]]:
+        return [item.spec() for item in self._tools.values()]
+
+    def invoke(self, name: str, arguments: str, ctx: ToolContext) -> str:
+        """Run one tool call; an unknown tool (the model made one up) is an error result."""
+        found = self._tools.get(name)
+        if found is None:
+            return error_result(f"unknown tool {name!r}; available tools: {', '.join(self._tools)}")
+        return found.invoke(arguments, ctx)
