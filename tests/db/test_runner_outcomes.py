@@ -4,8 +4,6 @@ server reached through the real `openai` client. Each test inspects the journal 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
@@ -25,8 +23,8 @@ from tests.db.runner_support import (
 
 
 @pytest.fixture
-def ks(db: Engine) -> Iterator[KnowledgeFixture]:
-    yield load_demo_knowledge(db)
+def ks(db: Engine) -> KnowledgeFixture:
+    return load_demo_knowledge(db)
 
 
 def _tool_results(request_body: dict[str, object]) -> list[str]:
