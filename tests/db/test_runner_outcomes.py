@@ -4,6 +4,7 @@ server reached through the real `openai` client. Each test inspects the journal 
 from __future__ import annotations
 
 import json
+
 import pytest
 from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
