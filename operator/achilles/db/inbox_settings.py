@@ -1,6 +1,6 @@
 """The owner's inbox settings of an agent, kept in `agents.meta` under `"inbox"`.
 
-Only our own key is ever written (`jsonb_set` on the `inbox` section), so
+Only our own key is ever written (merged into the `inbox` section), so
 whatever else reconciles into `meta` is left alone.
 """
 
@@ -56,7 +56,7 @@ def set_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> InboxSe
     new_meta = session.execute(
         update(Agent)
         .where(Agent.id == agent_id)
-        .values(meta=func.jsonb_set(meta, f"{{{META_SECTION}}}", updated))
+        .values(meta=meta.op("||")(func.jsonb_build_object(META_SECTION, updated)))
         .returning(Agent.meta)
     ).scalar_one_or_none()
     if new_meta is None:
