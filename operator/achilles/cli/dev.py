@@ -50,9 +50,12 @@ def build(force: bool) -> None:
 @state_dir_option
 @reports_errors
 def up(state_dir: Path | None) -> None:
-    """Start the local stack and wait until it is ready (a no-op when it runs)."""
+    """Start the local stack, wait until it is ready, install the chart (no operator)."""
     stack = _stack(state_dir)
     stack.up()
+    from achilles.local.chart import install_into_stack  # the chart: CRDs, RBAC, policies
+
+    install_into_stack(stack)
     click.echo('point your shell at it:  eval "$(achilles dev env)"')
 
 

@@ -11,6 +11,7 @@ from achilles.k8s.resources.agent_platform import AgentPlatformResource, AgentPl
 from achilles.k8s.resources.agent_tool import AgentToolResource, AgentToolSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION, CustomResource
 from achilles.k8s.resources.kinds import KINDS, CustomResourceKind
+from achilles.k8s.resources.manifests import parse_manifest
 
 __all__ = [
     "API_GROUP",
@@ -27,4 +28,5 @@ __all__ = [
     "AgentToolSpec",
     "CustomResource",
     "CustomResourceKind",
+    "parse_manifest",
 ]

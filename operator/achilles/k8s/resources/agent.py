@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
-from achilles.domain.schedule import Schedule
+from achilles.domain.schedule import SCHEDULE_ADAPTER, Schedule
 from achilles.k8s.resources.cel import PATH, CelRule, Reason, cel_rules
 from achilles.k8s.resources.common import (
     KOPF_STATE_FIELD,
@@ -114,13 +114,11 @@ class AgentSpec(SpecModel):
     @field_validator("schedule", mode="before")
     @classmethod
     def _cr_spelling_of_schedule(cls, value: Any) -> Any:
-        value = drop_nulls(value)  # the domain model is not a SpecModel
-        if isinstance(value, dict) and "every_hours" in value:
-            # The domain also reads the database spelling; a CR has only everyHours.
-            raise PydanticCustomError(
-                "extra_forbidden", "unknown field every_hours (the CR spelling is everyHours)"
-            )
-        return value
+        if not isinstance(value, dict):
+            return value
+        # The domain model also reads the database spelling (every_hours); a CR has only
+        # everyHours, so validate by alias alone. Its errors keep their field paths.
+        return SCHEDULE_ADAPTER.validate_python(drop_nulls(value), by_alias=True, by_name=False)
 
     @field_validator("tools", mode="after")
     @classmethod

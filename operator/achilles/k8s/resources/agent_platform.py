@@ -13,7 +13,7 @@ from pydantic_core import PydanticCustomError
 
 from achilles.domain.schedule import load_timezone
 from achilles.errors import UnknownTimezoneError
-from achilles.k8s.resources.cel import CelRule, cel_rules
+from achilles.k8s.resources.cel import PATH, CelRule, cel_rules
 from achilles.k8s.resources.common import (
     KOPF_STATE_FIELD,
     Conditions,
@@ -26,10 +26,18 @@ from achilles.k8s.resources.common import (
 
 SINGLETON_NAME = "default"
 # IANA zone names ("UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+3").
-# CEL cannot consult the tz database; the shape is checked here, existence by pydantic
-# (and by the operator, which reports an unknown zone in status).
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
 TIMEZONE_MAX_LENGTH = 64
+# CEL has no "is this a zone" function, but converting a timestamp to a zone looks the
+# name up in the API server's IANA database and fails for an unknown one, which rejects
+# the object ("unknown time zone Europe/Moskow evaluating rule: ..."). Go would also
+# accept "Local" (the server's own zone), which is not an IANA name.
+TIMEZONE_RULES = cel_rules(
+    CelRule(
+        rule="self != 'Local' && timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",
+        message=f"{PATH} must be an IANA time zone name like Europe/Berlin",
+    )
+)
 MAX_WEEKLY_TOKEN_BUDGET = 10**12
 MAX_ITERATIONS = 1000
 MAX_CONCURRENCY = 1000
@@ -47,6 +55,7 @@ class AgentPlatformSpec(SpecModel):
         pattern=TIMEZONE_PATTERN,
         description="IANA time zone of the organisation: budget weeks start Sunday 00:00 "
         "here, and calendar schedules of owners without a zone resolve here.",
+        json_schema_extra=TIMEZONE_RULES,
     )
     weekly_token_budget: int = Field(
         default=200000,

@@ -1,0 +1,213 @@
+"""Install the Helm chart into a local control plane, as an operator of a real cluster would.
+
+`achilles dev up` ends here, so the local stack has exactly what `helm install` gives a
+real cluster: the CRDs, RBAC, admission policies, the runs namespace with its quota,
+AgentPlatform/default, and the schema migrations, which run as the chart's pre-install
+hook Job (the kubelet stand-in runs it as a local process). Only the operator
+Deployment is left out: locally the operator runs as a process of its own.
+
+Helm installs `crds/` on first install only, so CRDs are applied server-side first,
+every time: a developer who changed the models and ran `achilles crds generate` gets
+the new schema on the next `dev up`. The same steps upgrade CRDs on a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from achilles.errors import LocalStackError
+
+if TYPE_CHECKING:
+    from achilles.local.stack import LocalStack
+
+# operator/achilles/local/chart.py -> the repository root (an editable checkout).
+CHART_DIR = Path(__file__).resolve().parents[3] / "charts" / "achilles"
+RELEASE = "achilles"
+RELEASE_NAMESPACE = "achilles-system"
+# Names of the Secrets (the chart's defaults) that carry database URLs; not secrets.
+DATABASE_SECRET = "achilles-database"  # noqa: S105
+RUNNER_DATABASE_SECRET = "achilles-runner-database"  # noqa: S105
+DATABASE_SECRET_KEY = "url"  # noqa: S105
+FIELD_MANAGER = "achilles-dev"
+_HELM_TIMEOUT = "5m"
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ChartInstall:
+    """One `helm upgrade --install` of the chart: where, with what."""
+
+    kubeconfig: Path
+    bin_dir: Path
+    chart: Path = CHART_DIR
+    release: str = RELEASE
+    namespace: str = RELEASE_NAMESPACE
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def helm(self, *args: str, env: Mapping[str, str] | None = None) -> str:
+        return _run([str(self.bin_dir / "helm"), "--kubeconfig", str(self.kubeconfig), *args], env)
+
+    def kubectl(self, *args: str) -> str:
+        return _run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args])
+
+
+def local_values(*, with_database: bool) -> dict[str, Any]:
+    """The chart's values for a local stack: no operator Deployment; migrations if a DB runs."""
+    return {"operator": {"enabled": False}, "migrations": {"enabled": with_database}}
+
+
+def apply_crds(install: ChartInstall) -> None:
+    """Server-side apply of the chart's CRDs (Helm itself never upgrades `crds/`)."""
+    install.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        f"--field-manager={FIELD_MANAGER}",
+        "-f",
+        str(install.chart / "crds"),
+    )
+    install.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "-f", str(install.chart / "crds")
+    )
+
+
+def install_chart(install: ChartInstall, *, extra_args: tuple[str, ...] = ()) -> str:
+    """`helm upgrade --install` with `install.values`; returns Helm's output."""
+    if not (install.chart / "Chart.yaml").is_file():
+        raise LocalStackError(f"no Helm chart at {install.chart} (run from a source checkout)")
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="achilles-values-") as values:
+        yaml.safe_dump(dict(install.values), values)
+        values.flush()
+        return install.helm(
+            "upgrade",
+            "--install",
+            install.release,
+            str(install.chart),
+            "--namespace",
+            install.namespace,
+            "--create-namespace",
+            "--values",
+            values.name,
+            "--timeout",
+            _HELM_TIMEOUT,
+            *extra_args,
+        )
+
+
+def _run(argv: list[str], env: Mapping[str, str] | None = None) -> str:
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, **(env or {})},
+        )
+    except OSError as error:
+        raise LocalStackError(f"cannot run {argv[0]}: {error}") from error
+    if done.returncode != 0:
+        command = " ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv))
+        raise LocalStackError(
+            f"`{command}` failed (exit {done.returncode}): {done.stderr.strip() or done.stdout}"
+        )
+    return done.stdout
+
+
+def install_local_chart(
+    kubeconfig: Path,
+    bin_dir: Path,
+    *,
+    database_url: str | None,
+    report: Report,
+) -> None:
+    """What `achilles dev up` installs: the chart without the operator Deployment.
+
+    With a database, its URL goes into the chart's Secrets (the migration hook Job and,
+    later, run Jobs read it) and the hook migrates the schema; without one, no hook.
+    """
+    install = ChartInstall(
+        kubeconfig=kubeconfig,
+        bin_dir=bin_dir,
+        values=local_values(with_database=database_url is not None),
+    )
+    apply_crds(install)
+    if database_url is not None:
+        _ensure_namespace(kubeconfig, install.namespace)
+        _ensure_secret(kubeconfig, install.namespace, DATABASE_SECRET, database_url)
+    install_chart(install)
+    if database_url is not None:
+        _ensure_secret(kubeconfig, _runs_namespace(install), RUNNER_DATABASE_SECRET, database_url)
+    report(
+        f"chart: release {install.release} in namespace {install.namespace} "
+        f"(CRDs, RBAC, admission policies, runs namespace, AgentPlatform/default"
+        f"{', migrations' if database_url else ''}; operator Deployment off)"
+    )
+
+
+def _runs_namespace(install: ChartInstall) -> str:
+    values = yaml.safe_load(
+        install.helm(
+            "get", "values", "--all", "-o", "yaml", "-n", install.namespace, install.release
+        )
+    )
+    return str(values["runsNamespace"]["name"])
+
+
+def _ensure_namespace(kubeconfig: Path, name: str) -> None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from achilles.local.kube import api_client
+
+    with api_client(kubeconfig) as api:
+        try:
+            client.CoreV1Api(api).create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+            )
+        except ApiException as error:
+            if error.status != 409:
+                raise LocalStackError(f"cannot create namespace {name}: {error.reason}") from error
+
+
+def _ensure_secret(kubeconfig: Path, namespace: str, name: str, url: str) -> None:
+    """Create or update the Secret holding a database URL (key `url`)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from achilles.local.kube import api_client
+
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+        string_data={DATABASE_SECRET_KEY: url},
+    )
+    with api_client(kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        try:
+            core.create_namespaced_secret(namespace, secret)
+        except ApiException as error:
+            if error.status != 409:
+                raise LocalStackError(
+                    f"cannot create Secret {namespace}/{name}: {error.reason}"
+                ) from error
+            core.replace_namespaced_secret(name, namespace, secret)
+
+
+def install_into_stack(stack: LocalStack) -> None:
+    """`achilles dev up`'s last step: the chart into the running stack."""
+    from achilles.local.versions import bin_dir
+
+    install_local_chart(
+        stack.config.kubeconfig,
+        bin_dir(),
+        database_url=stack.config.database_url if stack.with_postgres else None,
+        report=stack.report,
+    )
