@@ -204,6 +204,13 @@ class LocalStack:
                 return False
         return True
 
+    def stop_component(self, name: str) -> None:
+        """Stop one component (its pods keep running); `up` starts it again."""
+        process = running_from_pidfile(self.config.pidfile(name))
+        if process is not None:
+            stop_group(process, what=name)
+        self.config.pidfile(name).unlink(missing_ok=True)
+
     # --- down ---------------------------------------------------------------------------
 
     def down(self) -> None:

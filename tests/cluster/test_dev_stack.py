@@ -1,0 +1,93 @@
+"""`achilles dev up/env/down` on a stack of the test's own, PostgreSQL included: a second
+`up` changes nothing, and `down` leaves no process of the stack or of its pods behind."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from achilles.cli.main import cli
+from achilles.local import postgres
+from achilles.local.config import Ports, StackConfig
+from achilles.local.kube import api_client
+from achilles.local.processes import read_pidfile
+from achilles.local.stack import COMPONENTS, LocalStack
+from tests.cluster.kube import create_pod, gated_program, pid_from, pod_phase, process_is_gone
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def own_stack(tmp_path: Path) -> Iterator[tuple[LocalStack, list[str]]]:
+    lines: list[str] = []
+    config = StackConfig(
+        state_dir=tmp_path / "state",
+        ports=Ports.free(),
+        postgres_dir=postgres.default_data_root() / f"dev-test-{uuid.uuid4().hex[:8]}",
+        durable=False,
+    )
+    stack = LocalStack(config, report=lines.append)
+    try:
+        yield stack, lines
+    finally:
+        stack.down()
+        shutil.rmtree(config.postgres_dir, ignore_errors=True)
+
+
+def test_up_is_idempotent_and_down_leaves_no_process(
+    own_stack: tuple[LocalStack, list[str]], tmp_path: Path
+) -> None:
+    stack, lines = own_stack
+    stack.up()
+    component_pids = [read_pidfile(stack.config.pidfile(name)) for name in COMPONENTS]
+    assert all(ref is not None for ref in component_pids)
+    postmaster = int((stack.config.postgres_dir / "postmaster.pid").read_text().split()[0])
+
+    lines.clear()
+    stack.up()
+    assert lines == [f"already running (state {stack.config.state_dir}); nothing to do"]
+
+    env = CliRunner().invoke(cli, ["dev", "env", "--state-dir", str(stack.config.state_dir)])
+    assert env.exit_code == 0, env.output
+    assert f"export KUBECONFIG={stack.config.kubeconfig}" in env.output.splitlines()
+    assert (
+        "export ACHILLES_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:54320/achilles"
+        in (env.output.splitlines())
+    )  # the CLI describes the default dev stack's database
+
+    pid_file = tmp_path / "pid"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "lingering"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "x",
+                    "command": gated_program(pid_file, tmp_path / "never"),
+                }
+            ],
+        },
+    }
+    with api_client(stack.config.kubeconfig) as api:
+        from kubernetes import client
+
+        create_pod(client.CoreV1Api(api), "default", pod)
+        pod_pid = wait_for(lambda: pid_from(pid_file), 60, what="the pod's process to start")
+        assert pod_phase(client.CoreV1Api(api), "default", "lingering") in ("Pending", "Running")
+
+    stack.down()
+
+    assert all(process_is_gone(ref.pid) for ref in component_pids if ref)
+    assert process_is_gone(pod_pid)
+    assert process_is_gone(postmaster)
+    assert not postgres.is_running(stack.config.postgres_dir)
+    assert not any(c.running for c in stack.components())
