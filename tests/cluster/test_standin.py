@@ -179,3 +179,18 @@ def test_process_lost_while_standin_was_down_fails_its_pod(
     )
     state = terminated(only_pod(cluster.core, namespace, "lost"))
     assert (state["exitCode"], state["reason"]) == (137, "ContainerStatusUnknown")
+
+
+def test_pod_logs_are_served_through_the_api_server(cluster: Cluster, namespace: str) -> None:
+    command = python_command("print('first'); print('second'); print('third')")
+    create_job(cluster.batch, namespace, job_manifest("talks", command))
+    wait_for(
+        lambda: job_condition(cluster.batch, namespace, "talks", "Complete"),
+        TIMEOUT,
+        what="Complete",
+    )
+    name = only_pod(cluster.core, namespace, "talks").metadata.name
+
+    # The same path as `kubectl logs`: API server -> the stand-in's HTTPS endpoint.
+    assert cluster.core.read_namespaced_pod_log(name, namespace) == "first\nsecond\nthird\n"
+    assert cluster.core.read_namespaced_pod_log(name, namespace, tail_lines=1) == "third\n"

@@ -25,11 +25,12 @@ class Ports:
     etcd_peer: int = 23791
     apiserver: int = 16443
     controller_manager: int = 16444
+    kubelet: int = 16450
 
     @classmethod
     def free(cls) -> Ports:
         """Ports the kernel reports free right now (for a second, throw-away stack)."""
-        sockets = [socket.socket() for _ in range(5)]
+        sockets = [socket.socket() for _ in range(6)]
         try:
             for sock in sockets:
                 sock.bind((LOOPBACK, 0))

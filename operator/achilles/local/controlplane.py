@@ -84,6 +84,11 @@ def apiserver_argv(bin_dir: Path, config: StackConfig, pki: Pki) -> list[str]:
         # Loopback is not a valid Endpoints address; nothing here routes to the
         # `kubernetes` Service anyway (pods are host processes using the kubeconfig).
         "--endpoint-reconciler-type=none",
+        # `kubectl logs` is proxied to the stand-in's HTTPS endpoint, verified by our CA.
+        f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
+        f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
+        f"--kubelet-certificate-authority={pki.ca.cert}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--allow-privileged=true",
         "--v=1",
     ]

@@ -70,6 +70,16 @@ class Pki:
         return self._pair("kubelet-standin")
 
     @property
+    def kubelet_serving(self) -> KeyPair:
+        """The stand-in's HTTPS endpoint (pod logs), as the API server dials it."""
+        return self._pair("kubelet-serving")
+
+    @property
+    def apiserver_kubelet_client(self) -> KeyPair:
+        """How the API server authenticates to the stand-in's endpoint."""
+        return self._pair("apiserver-kubelet-client")
+
+    @property
     def service_account_key(self) -> Path:
         return self.directory / "sa.key"
 
@@ -221,6 +231,14 @@ def ensure_pki(directory: Path) -> Pki:
         server_names=loopback,
         server_ips=("127.0.0.1",),
     )
+    _ensure_leaf(
+        pki.kubelet_serving,
+        ca,
+        _name("achilles-kubelet"),
+        server_names=loopback,
+        server_ips=("127.0.0.1",),
+    )
+    _ensure_leaf(pki.apiserver_kubelet_client, ca, _name("kube-apiserver-kubelet-client"))
     _ensure_leaf(pki.admin, ca, _name(ADMIN_USER, "system:masters"))
     _ensure_leaf(pki.controller_manager, ca, _name(CONTROLLER_MANAGER_USER))
     _ensure_leaf(pki.kubelet, ca, _name(KUBELET_USER))

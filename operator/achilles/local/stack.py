@@ -115,7 +115,7 @@ class LocalStack:
             controlplane.controller_manager_argv(bin_dir, self.config, pki),
             lambda: controlplane.controller_manager_is_healthy(self.config, pki),
         )
-        self._start("kubelet", self._kubelet_argv(), self._node_is_ready)
+        self._start("kubelet", self._kubelet_argv(pki), self._node_is_ready)
         wait_until(
             self._default_service_account_exists,
             timeout=_SETTLE_TIMEOUT_S,
@@ -158,13 +158,17 @@ class LocalStack:
             f"{name}: ready (pid {process.pid}, {time.monotonic() - started:.1f}s, log {log})"
         )
 
-    def _kubelet_argv(self) -> list[str]:
+    def _kubelet_argv(self, pki: Pki) -> list[str]:
         return [
             sys.executable, "-m", "achilles.local.kubelet",
             "--kubeconfig", str(self.config.component_kubeconfig("kubelet")),
             "--state-dir", str(self.config.kubelet_dir),
             "--node-name", self.config.node_name,
             "--namespaces", ",".join(self.config.kubelet_namespaces),
+            "--port", str(self.config.ports.kubelet),
+            "--tls-cert-file", str(pki.kubelet_serving.cert),
+            "--tls-private-key-file", str(pki.kubelet_serving.key),
+            "--client-ca-file", str(pki.ca.cert),
         ]  # fmt: skip
 
     def _admin_client(self) -> Any:

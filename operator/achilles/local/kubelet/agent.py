@@ -110,6 +110,15 @@ class StandIn:
                     self.runtime.watch(uid, container.shim)
             self.queue.add(uid)
 
+    def container_running(self, namespace: str, name: str, container: str) -> bool:
+        """For the log endpoint's `follow` (called from its threads: reads a snapshot)."""
+        for run in list(self._runs.values()):
+            if (run.namespace, run.name) == (namespace, name):
+                current = run.containers.get(container)
+                if current is not None and current.is_running:
+                    return True
+        return False
+
     # --- the loop -----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:

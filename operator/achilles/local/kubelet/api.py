@@ -105,7 +105,7 @@ class PodApi:
                 return None
             raise
 
-    def register_node(self, name: str, max_pods: int) -> None:
+    def register_node(self, name: str, max_pods: int, endpoint_port: int) -> None:
         try:
             self._core.create_node(
                 client.V1Node(**_snake(node_manifest(name))), _preload_content=False
@@ -113,16 +113,16 @@ class PodApi:
         except ApiException as error:
             if error.status != 409:
                 raise
-        self.heartbeat(name, max_pods)
+        self.heartbeat(name, max_pods, endpoint_port)
         # Lift the taints TaintNodesByCondition put on the node while it was not Ready yet.
         self._core.patch_node(
             name, {"spec": {"taints": None}}, _content_type=_MERGE_PATCH, _preload_content=False
         )
 
-    def heartbeat(self, name: str, max_pods: int) -> None:
+    def heartbeat(self, name: str, max_pods: int, endpoint_port: int) -> None:
         self._core.patch_node_status(
             name,
-            {"status": node_status(max_pods)},
+            {"status": node_status(max_pods, endpoint_port)},
             _content_type=_MERGE_PATCH,
             _preload_content=False,
         )

@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,6 +25,7 @@ from achilles.local.config import DEFAULT_NODE_NAME
 from achilles.local.kube import api_client as make_api_client
 from achilles.local.kubelet.agent import StandIn
 from achilles.local.kubelet.api import PodApi
+from achilles.local.kubelet.logserver import serve_logs
 from achilles.local.kubelet.node import DEFAULT_MAX_PODS
 from achilles.local.kubelet.runs import prune_logs
 
@@ -61,40 +63,62 @@ def _informers(
     return informers
 
 
-def _heartbeat(api: PodApi, node: str, max_pods: int, stop: threading.Event) -> None:
+@dataclass(frozen=True)
+class Options:
+    kubeconfig: Path
+    state_dir: Path
+    node: str = DEFAULT_NODE_NAME
+    namespaces: tuple[str, ...] = ()
+    max_pods: int = DEFAULT_MAX_PODS
+    # The HTTPS endpoint for `kubectl logs`; port 0 serves none.
+    port: int = 0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+
+
+def _heartbeat(api: PodApi, options: Options, stop: threading.Event) -> None:
     while not stop.wait(HEARTBEAT_S):  # an interval timer, not synchronisation
         try:
-            api.heartbeat(node, max_pods)
+            api.heartbeat(options.node, options.max_pods, options.port)
         except Exception:  # a missed beat is retried at the next interval
             log.exception("node heartbeat failed")
 
 
-def run(
-    kubeconfig: Path,
-    state_dir: Path,
-    node: str = DEFAULT_NODE_NAME,
-    namespaces: tuple[str, ...] = (),
-    max_pods: int = DEFAULT_MAX_PODS,
-    stop: threading.Event | None = None,
-) -> None:
-    stop = stop or threading.Event()
-    api_client = make_api_client(kubeconfig)
-    api = PodApi(api_client)
-    pods_dir = state_dir / "pods"
+def _serve_logs(options: Options, standin: StandIn) -> None:
+    if not options.port:
+        return
+    if options.tls_cert is None or options.tls_key is None or options.client_ca is None:
+        raise SystemExit(
+            "--port needs --tls-cert-file, --tls-private-key-file and --client-ca-file"
+        )
+    serve_logs(
+        options.port,
+        standin.pods_dir,
+        options.tls_cert,
+        options.tls_key,
+        options.client_ca,
+        standin.container_running,
+    )
+
+
+def run(options: Options, stop: threading.Event) -> None:
+    api = PodApi(make_api_client(options.kubeconfig))
+    pods_dir = options.state_dir / "pods"
     pods_dir.mkdir(parents=True, exist_ok=True)
     prune_logs(pods_dir, keep=_KEEP_FINISHED_POD_DIRS)
 
-    api.register_node(node, max_pods)
-    log.info(
-        "node %s registered and Ready; serving %s", node, ", ".join(namespaces) or "all namespaces"
-    )
-    standin = StandIn(api, node, pods_dir, max_pods)
+    standin = StandIn(api, options.node, pods_dir, options.max_pods)
+    _serve_logs(options, standin)
+    api.register_node(options.node, options.max_pods, options.port)
+    served = ", ".join(options.namespaces) or "all namespaces"
+    log.info("node %s registered and Ready; serving %s", options.node, served)
     standin.adopt_recorded_runs()
     # Watches get their own connection pool so a long watch never starves status updates.
-    informers = _informers(make_api_client(kubeconfig), standin, namespaces)
+    informers = _informers(make_api_client(options.kubeconfig), standin, options.namespaces)
     for informer in informers:
         informer.start()  # type: ignore[no-untyped-call]
-    threading.Thread(target=_heartbeat, args=(api, node, max_pods, stop), daemon=True).start()
+    threading.Thread(target=_heartbeat, args=(api, options, stop), daemon=True).start()
     try:
         standin.run(stop)
     finally:
@@ -117,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="comma-separated namespaces whose pods to bind and run (default: all)",
     )
     parser.add_argument("--max-pods", type=int, default=DEFAULT_MAX_PODS)
+    parser.add_argument("--port", type=int, default=0, help="HTTPS port for `kubectl logs`")
+    parser.add_argument("--tls-cert-file", type=Path)
+    parser.add_argument("--tls-private-key-file", type=Path)
+    parser.add_argument("--client-ca-file", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -128,11 +156,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    run(
-        args.kubeconfig,
-        args.state_dir,
-        args.node_name,
-        parse_namespaces(args.namespaces),
-        args.max_pods,
-        stop,
+    options = Options(
+        kubeconfig=args.kubeconfig,
+        state_dir=args.state_dir,
+        node=args.node_name,
+        namespaces=parse_namespaces(args.namespaces),
+        max_pods=args.max_pods,
+        port=args.port,
+        tls_cert=args.tls_cert_file,
+        tls_key=args.tls_private_key_file,
+        client_ca=args.client_ca_file,
     )
+    run(options, stop)

@@ -40,7 +40,7 @@ def _labels(name: str) -> dict[str, str]:
     }
 
 
-def node_status(max_pods: int) -> dict[str, Any]:
+def node_status(max_pods: int, endpoint_port: int) -> dict[str, Any]:
     capacity = {
         "cpu": str(os.cpu_count() or 1),
         "memory": f"{_memory_kib()}Ki",
@@ -59,6 +59,8 @@ def node_status(max_pods: int) -> dict[str, Any]:
         }
 
     return {
+        # Where the API server reaches the stand-in's endpoint (for `kubectl logs`).
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": endpoint_port}},
         "capacity": capacity,
         "allocatable": capacity,
         "addresses": [
