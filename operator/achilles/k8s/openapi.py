@@ -81,11 +81,24 @@ class _Converter:
         self._definitions = definitions
         self._overrides = overrides
         self._resolving: list[str] = []
+        self._converting: list[str] = []
 
     def convert(self, node: Schema, path: str) -> Schema:
         if path in self._overrides:
             return copy.deepcopy(dict(self._overrides[path]))
-        node = self._resolve(node, path)
+        if "$ref" in node:
+            # Track the model while its whole subtree converts: a model that contains
+            # itself has no finite structural schema.
+            name = str(node["$ref"]).rsplit("/", 1)[-1]
+            if name in self._converting:
+                raise CrdGenerationError(
+                    f"{_shown(path)}: recursive model {name} has no CRD schema"
+                )
+            self._converting.append(name)
+            try:
+                return self.convert(self._resolve(node, path), path)
+            finally:
+                self._converting.pop()
         node = self._without_null(node, path)
         if "oneOf" in node:
             return self._discriminated_union(node, path)
@@ -172,9 +185,10 @@ class _Converter:
         return result
 
     def _scalar(self, node: Schema, path: str) -> Schema:
-        result = self._common(node, path, skip=set())
         if "exclusiveMinimum" in node or "exclusiveMaximum" in node:
+            # JSON Schema 2020-12 and OpenAPI 3.0 spell exclusive bounds differently.
             raise CrdGenerationError(f"{_shown(path)}: use ge/le bounds, not gt/lt")
+        result = self._common(node, path, skip=set())
         if result["type"] == "string":
             _check_string(result, path)
         return result

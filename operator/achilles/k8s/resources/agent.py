@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
@@ -116,9 +116,15 @@ class AgentSpec(SpecModel):
     def _cr_spelling_of_schedule(cls, value: Any) -> Any:
         if not isinstance(value, dict):
             return value
+        value = drop_nulls(value)
+        if value.get("type") == "interval" and not {"everyHours", "every_hours"} & value.keys():
+            # The domain names both spellings on the object; a CR has one, name the field.
+            raise ValidationError.from_exception_data(
+                "Schedule", [{"type": "missing", "loc": ("everyHours",), "input": value}]
+            )
         # The domain model also reads the database spelling (every_hours); a CR has only
         # everyHours, so validate by alias alone. Its errors keep their field paths.
-        return SCHEDULE_ADAPTER.validate_python(drop_nulls(value), by_alias=True, by_name=False)
+        return SCHEDULE_ADAPTER.validate_python(value, by_alias=True, by_name=False)
 
     @field_validator("tools", mode="after")
     @classmethod
