@@ -1,0 +1,66 @@
+"""The control-plane build's bookkeeping: pinned versions, staging replaces, the warm path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from achilles.errors import LocalStackError
+from achilles.local import build
+from achilles.local.versions import BINARIES, Versions, bin_dir, load_versions
+
+PINNED = Versions(kubernetes="v1.37.2", etcd="v3.6.16", helm="v4.3.2")
+
+
+def test_versions_file_pins_every_component() -> None:
+    versions = load_versions()
+    assert versions.kubernetes.startswith("v1.")
+    assert versions.etcd.startswith(("v3.5.", "v3.6."))
+    assert versions.helm.startswith(("v3.", "v4."))
+
+
+def test_staging_modules_follow_the_kubernetes_minor() -> None:
+    assert PINNED.kubernetes_staging == "v0.37.2"
+    with pytest.raises(LocalStackError, match=r"v1\.X\.Y"):
+        _ = Versions(kubernetes="2.0", etcd="", helm="").kubernetes_staging
+
+
+def test_staging_replaces_are_read_from_the_kubernetes_go_mod(tmp_path: Path) -> None:
+    go_mod = tmp_path / "go.mod"
+    go_mod.write_text(
+        "module k8s.io/kubernetes\n\nreplace (\n"
+        "\tk8s.io/api => ./staging/src/k8s.io/api\n"
+        "\tk8s.io/client-go => ./staging/src/k8s.io/client-go\n"
+        "\tgithub.com/other/thing => github.com/fork/thing v1.0.0\n)\n"
+    )
+    assert build._staging_modules(go_mod) == ["k8s.io/api", "k8s.io/client-go"]
+
+
+def test_warm_cache_builds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACHILLES_CACHE_DIR", str(tmp_path))
+    target = bin_dir(PINNED)
+    assert build.missing_binaries(PINNED) == list(BINARIES)
+    target.mkdir(parents=True)
+    for name in BINARIES:
+        (target / name).write_text("binary")
+    pinned = {"etcd": "v3.6.16", "helm": "v4.3.2"} | dict.fromkeys(
+        ("kube-apiserver", "kube-controller-manager", "kubectl"), "v1.37.2"
+    )
+    (target / ".built.json").write_text(json.dumps(pinned))
+    monkeypatch.setattr(build, "_go", lambda: pytest.fail("a warm run must not call go"))
+
+    lines: list[str] = []
+    assert build.ensure_built(PINNED, report=lines.append) == target
+    assert lines == [f"already built: {target} (kubernetes v1.37.2, etcd v3.6.16, helm v4.3.2)"]
+
+
+def test_a_bumped_version_is_missing_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACHILLES_CACHE_DIR", str(tmp_path))
+    target = bin_dir(PINNED)
+    target.mkdir(parents=True)
+    for name in BINARIES:
+        (target / name).write_text("binary")
+    (target / ".built.json").write_text(json.dumps(dict.fromkeys(BINARIES, "old")))
+    assert build.missing_binaries(PINNED) == list(BINARIES)
