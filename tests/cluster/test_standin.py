@@ -194,3 +194,31 @@ def test_pod_logs_are_served_through_the_api_server(cluster: Cluster, namespace:
     # The same path as `kubectl logs`: API server -> the stand-in's HTTPS endpoint.
     assert cluster.core.read_namespaced_pod_log(name, namespace) == "first\nsecond\nthird\n"
     assert cluster.core.read_namespaced_pod_log(name, namespace, tail_lines=1) == "third\n"
+
+
+def test_on_failure_restarts_the_process_until_it_succeeds(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "tried"
+    program = python_command(
+        "import pathlib, sys\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if marker.exists():\n"
+        "    sys.exit(0)\n"
+        "marker.touch()\n"
+        "sys.exit(1)\n"
+    )
+    manifest = _pod("retries", program, [])
+    manifest["spec"]["restartPolicy"] = "OnFailure"  # type: ignore[index]
+    create_pod(cluster.core, namespace, manifest)
+
+    # The first restart waits out the kubelet's initial back-off of 10 s.
+    wait_for(
+        lambda: pod_phase(cluster.core, namespace, "retries") == "Succeeded",
+        TIMEOUT,
+        what="Succeeded",
+    )
+    status = cluster.core.read_namespaced_pod("retries", namespace).status.container_statuses[0]
+    assert status.restart_count == 1
+    assert status.last_state.terminated.exit_code == 1
+    assert status.state.terminated.exit_code == 0
