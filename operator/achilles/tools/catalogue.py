@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from achilles.tools import clock, ks
+from achilles.tools import clock, inbox, ks
 from achilles.tools.base import Tool
 from achilles.tools.toolbox import Toolbox
 
@@ -42,6 +42,7 @@ CORE_TOOLS: tuple[Tool[Any], ...] = ks.CORE_TOOLS
 # implementation name (AgentTool `implementation`, `tools.implementation`) -> its tools
 OPTIONAL_TOOLSETS: Mapping[str, tuple[Tool[Any], ...]] = {
     "clock": (clock.current_time,),
+    "inbox": inbox.INBOX_TOOLS,
 }
 
 
