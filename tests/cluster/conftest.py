@@ -53,8 +53,10 @@ class Cluster:
 
 def throwaway_stack(state_dir: Path) -> LocalStack:
     """A stack of its own (free ports, no fsync, no PostgreSQL: the db tier has its own)."""
-    config = StackConfig(state_dir=state_dir, ports=Ports.free(), durable=False)
-    return LocalStack(config, with_postgres=False)
+    config = StackConfig(
+        state_dir=state_dir, ports=Ports.free(), durable=False, with_postgres=False
+    )
+    return LocalStack(config)
 
 
 @pytest.fixture(scope="session")

@@ -56,10 +56,13 @@ def test_up_is_idempotent_and_down_leaves_no_process(
     env = CliRunner().invoke(cli, ["dev", "env", "--state-dir", str(stack.config.state_dir)])
     assert env.exit_code == 0, env.output
     assert f"export KUBECONFIG={stack.config.kubeconfig}" in env.output.splitlines()
-    assert (
-        "export ACHILLES_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:54320/achilles"
-        in (env.output.splitlines())
-    )  # the CLI describes the default dev stack's database
+    database = f"postgresql+psycopg://postgres@127.0.0.1:{stack.config.ports.postgres}/achilles"
+    assert f"export ACHILLES_DATABASE_URL={database}" in env.output.splitlines()
+
+    status = CliRunner().invoke(cli, ["dev", "status", "--state-dir", str(stack.config.state_dir)])
+    assert status.exit_code == 0, status.output
+    states = {line.split()[0]: line.split()[1] for line in status.output.splitlines()[1:-1]}
+    assert states == dict.fromkeys(("postgres", *COMPONENTS), "running")
 
     pid_file = tmp_path / "pid"
     pod = {

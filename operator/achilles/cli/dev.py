@@ -28,7 +28,7 @@ def _stack(state_dir: Path | None) -> Any:
     from achilles.local.config import StackConfig, default_state_dir
     from achilles.local.stack import LocalStack
 
-    return LocalStack(StackConfig(state_dir=state_dir or default_state_dir()))
+    return LocalStack(StackConfig.load(state_dir or default_state_dir()))
 
 
 @click.group()

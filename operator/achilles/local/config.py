@@ -6,16 +6,19 @@ side by side: the developer's `achilles dev up` and the test suite's own stack.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from achilles.errors import LocalStackError
 from achilles.local.postgres import default_data_root
 
 LOOPBACK = "127.0.0.1"
 DATABASE_NAME = "achilles"
 DEFAULT_NODE_NAME = "achilles-local"
+_SETTINGS = "stack.json"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,40 @@ class StackConfig:
     node_name: str = DEFAULT_NODE_NAME
     # Namespaces whose pods the kubelet stand-in runs; empty means every namespace.
     kubelet_namespaces: tuple[str, ...] = ()
+    # The cluster tests' stacks leave PostgreSQL to the database fixtures.
+    with_postgres: bool = True
+
+    def save(self) -> None:
+        """Record this stack's settings, so later commands on its state dir describe it."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        document = {
+            "ports": asdict(self.ports),
+            "postgres_dir": str(self.postgres_dir),
+            "durable": self.durable,
+            "node_name": self.node_name,
+            "kubelet_namespaces": list(self.kubelet_namespaces),
+            "with_postgres": self.with_postgres,
+        }
+        (self.state_dir / _SETTINGS).write_text(json.dumps(document, indent=2))
+
+    @classmethod
+    def load(cls, state_dir: Path) -> StackConfig:
+        """The settings `up` recorded in `state_dir`, or the defaults for a new stack."""
+        try:
+            document = json.loads((state_dir / _SETTINGS).read_text())
+        except FileNotFoundError:
+            return cls(state_dir=state_dir)
+        except (OSError, ValueError) as error:
+            raise LocalStackError(f"cannot read {state_dir / _SETTINGS}: {error}") from error
+        return cls(
+            state_dir=state_dir,
+            ports=Ports(**document["ports"]),
+            postgres_dir=Path(document["postgres_dir"]),
+            durable=bool(document["durable"]),
+            node_name=str(document["node_name"]),
+            kubelet_namespaces=tuple(document["kubelet_namespaces"]),
+            with_postgres=bool(document["with_postgres"]),
+        )
 
     @property
     def pki_dir(self) -> Path:

@@ -60,12 +60,13 @@ class ComponentState:
 
 
 class LocalStack:
-    def __init__(
-        self, config: StackConfig, *, with_postgres: bool = True, report: Report = _print
-    ) -> None:
+    def __init__(self, config: StackConfig, *, report: Report = _print) -> None:
         self.config = config
-        self.with_postgres = with_postgres
         self.report = report
+
+    @property
+    def with_postgres(self) -> bool:
+        return self.config.with_postgres
 
     # --- queries ------------------------------------------------------------------------
 
@@ -95,6 +96,7 @@ class LocalStack:
         bin_dir = ensure_built(report=self.report)
         for directory in (self.config.state_dir, self.config.logs_dir, self.config.run_dir):
             directory.mkdir(parents=True, exist_ok=True)
+        self.config.save()
         pki = ensure_pki(self.config.pki_dir)
         controlplane.write_kubeconfigs(self.config, pki)
         if self.with_postgres:
