@@ -265,6 +265,10 @@ class StandIn:
                 container.last_terminated = terminated_state(container)
                 container.attempt += 1
                 container.restart_not_before = None
+                # The new attempt has not started until its shim runs (config may still fail).
+                container.shim = None
+                container.exit_code = container.finished_at = None
+                container.reason = container.message = None
             self._start(pod, run, container)
 
     def _start(self, pod: Pod, run: PodRun, container: ContainerRun) -> None:
