@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -192,3 +194,27 @@ def test_console_script_end_to_end() -> None:
     assert bad.stderr.splitlines() == [
         "error: schedule.everyHours: must be less than or equal to 720 (got 721)"
     ]
+
+
+def _console_examples(markdown: str) -> list[tuple[str, str]]:
+    """(command, expected output) pairs from the ```console blocks of a document."""
+    examples: list[tuple[str, str]] = []
+    for block in re.findall(r"```console\n(.*?)```", markdown, flags=re.DOTALL):
+        for chunk in re.split(r"^\$ ", block, flags=re.MULTILINE)[1:]:
+            command, _, output = chunk.replace("\\\n", " ").partition("\n")
+            examples.append((command, output.strip("\n") + "\n"))
+    return examples
+
+
+DOCS_SCHEDULE = Path(__file__).parents[2] / "docs" / "schedule.md"
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"), _console_examples(DOCS_SCHEDULE.read_text(encoding="utf-8"))
+)
+def test_docs_examples_print_what_the_docs_show(command: str, expected: str) -> None:
+    program, group, *args = shlex.split(command)
+    assert (program, group) == ("achilles", "schedule")
+    result = CliRunner().invoke(cli, [group, *args])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == expected
