@@ -61,6 +61,8 @@ def test_search_with_no_words_finds_nothing(
     ks: KnowledgeFixture, store: PostgresKnowledgeStore
 ) -> None:
     assert store.search(ks.users["alice"], " -- !! ", limit=5) == []
+    # Query syntax words are just words: no syntax error reaches the model.
+    assert store.search(ks.users["alice"], 'or OR "nor" -not <-> !', limit=5) == []
 
 
 def test_reading_another_users_document_by_id_is_not_found(

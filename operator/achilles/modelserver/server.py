@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 _COMPLETIONS_PATHS = ("/v1/chat/completions", "/chat/completions")
 _MAX_BODY_BYTES = 32 * 1024 * 1024
+# How often serve_forever() looks for a shutdown request (the stdlib default is 0.5 s).
+_SHUTDOWN_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,10 @@ class ModelServer:
 
     def start(self) -> ModelServer:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="model-server", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": _SHUTDOWN_POLL_SECONDS},
+            name="model-server",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -288,10 +293,11 @@ class ModelServer:
 
     def stop(self) -> None:
         self._server.stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
         if self._thread is not None:
+            # shutdown() waits for serve_forever() to return: only when it runs.
+            self._server.shutdown()
             self._thread.join()
+        self._server.server_close()
 
     def recorded(self) -> list[RecordedRequest]:
         with self._server.lock:

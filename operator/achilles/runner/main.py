@@ -98,8 +98,22 @@ class _Journal:
 
 
 def run(config: RunnerConfig) -> int:
+    events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        # SimpleQueue.put is reentrant: safe inside a signal handler.
+        events.put(_Terminated(signal.Signals(signum).name))
+
+    # Installed before the claim, so a pod told to stop at any moment never
+    # leaves a row `running` behind it.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
     database = RunDatabase(config.database_url, pool_size=2)
     try:
+        if not events.empty():
+            log.info("terminated before claiming run %d; it stays queued", config.run_id)
+            return EXIT_OK
         spec = database.claim(config.run_id)
         if spec is None:
             log.info(
@@ -107,7 +121,7 @@ def run(config: RunnerConfig) -> int:
             )
             return EXIT_OK
         log.info("run %d claimed: agent %d (%s)", spec.run_id, spec.agent_id, spec.agent_name)
-        return _execute(spec, config, database)
+        return _execute(spec, config, database, events)
     finally:
         database.close()
 
@@ -124,23 +138,17 @@ def _refusal(spec: RunSpec, config: RunnerConfig) -> str | None:
     return None
 
 
-def _execute(spec: RunSpec, config: RunnerConfig, database: RunDatabase) -> int:
+def _execute(
+    spec: RunSpec, config: RunnerConfig, database: RunDatabase, events: queue.SimpleQueue[_Event]
+) -> int:
     journal = _Journal(database, spec.run_id)
     refusal = _refusal(spec, config)
     if refusal is not None or spec.model is None:
         journal.fail(FailReason.ERROR, refusal or "no model")
         return EXIT_OK
 
-    events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
     stop = threading.Event()
     deadline = time.monotonic() + spec.run_timeout_seconds
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        # SimpleQueue.put is reentrant: safe inside a signal handler.
-        events.put(_Terminated(signal.Signals(signum).name))
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
 
     heartbeat_db = RunDatabase(config.database_url, pool_size=1)
     Heartbeat(

@@ -1,0 +1,263 @@
+"""The runner's process life: claiming, heartbeats against the reaper, being reaped,
+SIGTERM, deadlines, missing model or key. Real processes, real signals, real Postgres."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, delete
+from sqlalchemy.orm import Session
+
+from achilles.db import journal
+from achilles.db.models import AgentModel
+from achilles.db.settings import database_now
+from tests.db.factories import set_settings
+from tests.db.ks_fixtures import load_demo_knowledge
+from tests.db.runner_support import (
+    RunnerProcess,
+    add_model,
+    queue_run,
+    run_row,
+    run_to_end,
+    serving,
+)
+from tests.waiting import wait_for
+
+SLOW_ANSWER = {
+    "rules": [
+        {
+            "when": {"turn": 0},
+            "reply": {
+                "content": "slow but sure",
+                "delay_seconds": 60,
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+            },
+        }
+    ]
+}
+
+
+@pytest.fixture(autouse=True)
+def _knowledge(db: Engine) -> None:
+    load_demo_knowledge(db)
+
+
+def _reap(engine: Engine, stale_after: timedelta, *, ahead: timedelta = timedelta(0)) -> list[int]:
+    with Session(engine) as session, session.begin():
+        now = database_now(session) + ahead
+        return [
+            r.run_id for r in journal.reap_stale_runs(session, now=now, stale_after=stale_after)
+        ]
+
+
+def test_heartbeats_keep_a_long_model_call_alive_past_the_stale_threshold(
+    db: Engine, database_url: str
+) -> None:
+    stale_after = timedelta(seconds=2)
+    script = {
+        "rules": [
+            {
+                "when": {"turn": 0},
+                "reply": {
+                    "content": "made it",
+                    "delay_seconds": 6,  # three stale thresholds
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                },
+            }
+        ]
+    }
+    reaped: list[int] = []
+
+    def reaper_pass_then_finished() -> bool:
+        # The operator's reaper, run over and over while the model is thinking.
+        reaped.extend(_reap(db, stale_after))
+        return run_row(db, run_id).state != "running"
+
+    with serving(script) as server:
+        run_id = queue_run(db, owner="alice", model=add_model(db, server))
+        runner = RunnerProcess(database_url, run_id, heartbeat=0.2)
+        try:
+            wait_for(lambda: run_row(db, run_id).state == "running", 30, what="the claim")
+            wait_for(reaper_pass_then_finished, 60, what="the run to finish")
+            assert runner.wait() == 0, runner.log
+        finally:
+            runner.kill()
+    assert reaped == []
+    row = run_row(db, run_id)
+    assert (row.state, row.output, row.tokens_used) == ("succeeded", "made it", 2)
+
+
+def test_without_heartbeats_the_same_run_would_be_reaped_and_then_writes_nothing(
+    db: Engine, database_url: str
+) -> None:
+    script = {
+        "rules": [
+            {
+                "when": {"turn": 0},
+                "reply": {
+                    "tool_calls": [{"name": "search_knowledge", "arguments": {"query": "deploy"}}],
+                    "delay_seconds": 3,
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 5},
+                },
+            },
+            {"reply": {"content": "should never be written"}},
+        ]
+    }
+    with serving(script) as server:
+        run_id = queue_run(db, owner="alice", model=add_model(db, server))
+        runner = RunnerProcess(database_url, run_id, heartbeat=600)  # no beat during the test
+        try:
+            wait_for(lambda: server.recorded(), 30, what="the first model call")
+            assert _reap(db, timedelta(0)) == [run_id]
+            assert runner.wait() == 0, runner.log
+        finally:
+            runner.kill()
+        requests = server.recorded()
+    row = run_row(db, run_id)
+    assert (row.state, row.reason, row.tokens_used, row.output) == ("failed", "stale", 0, None)
+    assert row.error is not None
+    assert row.error.startswith("no heartbeat for more than 0 s")
+    # The refused token write stopped the loop: no tool call, no second model call.
+    assert len(requests) == 1
+
+
+def test_a_reaped_run_stops_at_its_next_heartbeat_without_waiting_for_the_model(
+    db: Engine, database_url: str
+) -> None:
+    with serving(SLOW_ANSWER) as server:
+        run_id = queue_run(db, owner="alice", model=add_model(db, server))
+        runner = RunnerProcess(database_url, run_id, heartbeat=0.2)
+        try:
+            wait_for(lambda: server.recorded(), 30, what="the model call")
+            # As if the beats had stopped an hour ago.
+            assert _reap(db, timedelta(seconds=90), ahead=timedelta(hours=1)) == [run_id]
+            assert runner.wait(timeout=30) == 0, runner.log  # well before the 60 s answer
+        finally:
+            runner.kill()
+    assert "no longer running" in runner.log
+    row = run_row(db, run_id)
+    assert (row.state, row.reason, row.tokens_used, row.output) == ("failed", "stale", 0, None)
+
+
+def test_sigterm_mid_run_leaves_a_failed_row_that_kept_its_tokens(
+    db: Engine, database_url: str
+) -> None:
+    script = {
+        "rules": [
+            {
+                "when": {"turn": 0},
+                "reply": {
+                    "tool_calls": [{"name": "search_knowledge", "arguments": {"query": "deploy"}}],
+                    "usage": {"prompt_tokens": 20, "completion_tokens": 4},
+                },
+            },
+            {"when": {"turn": 1}, "reply": {"content": "never", "delay_seconds": 60}},
+        ]
+    }
+    with serving(script) as server:
+        run_id = queue_run(db, owner="alice", model=add_model(db, server))
+        runner = RunnerProcess(database_url, run_id, heartbeat=0.2)
+        try:
+            # Tokens are in the row while the run is still going.
+            wait_for(
+                lambda: run_row(db, run_id).tokens_used == 24 and len(server.recorded()) == 2,
+                30,
+                what="the first call's tokens and the second call",
+            )
+            assert run_row(db, run_id).state == "running"
+            runner.terminate()
+            assert runner.wait(timeout=30) == 0, runner.log
+        finally:
+            runner.kill()
+    row = run_row(db, run_id)
+    assert (row.state, row.reason, row.tokens_used) == ("failed", "error", 24)
+    assert row.error == "runner terminated by SIGTERM before the run finished"
+
+
+def test_a_run_that_is_not_queued_is_left_alone(db: Engine, database_url: str) -> None:
+    with serving(SLOW_ANSWER) as server:
+        run_id = queue_run(db, owner="alice", model=add_model(db, server))
+        with Session(db) as session, session.begin():
+            assert journal.claim_run(session, run_id)
+            assert journal.succeed_run(session, run_id, "done elsewhere")
+        code, log = run_to_end(database_url, run_id)
+        missing_code, missing_log = run_to_end(database_url, 999_999)
+        assert server.recorded() == []
+    assert code == 0, log
+    assert "not queued" in log
+    assert missing_code == 0, missing_log
+    row = run_row(db, run_id)
+    assert (row.state, row.output) == ("succeeded", "done elsewhere")
+
+
+def test_two_runners_for_one_run_claim_it_once(db: Engine, database_url: str) -> None:
+    script = {"rules": [{"reply": {"content": "once", "delay_seconds": 1}}]}
+    with serving(script) as server:
+        run_id = queue_run(db, owner="alice", model=add_model(db, server))
+        runners = [RunnerProcess(database_url, run_id) for _ in range(2)]
+        try:
+            codes = [runner.wait() for runner in runners]
+        finally:
+            for runner in runners:
+                runner.kill()
+        assert len(server.recorded()) == 1
+    assert codes == [0, 0]
+    assert sum("not queued" in runner.log for runner in runners) == 1
+    assert run_row(db, run_id).output == "once"
+
+
+def test_a_model_withdrawn_after_queueing_fails_the_run_clearly(
+    db: Engine, database_url: str
+) -> None:
+    with serving(SLOW_ANSWER) as server:
+        model = add_model(db, server)
+        run_id = queue_run(db, owner="alice", model=model)
+        with Session(db) as session, session.begin():
+            session.execute(delete(AgentModel).where(AgentModel.name == model))
+        code, log = run_to_end(database_url, run_id)
+        assert server.recorded() == []
+    assert code == 0, log
+    row = run_row(db, run_id)
+    assert (row.state, row.reason, row.tokens_used) == ("failed", "error", 0)
+    assert row.error is not None
+    assert "no model" in row.error
+
+
+def test_the_api_key_comes_from_the_environment(db: Engine, database_url: str) -> None:
+    script = {"rules": [{"reply": {"content": "authenticated"}}]}
+    with serving(script, api_key="s3cret") as server:
+        model = add_model(db, server, secret=True)
+        good = queue_run(db, owner="alice", model=model)
+        assert run_to_end(database_url, good, api_key="s3cret")[0] == 0
+        wrong = queue_run(db, owner="bob", model=model)
+        assert run_to_end(database_url, wrong, api_key="guess")[0] == 0
+        missing = queue_run(db, owner="carol", model=model)
+        assert run_to_end(database_url, missing)[0] == 0
+
+    assert run_row(db, good).output == "authenticated"
+    wrong_row = run_row(db, wrong)
+    assert (wrong_row.state, wrong_row.reason) == ("failed", "error")
+    assert wrong_row.error is not None
+    assert "HTTP 401" in wrong_row.error
+    missing_row = run_row(db, missing)
+    assert (missing_row.state, missing_row.reason) == ("failed", "error")
+    assert missing_row.error is not None
+    assert "ACHILLES_MODEL_API_KEY is not set" in missing_row.error
+
+
+def test_the_run_timeout_fails_a_run_stuck_in_a_model_call(db: Engine, database_url: str) -> None:
+    set_settings(db, agent_run_timeout_seconds=2)
+    with serving(SLOW_ANSWER) as server:
+        run_id = queue_run(db, owner="alice", model=add_model(db, server))
+        code, log = run_to_end(database_url, run_id, model_timeout=120)
+    assert code == 0, log
+    row = run_row(db, run_id)
+    assert (row.state, row.reason) == ("failed", "error")
+    assert row.error == "run timed out: it exceeded its limit of 2 s"
+
+
+def test_an_unreachable_database_is_a_crash_exit(database_url: str) -> None:
+    code, log = run_to_end("postgresql://nobody@127.0.0.1:1/none", 1)
+    assert code == 1
+    assert "database unreachable" in log
