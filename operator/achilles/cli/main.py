@@ -8,6 +8,8 @@ their commands so that `achilles --help` stays fast.
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import Any
 
 import click
 
@@ -17,6 +19,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "crds": "achilles.cli.crds:crds",
     "db": "achilles.cli.db:db",
     "dev": "achilles.cli.dev:dev",
+    "inbox": "achilles.cli.inbox:inbox",
     "ks": "achilles.cli.ks:ks",
     "model-server": "achilles.cli.model_server:model_server",
     "runner": "achilles.cli.runner:runner",
@@ -27,7 +30,27 @@ _SUBCOMMANDS: dict[str, str] = {
 
 
 class _LazyGroup(click.Group):
-    """Imports a sub-command's module only when that sub-command is used."""
+    """Imports a sub-command's module only when that sub-command is used.
+
+    Errors are printed as one `error: ...` line, for every sub-command alike: exit
+    code 2 for malformed input (click's usage errors), the exception's own code
+    otherwise (see `achilles.cli.common`).
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_SUBCOMMANDS)

@@ -311,6 +311,7 @@ def list_items(
     *,
     owner_key: str | None = None,
     agent_id: int | None = None,
+    item_id: int | None = None,
     states: Sequence[ItemState] = (),
     unprocessed_only: bool = False,
     limit: int = 200,
@@ -321,9 +322,13 @@ def list_items(
         .join(User, User.id == Agent.user_id)
     )
     if owner_key is not None:
+        if session.execute(select(User.id).where(User.key == owner_key)).first() is None:
+            raise NotFound(f"owner {owner_key!r} does not exist")
         query = query.where(User.key == owner_key)
     if agent_id is not None:
         query = query.where(InboxItemRow.agent_id == agent_id)
+    if item_id is not None:
+        query = query.where(InboxItemRow.id == item_id)
     if states:
         query = query.where(InboxItemRow.state.in_([s.value for s in states]))
     if unprocessed_only:

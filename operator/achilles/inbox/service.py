@@ -12,7 +12,7 @@ note it returns (if any) to the run's opening messages.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,6 +21,7 @@ from achilles.db import inbox as inbox_db
 from achilles.db import inbox_replies, inbox_settings
 from achilles.domain.inbox import Board, InboxItem, ItemState, ReplyChannel, ReplyKind
 from achilles.domain.inbox_wake import InboxSettings, should_request_run
+from achilles.errors import NotFound
 from achilles.inbox.presentation import pending_replies_message
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 AskResult = inbox_db.AskResult
 AdvanceResult = inbox_db.AdvanceResult
 AckResult = inbox_replies.AckResult
+ItemListing = inbox_db.ItemListing
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,33 @@ def board(session: Session, agent_id: int) -> Board:
 def get_item(session: Session, item_id: int) -> tuple[InboxItem, int]:
     """An item and its board's version, from one snapshot."""
     return inbox_db.get_item_and_board_version(session, item_id)
+
+
+def list_items(
+    session: Session,
+    *,
+    owner_key: str | None = None,
+    agent_id: int | None = None,
+    states: Sequence[ItemState] = (),
+    unprocessed_only: bool = False,
+    limit: int = 200,
+) -> list[ItemListing]:
+    """Items for people to look at, oldest first, with their agent's name and owner."""
+    return inbox_db.list_items(
+        session,
+        owner_key=owner_key,
+        agent_id=agent_id,
+        states=states,
+        unprocessed_only=unprocessed_only,
+        limit=limit,
+    )
+
+
+def get_listing(session: Session, item_id: int) -> ItemListing:
+    found = inbox_db.list_items(session, item_id=item_id, limit=1)
+    if not found:
+        raise NotFound(f"inbox item {item_id} does not exist")
+    return found[0]
 
 
 def pending_replies(session: Session, agent_id: int) -> list[InboxItem]:
