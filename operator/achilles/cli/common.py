@@ -10,10 +10,11 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import IO, Any, ParamSpec, TypeVar
 
 import click
 
+from achilles.cli.one_line_errors import BadInput
 from achilles.errors import AchillesError, InvalidInputError
 
 P = ParamSpec("P")
@@ -32,6 +33,9 @@ class CommandFailed(click.ClickException):
 
     exit_code = 1
 
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
+
 
 def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn the engine's errors into one-line messages with the documented exit codes."""
@@ -41,7 +45,7 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except InvalidInputError as exc:
-            raise click.UsageError(str(exc)) from exc
+            raise BadInput(str(exc)) from exc
         except AchillesError as exc:
             raise CommandFailed(str(exc)) from exc
 

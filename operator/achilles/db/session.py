@@ -53,7 +53,8 @@ def engine_scope(url: str | None, *, pool_size: int = 1) -> Iterator[Engine]:
     try:
         yield engine
     except OperationalError as exc:
-        raise DatabaseUnavailable(f"database unreachable: {exc.orig}") from exc
+        detail = " ".join(str(exc.orig).split())  # one line, whatever libpq said
+        raise DatabaseUnavailable(f"database unreachable: {detail}") from exc
     finally:
         engine.dispose()
 
