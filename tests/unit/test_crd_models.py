@@ -89,7 +89,7 @@ def test_platform_defaults_match_the_database_defaults() -> None:
         "platform_prompt": columns.agent_platform_prompt,
     }
     for field, column in database_defaults.items():
-        default = str(column.server_default.arg.text).strip("'")  # type: ignore[union-attr]
+        default = str(column.server_default.arg.text).strip("'")
         assert str(getattr(resource.spec, field)) == default, field
 
 

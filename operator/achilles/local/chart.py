@@ -52,9 +52,12 @@ class ChartInstall:
     release: str = RELEASE
     namespace: str = RELEASE_NAMESPACE
     values: Mapping[str, Any] = field(default_factory=dict)
+    # Extra environment for helm, e.g. HELM_CACHE_HOME to keep a test's state private.
+    helm_env: Mapping[str, str] = field(default_factory=dict)
 
-    def helm(self, *args: str, env: Mapping[str, str] | None = None) -> str:
-        return _run([str(self.bin_dir / "helm"), "--kubeconfig", str(self.kubeconfig), *args], env)
+    def helm(self, *args: str) -> str:
+        argv = [str(self.bin_dir / "helm"), "--kubeconfig", str(self.kubeconfig), *args]
+        return _run(argv, self.helm_env)
 
     def kubectl(self, *args: str) -> str:
         return _run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args])

@@ -1,0 +1,130 @@
+"""The chart, installed once per session into the cluster tier's control plane.
+
+A real `helm install` of charts/achilles, as a platform operator would run it, minus
+the operator Deployment (tests run no operator image): the CRDs from the chart's crds/
+directory, RBAC, both admission policies, the runs namespace with its quota, and
+AgentPlatform/default. The pre-install hook Job runs `achilles db upgrade` against a
+fresh database of the test PostgreSQL, through the kubelet stand-in. The portal's
+ClusterRole is bound, by the chart's own value, to the user the tests impersonate.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from achilles.local import postgres
+from achilles.local.chart import CHART_DIR, ChartInstall
+from achilles.local.versions import bin_dir
+from tests.cluster.conftest import Cluster
+from tests.cluster.install.api import Achilles, impersonating, verdict
+from tests.conftest import create_database, drop_database
+from tests.crd_cases import agent
+from tests.waiting import wait_for
+
+RELEASE = "achilles"
+RELEASE_NAMESPACE = "achilles-system"
+PORTAL_USER = "portal-bot"
+ADMIN_USER, ADMIN_GROUP = "ann-admin", "achilles-admins"
+POLICY_MESSAGE = "only members of achilles-admins may set or change spec.adminPaused"
+
+# What the tests install: the chart's defaults plus what a test cluster needs.
+TEST_VALUES: dict[str, Any] = {
+    "operator": {"enabled": False},
+    "rbac": {
+        "portalSubjects": [
+            {"kind": "User", "name": PORTAL_USER, "apiGroup": "rbac.authorization.k8s.io"}
+        ]
+    },
+}
+
+
+@dataclass(frozen=True)
+class Release:
+    install: ChartInstall
+    database_url: str
+    values_file: Path
+
+    def helm(self, *args: str) -> str:
+        return self.install.helm(*args)
+
+
+def _create_database_secret(api: client.ApiClient, url: str) -> None:
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=RELEASE_NAMESPACE)))
+    core.create_namespaced_secret(
+        RELEASE_NAMESPACE,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="achilles-database"), string_data={"url": url}
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def achilles_release(
+    cluster: Cluster,
+    postgres_server: postgres.LocalPostgres,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Release]:
+    database = create_database(postgres_server, "achilles_chart")
+    url = postgres_server.url(database)
+    home = tmp_path_factory.mktemp("helm")
+    values_file = home / "values.yaml"
+    values_file.write_text(yaml.safe_dump(TEST_VALUES))
+    install = ChartInstall(
+        kubeconfig=cluster.kubeconfig,
+        bin_dir=bin_dir(),
+        namespace=RELEASE_NAMESPACE,
+        helm_env={
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        },
+    )
+    _create_database_secret(cluster.api, url)
+    install.helm(
+        "install", RELEASE, str(CHART_DIR), "--namespace", RELEASE_NAMESPACE,
+        "--values", str(values_file), "--timeout", "3m",
+    )  # fmt: skip
+    release = Release(install=install, database_url=url, values_file=values_file)
+    _wait_until_admin_paused_policy_enforces(cluster)
+    yield release
+    install.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
+    drop_database(postgres_server, database)
+
+
+def _wait_until_admin_paused_policy_enforces(cluster: Cluster) -> None:
+    """Policies take effect once the API server's informers load them: poll a dry run."""
+    with impersonating(cluster.kubeconfig, PORTAL_USER) as portal:
+        probe = agent(f"probe-{uuid.uuid4().hex[:6]}", adminPaused=True)
+        wait_for(
+            lambda: verdict(lambda: Achilles(portal).create(probe, "default", dry_run=True)),
+            timeout=30,
+            what="the adminPaused policy to refuse the portal",
+        )
+
+
+@pytest.fixture(scope="session")
+def admin_api(cluster: Cluster) -> Achilles:
+    """The cluster admin (the tests' own kubeconfig)."""
+    return Achilles(cluster.api)
+
+
+@pytest.fixture(scope="session")
+def portal_api(cluster: Cluster, achilles_release: Release) -> Iterator[Achilles]:
+    with impersonating(cluster.kubeconfig, PORTAL_USER) as api:
+        yield Achilles(api)
+
+
+@pytest.fixture(scope="session")
+def achilles_admin_api(cluster: Cluster, achilles_release: Release) -> Iterator[Achilles]:
+    """A member of the admin group (RBAC from the chart's admin binding)."""
+    with impersonating(cluster.kubeconfig, ADMIN_USER, ADMIN_GROUP) as api:
+        yield Achilles(api)

@@ -1,0 +1,291 @@
+"""The real API server enforces the CRDs and the chart's admission policies.
+
+Invalid manifests are refused with a message that names the field, and pydantic refuses
+exactly the same ones (tests/crd_cases.py is the shared table); the portal may write
+Agents but not their admin lock; nobody may change an Agent's owner; at most one
+AgentModel is the default.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from achilles.errors import InvalidInputError
+from achilles.k8s.resources import AgentStatus, parse_manifest
+from achilles.local.versions import bin_dir
+from tests.cluster.conftest import Cluster
+from tests.cluster.install.api import Achilles, rejection, verdict
+from tests.cluster.install.conftest import POLICY_MESSAGE, Release
+from tests.crd_cases import INVALID, VALID, Case, agent, agent_model
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
+
+
+def pydantic_verdict(manifest: dict[str, Any]) -> str | None:
+    try:
+        parse_manifest(manifest)
+    except InvalidInputError as error:
+        return str(error)
+    return None
+
+
+def unique(case: Case) -> dict[str, Any]:
+    """The case's manifest under a name no other test uses (except the singleton)."""
+    manifest = yaml.safe_load(yaml.safe_dump(case.manifest))
+    if case.kind != "AgentPlatform":
+        manifest["metadata"]["name"] = f"{case.name}-{uuid.uuid4().hex[:6]}"
+    return manifest
+
+
+# --- the case table: the API server and pydantic agree, messages name the field ---
+
+
+@pytest.mark.parametrize("case", INVALID, ids=lambda case: case.id)
+def test_invalid_manifest_is_rejected_naming_the_field(
+    case: Case, admin_api: Achilles, achilles_release: Release
+) -> None:
+    manifest = unique(case)
+    # A create, as `kubectl apply` sends for a new object; dry run: nothing is stored.
+    # (Validation runs before the existence check, so AgentPlatform/default works too.)
+    server = verdict(lambda: admin_api.create(manifest, "default", dry_run=True))
+    assert server is not None, f"the API server accepted {case.id}"
+    assert case.field is not None
+    assert case.field in server, server
+    local = pydantic_verdict(case.manifest)
+    assert local is not None, f"pydantic accepted {case.id}, the API server did not: {server}"
+    assert case.field in local, local
+
+
+@pytest.mark.parametrize("case", VALID, ids=lambda case: case.id)
+def test_valid_manifest_is_accepted(
+    case: Case, admin_api: Achilles, achilles_release: Release
+) -> None:
+    assert pydantic_verdict(case.manifest) is None
+    manifest = unique(case)
+    if case.kind == "AgentPlatform":  # the chart's object exists: an update
+        accepted = verdict(lambda: admin_api.apply(manifest, dry_run=True))
+    else:
+        accepted = verdict(lambda: admin_api.create(manifest, "default", dry_run=True))
+    assert accepted is None
+
+
+def test_at_least_twenty_invalid_manifests_across_every_kind() -> None:
+    assert len(INVALID) >= 20
+    assert {case.kind for case in INVALID} == {
+        "Agent", "AgentModel", "AgentTool", "AgentPlatform",
+    }  # fmt: skip
+
+
+def test_examples_apply_and_show_in_kubectl_get(
+    cluster: Cluster, admin_api: Achilles, achilles_release: Release, namespace: str
+) -> None:
+    kubectl = [str(bin_dir() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
+    documents = [yaml.safe_load(path.read_text()) for path in EXAMPLES]
+    applied: list[dict[str, Any]] = []
+    try:
+        for document in documents:
+            document["metadata"].pop("namespace", None)
+            assert pydantic_verdict(document) is None
+            # AgentPlatform/default belongs to the chart's release (Helm owns its fields):
+            # the server validates the example but does not store it.
+            chart_owned = document["kind"] == "AgentPlatform"
+            stored = admin_api.apply(document, namespace, dry_run=chart_owned)
+            if not chart_owned:
+                applied.append(stored)
+        table = subprocess.run(
+            [*kubectl, "get", "agents", "-n", namespace, "--sort-by=.metadata.name"],
+            capture_output=True, text=True, check=True,
+        ).stdout.splitlines()  # fmt: skip
+        header = table[0].split()
+        assert header == [
+            "NAME", "OWNER", "ENABLED", "ADMIN-PAUSED", "MODEL", "SCHEDULE", "NEXT-RUN",
+            "LAST-STATE", "AGE",
+        ]  # fmt: skip
+        assert table[1].split()[:5] == ["inbox-triage", "bob", "true", "false", "gpt-small"]
+        assert table[2].split()[:5] == ["weekly-digest", "alice", "true", "false", "gpt-small"]
+        short = subprocess.run(
+            [*kubectl, "get", "ag,agm,agt,agp", "-A", "-o", "name"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert "agent.achilles.io/weekly-digest" in short
+        assert "agentmodel.achilles.io/gpt-small" in short
+        assert "agenttool.achilles.io/inbox" in short
+        assert "agentplatform.achilles.io/default" in short
+    finally:
+        for document in applied:
+            if document["kind"] in ("AgentModel", "AgentTool"):
+                admin_api.delete(document["kind"], document["metadata"]["name"])
+
+
+def test_null_fields_are_absent_and_defaults_apply(admin_api: Achilles, namespace: str) -> None:
+    stored = admin_api.create(agent("nulls", enabled=None, schedule=None, model=None), namespace)
+    assert stored["spec"] == {
+        "owner": "alice",
+        "prompt": "Summarise my week.",
+        "enabled": True,
+        "adminPaused": False,
+    }
+
+
+# --- spec.adminPaused: the admin's lock, guarded by the chart's policy ---
+
+
+def test_portal_creates_and_edits_an_agent(portal_api: Achilles, namespace: str) -> None:
+    created = portal_api.create(agent("digest", model="gpt-small"), namespace)
+    assert created["spec"]["adminPaused"] is False  # defaulted, which is not "setting" it
+    edited = portal_api.patch(
+        "Agent", "digest", {"spec": {"prompt": "New prompt", "enabled": False}}, namespace
+    )
+    assert edited["spec"]["prompt"] == "New prompt"
+    # Writing the unchanged value explicitly is no change either.
+    portal_api.patch("Agent", "digest", {"spec": {"adminPaused": False}}, namespace)
+
+
+def test_portal_cannot_create_an_agent_paused(portal_api: Achilles, namespace: str) -> None:
+    status, message = rejection(
+        lambda: portal_api.create(agent("paused", adminPaused=True), namespace)
+    )
+    assert status == 403
+    assert POLICY_MESSAGE in message
+    assert "ValidatingAdmissionPolicy" in message
+
+
+def test_portal_cannot_flip_admin_paused_and_an_admin_can(
+    portal_api: Achilles, achilles_admin_api: Achilles, namespace: str
+) -> None:
+    portal_api.create(agent("digest"), namespace)
+
+    status, message = rejection(
+        lambda: portal_api.patch("Agent", "digest", {"spec": {"adminPaused": True}}, namespace)
+    )
+    assert (status, POLICY_MESSAGE in message) == (403, True)
+
+    paused = achilles_admin_api.patch("Agent", "digest", {"spec": {"adminPaused": True}}, namespace)
+    assert paused["spec"]["adminPaused"] is True
+
+    # The portal still edits everything else of a paused agent...
+    portal_api.patch("Agent", "digest", {"spec": {"prompt": "Still mine"}}, namespace)
+    # ...but cannot lift the lock, neither by setting it false nor by leaving it out of
+    # a full update (the default would clear it).
+    status, message = rejection(
+        lambda: portal_api.patch("Agent", "digest", {"spec": {"adminPaused": False}}, namespace)
+    )
+    assert (status, POLICY_MESSAGE in message) == (403, True)
+    current = portal_api.get("Agent", "digest", namespace)
+    del current["spec"]["adminPaused"]
+    status, message = rejection(lambda: portal_api.replace(current, namespace))
+    assert (status, POLICY_MESSAGE in message) == (403, True)
+
+    lifted = achilles_admin_api.patch(
+        "Agent", "digest", {"spec": {"adminPaused": False}}, namespace
+    )
+    assert lifted["spec"]["adminPaused"] is False
+
+
+def test_admin_may_create_an_agent_paused(achilles_admin_api: Achilles, namespace: str) -> None:
+    created = achilles_admin_api.create(agent("paused", adminPaused=True), namespace)
+    assert created["spec"]["adminPaused"] is True
+
+
+def test_portal_may_not_curate_models(portal_api: Achilles) -> None:
+    status, message = rejection(lambda: portal_api.create(agent_model("portal-model")))
+    assert status == 403
+    assert 'cannot create resource "agentmodels"' in message
+
+
+# --- spec.owner is immutable ---
+
+
+@pytest.mark.parametrize("who", ["portal", "admin"])
+def test_owner_cannot_change(
+    who: str, portal_api: Achilles, achilles_admin_api: Achilles, namespace: str
+) -> None:
+    api = portal_api if who == "portal" else achilles_admin_api
+    api.create(agent("owned"), namespace)
+    status, message = rejection(
+        lambda: api.patch("Agent", "owned", {"spec": {"owner": "bob"}}, namespace)
+    )
+    assert status == 422
+    assert "spec.owner" in message
+    assert "spec.owner is immutable" in message
+    # Everything else still changes.
+    api.patch("Agent", "owned", {"spec": {"displayName": "Mine"}}, namespace)
+
+
+# --- one default AgentModel ---
+
+
+def test_second_default_model_is_refused(admin_api: Achilles, achilles_release: Release) -> None:
+    first, second = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("first", "second"))
+    try:
+        admin_api.create(agent_model(first, default=True))
+        # The policy sees AgentModels through an informer; wait until it sees this one.
+        message = wait_for(
+            lambda: verdict(
+                lambda: admin_api.create(agent_model(second, default=True), dry_run=True)
+            ),
+            timeout=30,
+            what="the single-default policy to see the first default",
+        )
+        assert f"spec.default: AgentModel {first} is already the default" in message
+        admin_api.create(agent_model(second))  # not the default: fine
+        admin_api.patch("AgentModel", first, {"spec": {"default": False}})
+        wait_for(
+            lambda: (
+                verdict(lambda: admin_api.patch("AgentModel", second, {"spec": {"default": True}}))
+                is None
+            ),
+            timeout=30,
+            what="the default to move to the second model",
+        )
+    finally:
+        admin_api.delete("AgentModel", first)
+        admin_api.delete("AgentModel", second)
+
+
+# --- status: the operator's fields survive the status subresource ---
+
+
+def test_status_keeps_every_operator_field(admin_api: Achilles, namespace: str) -> None:
+    admin_api.create(agent("reported"), namespace)
+    status = AgentStatus.model_validate(
+        {
+            "databaseId": 42,
+            "phase": "Ready",
+            "conditions": [
+                {
+                    "type": "Ready", "status": "True", "reason": "AllLocksOpen",
+                    "message": "", "lastTransitionTime": "2026-01-05T09:00:00Z",
+                    "observedGeneration": 1,
+                }
+            ],
+            "scheduleSummary": "weekly on Monday at 09:00",
+            "nextRunAt": "2026-01-12T08:00:00Z",
+            "lastRun": {
+                "id": 7, "trigger": "scheduled", "state": "failed", "reason": "iteration_cap",
+                "startedAt": "2026-01-05T08:00:00Z", "finishedAt": "2026-01-05T08:01:30Z",
+                "tokensUsed": 1234,
+            },
+            "weeklyTokens": {"used": 1234, "limit": 200000, "windowStart": "2026-01-04T00:00:00Z"},
+            "observedGeneration": 1,
+            "lastHandledRunRequest": "2026-01-05T07:59:00Z",
+            "kopf": {"progress": {"create_agent": {"retries": 1}}},
+        }
+    )  # fmt: skip
+    sent = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    stored = admin_api.patch_status("Agent", "reported", sent, namespace)
+    assert stored["status"] == sent
+    assert AgentStatus.model_validate(stored["status"]) == status
+    # The status subresource does not touch spec, and spec writes do not touch status.
+    assert stored["spec"]["prompt"] == "Summarise my week."
+    again = admin_api.patch("Agent", "reported", {"status": {"phase": "Other"}}, namespace)
+    assert again["status"]["phase"] == "Ready"
