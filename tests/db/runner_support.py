@@ -26,6 +26,14 @@ from achilles.modelserver.server import ModelServer
 ACHILLES = str(Path(sys.executable).with_name("achilles"))
 
 
+def achilles(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `achilles` console script as a person runs it."""
+    env = {**os.environ, "ACHILLES_DATABASE_URL": database_url}
+    return subprocess.run(
+        [ACHILLES, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
 @contextmanager
 def serving(
     script: dict[str, Any] | Script, *, api_key: str | None = None

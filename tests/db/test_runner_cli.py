@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from sqlalchemy import Engine, insert
 from sqlalchemy.orm import Session
 
 from achilles.db.models import AgentModel
-from tests.db.runner_support import ACHILLES, queue_run, run_row, run_to_end
+from tests.db.runner_support import ACHILLES, achilles, queue_run, run_row, run_to_end
 
 KNOWLEDGE_YAML = """
 users:
@@ -33,13 +32,6 @@ documents:
 links:
   - {from: travel, to: erik-review, relation: mentions}
 """
-
-
-def achilles(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ACHILLES_DATABASE_URL": database_url}
-    return subprocess.run(
-        [ACHILLES, *args], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
 
 
 @pytest.fixture

@@ -1,0 +1,30 @@
+# The engine image: the operator (kopf), `achilles db upgrade` (the chart's migration
+# hook) and, by default, the run Jobs (`achilles runner`). The chart sets each command.
+#
+#   docker build -t achilles-agent-engine .
+# runner_image/Dockerfile builds the same wheel the same way, for a runner-only image.
+
+# --- build: the project wheel and the locked, hashed requirements ---
+FROM python:3.11-slim AS build
+COPY --from=ghcr.io/astral-sh/uv:0.13.9 /uv /bin/uv
+WORKDIR /src
+COPY pyproject.toml uv.lock README.md ./
+COPY operator ./operator
+RUN uv build --wheel --out-dir /dist \
+ && uv export --frozen --no-dev --no-emit-project --format requirements-txt \
+      --output-file /dist/requirements.txt
+
+# --- runtime: slim Python, the wheel, a non-root user ---
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY --from=build /dist /tmp/dist
+RUN pip install --require-hashes -r /tmp/dist/requirements.txt \
+ && pip install --no-deps /tmp/dist/*.whl \
+ && rm -rf /tmp/dist \
+ && useradd --system --uid 10001 --gid 0 --no-create-home --shell /usr/sbin/nologin achilles
+USER 10001
+ENTRYPOINT ["achilles"]
+CMD ["--help"]
