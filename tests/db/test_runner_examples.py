@@ -22,7 +22,7 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def _load_examples(database_url: str) -> None:
-    loaded = achilles(database_url, "ks", "load", str(EXAMPLES / "knowledge.yaml"))
+    loaded = achilles(database_url, "ks", "load", str(EXAMPLES / "knowledge" / "demo.yaml"))
     assert loaded.returncode == 0, loaded.stderr
     # docs/runner.md: in a fresh database bob's review is document 4.
     found = json.loads(achilles(database_url, "ks", "search", "--as", "bob", "salary").stdout)
@@ -50,7 +50,7 @@ def test_the_demo_agent_answers_from_the_onboarding_checklist(
 
 def test_the_adversarial_example_gets_nothing_of_bobs(db: Engine, database_url: str) -> None:
     _load_examples(database_url)
-    with serving(load_script(EXAMPLES / "model-script-adversary.yaml")) as server:
+    with serving(load_script(EXAMPLES / "model-scripts" / "adversary.yaml")) as server:
         run_id = queue_run(db, owner="alice", model=add_model(db, server))
         code, log = run_to_end(database_url, run_id)
     assert code == 0, log
