@@ -33,7 +33,7 @@ def crds() -> None:
 @crds.command()
 @click.option(
     "--root",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=None,
     help="Repository root  [default: the repository around the current directory]",
 )
