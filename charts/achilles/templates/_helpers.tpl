@@ -42,12 +42,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* Pod Security Standards "restricted": non-root, no privilege escalation, no capabilities. */}}
+{{/* Pod Security Standards "restricted": non-root, no privilege escalation, no capabilities.
+     uid 10001 is the image's own user (Dockerfile). */}}
 {{- define "achilles.podSecurityContext" -}}
 runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
