@@ -16,15 +16,16 @@ control-plane: bootstrap ## Build (once, cached) kube-apiserver, controller-mana
 	$(RUN) achilles dev build
 
 .PHONY: lint
-lint: bootstrap ## ruff, mypy (strict), import layering, generated-file drift
+lint: control-plane ## ruff, mypy (strict), import layering, CRD drift, helm lint
 	$(RUN) ruff check operator tests bench scripts
 	$(RUN) ruff format --check operator tests bench scripts
 	$(RUN) mypy
 	$(RUN) lint-imports
-	@if $(RUN) achilles crds --help >/dev/null 2>&1; then $(RUN) achilles crds generate --check; fi
+	$(RUN) achilles crds generate --check
+	"$$($(RUN) python -c 'from achilles.local.versions import bin_dir; print(bin_dir())')/helm" lint --strict charts/achilles
 
 .PHONY: test
-test: lint control-plane ## Everything CI runs: lint, then unit, database and cluster tests
+test: lint ## Everything CI runs: lint, then unit, database and cluster tests
 	$(RUN) pytest -p no:cacheprovider
 
 .PHONY: test-unit
