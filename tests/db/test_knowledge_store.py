@@ -9,12 +9,15 @@ from __future__ import annotations
 import re
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from achilles.db.knowledge import KS_READER_ROLE, PostgresKnowledgeStore, reading_as
 from achilles.db.knowledge_load import load_bundle
+from achilles.db.models import Base
 from achilles.errors import InvalidInputError
 from achilles.ks.bundle import KnowledgeBundle
 from tests.db.ks_fixtures import BUNDLE, KnowledgeFixture, load_demo_knowledge
@@ -152,6 +155,17 @@ def test_every_ks_table_forces_row_level_security_and_the_role_cannot_bypass_it(
         ).one()
     assert flags == dict.fromkeys(KS_TABLES, True)
     assert tuple(role) == (False, False, False)
+
+
+def test_the_models_agree_with_the_migration(db_engine: Engine) -> None:
+    assert set(KS_TABLES) <= set(Base.metadata.tables)
+    with db_engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "compare_server_default": False}
+        )
+        diff = compare_metadata(context, Base.metadata)
+    ours = [d for d in diff if any(table in repr(d) for table in KS_TABLES)]
+    assert ours == []
 
 
 def test_loading_twice_changes_nothing(ks: KnowledgeFixture, db: Engine) -> None:
