@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -86,12 +84,3 @@ def raw_row(engine: Engine, item_id: int) -> dict[str, Any]:
             text("SELECT * FROM agent_inbox_items WHERE id = :id"), {"id": item_id}
         ).one()
     return dict(row._mapping)
-
-
-def wait_for(predicate: Callable[[], bool], *, timeout: float = 30.0, what: str) -> None:
-    """Poll a cheap probe until it holds; fail naming what did not happen."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)  # probe interval, not synchronisation

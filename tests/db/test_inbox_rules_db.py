@@ -21,6 +21,7 @@ from achilles.errors import (
 )
 from tests.db import inbox_support as box
 from tests.db.factories import make_agent
+from tests.waiting import wait_for
 
 S = ItemState
 CHAT = ReplyChannel.CHAT
@@ -250,8 +251,9 @@ def test_board_moving_after_the_item_was_won_undoes_the_item_write(db: Engine) -
         inbox_replies.write_reply(holder, other.id, "hold", ReplyKind.ANSWER, ReplyChannel.INBOX)
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = pool.submit(box.advance, db, mine.id, revision.revision, version, S.DONE)
-            box.wait_for(
+            wait_for(
                 lambda: _someone_waits_for_a_lock(db),
+                timeout=60,
                 what="the advance to wait for the board row",
             )
             assert box.raw_row(db, mine.id)["revision"] == 1  # not visible: uncommitted
