@@ -260,3 +260,52 @@ def test_race_command_checks_the_rules_from_outside(db: Engine, database_url: st
         )
         assert left.scalar_one() == 0
     assert "race" not in achilles(database_url, "--help").stdout
+
+
+def test_agent_side_commands_for_operators(db: Engine, database_url: str) -> None:
+    agent_id = make_agent(db, name="helper")
+    asked = as_json(
+        achilles(database_url, "agent", "ask", "helper", "--key", "k", "--question", "Q?", "--json")
+    )
+    assert (asked["result"], asked["revision"], asked["board_version"]) == ("created", 1, 1)
+    item = str(asked["id"])
+    same = achilles(database_url, "agent", "ask", str(agent_id), "--key", "k", "--question", "Q?")
+    assert same.stdout.strip() == f"item {item} unchanged: revision 1, board version 1"
+
+    nothing = achilles(database_url, "agent", "take", item)
+    assert nothing.stdout.strip() == f"item {item}: nothing to take"
+    achilles(database_url, "reply", item, "--text", "A!")
+
+    stale = achilles(
+        database_url, "agent", "advance", item, "--revision", "1", "--board-version", "1",
+        "--state", "done", "--json",
+    )  # fmt: skip
+    assert stale.returncode == 3
+    assert json.loads(stale.stdout)["refused"] == "InboxConflict"
+    assert json.loads(stale.stdout)["current_revision"] == 2
+    pending = achilles(
+        database_url, "agent", "advance", item, "--revision", "2", "--board-version", "2",
+        "--state", "done",
+    )  # fmt: skip
+    assert pending.returncode == 3
+    assert "unprocessed human reply" in pending.stdout
+
+    early_ack = achilles(database_url, "agent", "ack", item, "--serial", "1", "--outcome", "x")
+    assert early_ack.returncode == 3
+    assert "not_taken" in early_ack.stdout
+    took = as_json(achilles(database_url, "agent", "take", item, "--json"))
+    assert took["item"]["reply"]["text"] == "A!"
+    acked = achilles(database_url, "agent", "ack", item, "--serial", "1", "--outcome", "done it")
+    assert (acked.returncode, acked.stdout.strip()) == (0, f"item {item}, reply #1: acknowledged")
+    moved = achilles(
+        database_url, "agent", "advance", item, "--revision", "2", "--board-version", "2",
+        "--state", "done",
+    )  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout.strip() == f"item {item} is done: revision 3, board version 3"
+    forbidden = achilles(
+        database_url, "agent", "advance", item, "--revision", "3", "--board-version", "3",
+        "--state", "na",
+    )  # fmt: skip
+    assert forbidden.returncode == 3
+    assert "cannot move from done to na" in forbidden.stdout

@@ -21,6 +21,7 @@ from achilles.cli.common import (
     echo_table,
     reports_errors,
 )
+from achilles.cli.inbox_agent import agent
 from achilles.cli.inbox_race import race
 from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
 
@@ -37,6 +38,7 @@ def inbox() -> None:
     """The Agent Inbox: questions agents asked people, and people's replies."""
 
 
+inbox.add_command(agent)
 inbox.add_command(race)
 
 

@@ -108,6 +108,11 @@ def advance(
     )
 
 
+def take_reply(session: Session, item_id: int) -> InboxItem | None:
+    """Take one item's unprocessed reply (idempotent); None when there is none."""
+    return inbox_replies.take_reply(session, item_id)
+
+
 def acknowledge(session: Session, item_id: int, reply_serial: int, outcome: str) -> AckResult:
     return inbox_replies.acknowledge(session, item_id, reply_serial, outcome)
 

@@ -1,0 +1,181 @@
+"""`achilles inbox agent …`: act as an agent on its board, from the command line.
+
+Agents normally act through their inbox tools during a run; operators need
+the same acts for demos, repairs and checks from outside (setting up
+questions, draining replies, racing the rules). Each command is one call of
+`achilles.inbox.service` in one transaction.
+
+Exit codes: 0 written (or already so); 3 the rules refused the write and
+nothing changed (a compare-and-swap conflict, a forbidden move, a reply still
+to acknowledge, an acknowledgement of a superseded or untaken reply); 1 failed
+(not found, database unreachable); 2 malformed input.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from achilles.cli.common import database_url_option, echo_json, reports_errors
+from achilles.domain.inbox import AckStatus, ItemState
+from achilles.errors import InboxConflict, InboxReplyPending, InvalidInboxTransition
+
+EXIT_REFUSED = 3
+_STATES = click.Choice([s.value for s in ItemState])
+_REFUSALS = (InboxConflict, InboxReplyPending, InvalidInboxTransition)
+
+
+@click.group("agent")
+def agent() -> None:
+    """Act as an agent on its board (for operators, demos and checks)."""
+
+
+def _emit(record: dict[str, Any], line: str, as_json: bool) -> None:
+    if as_json:
+        echo_json(record)
+    else:
+        click.echo(line)
+
+
+def _refused(error: Exception, as_json: bool) -> None:
+    record: dict[str, Any] = {"refused": type(error).__name__, "message": str(error)}
+    if isinstance(error, InboxConflict):
+        record.update(
+            current_revision=error.current_revision,
+            current_board_version=error.current_board_version,
+        )
+    _emit(record, f"refused: {error}", as_json)
+    sys.exit(EXIT_REFUSED)
+
+
+@agent.command("ask")
+@database_url_option
+@click.argument("agent_ref", metavar="AGENT")
+@click.option("--key", required=True, help="The question's stable key (same key, same row).")
+@click.option("--question", required=True)
+@click.option("--context")
+@click.option("--state", type=_STATES, default=ItemState.BLOCKED.value, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def ask(
+    database_url: str | None,
+    agent_ref: str,
+    key: str,
+    question: str,
+    context: str | None,
+    state: str,
+    as_json: bool,
+) -> None:
+    """Ask a question on AGENT's board, or update the one under KEY."""
+    from achilles.db.agents import find_agent_id
+    from achilles.db.session import transaction
+    from achilles.inbox import service
+    from achilles.inbox.presentation import item_record
+
+    try:
+        with transaction(database_url) as session:
+            agent_id = find_agent_id(session, agent_ref)
+            result = service.ask(session, agent_id, key, question, context, ItemState(state))
+    except _REFUSALS as refused:
+        _refused(refused, as_json)
+        return
+    verb = "created" if result.created else "updated" if result.changed else "unchanged"
+    _emit(
+        {**item_record(result.item, board_version=result.board_version), "result": verb},
+        f"item {result.item.id} {verb}: revision {result.item.revision},"
+        f" board version {result.board_version}",
+        as_json,
+    )
+
+
+@agent.command("take")
+@database_url_option
+@click.argument("item_id", metavar="ITEM", type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def take(database_url: str | None, item_id: int, as_json: bool) -> None:
+    """Take ITEM's unprocessed reply (marks it seen; idempotent)."""
+    from achilles.db.session import transaction
+    from achilles.inbox import service
+    from achilles.inbox.presentation import item_record
+
+    with transaction(database_url) as session:
+        item = service.take_reply(session, item_id)
+    if item is None or item.reply is None:
+        _emit({"taken": False, "item_id": item_id}, f"item {item_id}: nothing to take", as_json)
+        return
+    _emit(
+        {"taken": True, "item": item_record(item)},
+        f"item {item_id}: took reply #{item.reply.serial}: {item.reply.text}",
+        as_json,
+    )
+
+
+@agent.command("ack")
+@database_url_option
+@click.argument("item_id", metavar="ITEM", type=click.IntRange(min=1))
+@click.option("--serial", type=click.IntRange(min=1), required=True, help="The reply taken.")
+@click.option("--outcome", required=True, help="What the agent did with the reply.")
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def ack(database_url: str | None, item_id: int, serial: int, outcome: str, as_json: bool) -> None:
+    """Acknowledge reply SERIAL of ITEM with an outcome."""
+    from achilles.db.session import transaction
+    from achilles.inbox import service
+    from achilles.inbox.presentation import item_record
+
+    with transaction(database_url) as session:
+        result = service.acknowledge(session, item_id, serial, outcome)
+    _emit(
+        {"status": result.status.value, "item": item_record(result.item)},
+        f"item {item_id}, reply #{serial}: {result.status.value}",
+        as_json,
+    )
+    if result.status in (AckStatus.SUPERSEDED, AckStatus.NOT_TAKEN):
+        sys.exit(EXIT_REFUSED)
+
+
+@agent.command("advance")
+@database_url_option
+@click.argument("item_id", metavar="ITEM", type=click.IntRange(min=1))
+@click.option("--revision", type=click.IntRange(min=1), required=True, help="As last read.")
+@click.option("--board-version", type=click.IntRange(min=0), required=True, help="As last read.")
+@click.option("--state", type=_STATES, required=True, help="The state to move to.")
+@click.option("--context", help="Replaces the item's context.")
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def advance(
+    database_url: str | None,
+    item_id: int,
+    revision: int,
+    board_version: int,
+    state: str,
+    context: str | None,
+    as_json: bool,
+) -> None:
+    """`board_advance`: move ITEM iff its revision and the board version are unchanged."""
+    from achilles.db.session import transaction
+    from achilles.inbox import service
+    from achilles.inbox.presentation import item_record
+
+    try:
+        with transaction(database_url) as session:
+            result = service.advance(
+                session,
+                item_id,
+                expected_revision=revision,
+                board_version=board_version,
+                target=ItemState(state),
+                context=context,
+            )
+    except _REFUSALS as refused:
+        _refused(refused, as_json)
+        return
+    _emit(
+        item_record(result.item, board_version=result.board_version),
+        f"item {item_id} is {result.item.state.value}: revision {result.item.revision},"
+        f" board version {result.board_version}",
+        as_json,
+    )
