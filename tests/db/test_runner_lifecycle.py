@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
 from achilles.db import journal
-from achilles.db.models import AgentModel
+from achilles.db.models import AgentModel, User
 from achilles.db.settings import database_now
 from tests.db.factories import set_settings
 from tests.db.ks_fixtures import load_demo_knowledge
@@ -261,3 +261,18 @@ def test_an_unreachable_database_is_a_crash_exit(database_url: str) -> None:
     code, log = run_to_end("postgresql://nobody@127.0.0.1:1/none", 1)
     assert code == 1
     assert "database unreachable" in log
+
+
+def test_an_owner_timezone_the_runner_cannot_resolve_fails_the_run_clearly(
+    db: Engine, database_url: str
+) -> None:
+    with serving(SLOW_ANSWER) as server:
+        run_id = queue_run(db, owner="carol", model=add_model(db, server))
+        with Session(db) as session, session.begin():
+            session.execute(update(User).where(User.key == "carol").values(timezone="Mars/Base"))
+        code, log = run_to_end(database_url, run_id)
+        assert server.recorded() == []
+    assert code == 0, log
+    row = run_row(db, run_id)
+    assert (row.state, row.reason) == ("failed", "error")
+    assert row.error == "the owner's timezone 'Mars/Base' is not a known IANA time zone"

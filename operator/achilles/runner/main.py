@@ -10,8 +10,8 @@ runs on a worker thread; the heartbeat beats on its own thread and connection.
   abandoned (its tokens, unknown, are not counted).
 - deadline (`agent_run_timeout_seconds` from the claim) -> `failed/error`; exit 0.
 - heartbeat refused (the reaper failed the row as stale) -> stop, write nothing; exit 0.
-- the loop raised (a bug, the database gone) -> `failed/error` with the exception
-  if the database lets us; exit 1.
+- the loop or the setup raised (a bug, the database gone) -> `failed/error` with the
+  exception if the database lets us; exit 1.
 
 Exit codes: 0 whenever the runner behaved as designed - it wrote the run's
 terminal state, or the row was not claimable (already claimed, finished,
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from achilles.db.run_database import RunDatabase
 from achilles.domain.run_spec import RunSpec
@@ -121,7 +121,16 @@ def run(config: RunnerConfig) -> int:
             )
             return EXIT_OK
         log.info("run %d claimed: agent %d (%s)", spec.run_id, spec.agent_id, spec.agent_name)
-        return _execute(spec, config, database, events)
+        try:
+            return _execute(spec, config, database, events)
+        except Exception as exc:
+            # A bug or a lost database after the claim: never leave the row `running`.
+            log.exception("run %d: the runner crashed", spec.run_id)
+            _Journal(database, spec.run_id).fail(
+                FailReason.ERROR,
+                f"runner crashed: {type(exc).__name__}: {exc} (traceback in the pod log)",
+            )
+            return EXIT_CRASH
     finally:
         database.close()
 
@@ -135,6 +144,10 @@ def _refusal(spec: RunSpec, config: RunnerConfig) -> str | None:
             f"{API_KEY_ENV} is not set, but model {spec.model.name!r} needs an API key "
             "(check the AgentModel's apiKeySecretRef and the Job's environment)"
         )
+    try:
+        ZoneInfo(spec.owner_timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"the owner's timezone {spec.owner_timezone!r} is not a known IANA time zone"
     return None
 
 
