@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
 from achilles.db import migrate
-from achilles.db.models import Base
+from achilles.db.schema import metadata
 from achilles.db.session import make_engine
 from achilles.local.postgres import LocalPostgres
 from tests.conftest import create_database, drop_database
@@ -58,10 +58,24 @@ def test_models_match_the_migrations(db_engine: Engine) -> None:
         context = MigrationContext.configure(
             conn, opts={"compare_type": True, "compare_server_default": False}
         )
-        diff = compare_metadata(context, Base.metadata)
-    # Tables owned by other feature areas have models elsewhere; only engine tables here.
-    relevant = [d for d in diff if d[0] != "remove_table"]
-    assert relevant == []
+        diff = compare_metadata(context, metadata)
+    assert diff == []
+
+
+def test_check_constraints_carry_their_model_names(db_engine: Engine) -> None:
+    """Alembic applies the naming convention to CHECK names; `op.f` keeps them as written."""
+    expected = {
+        constraint.name
+        for table in metadata.sorted_tables
+        for constraint in table.constraints
+        if constraint.__class__.__name__ == "CheckConstraint" and constraint.name
+    }
+    with db_engine.connect() as conn:
+        actual = set(
+            conn.execute(text("SELECT conname FROM pg_constraint WHERE contype = 'c'")).scalars()
+        )
+    assert expected
+    assert expected <= actual
 
 
 COLUMNS = {

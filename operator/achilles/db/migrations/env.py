@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from achilles.db.models import Base
+from achilles.db.schema import metadata
 
 config = context.config
 connection: Connection | None = config.attributes.get("connection")
@@ -14,7 +14,7 @@ if connection is None:  # pragma: no cover - only reachable through the bare ale
 
 context.configure(
     connection=connection,
-    target_metadata=Base.metadata,
+    target_metadata=metadata,
     transaction_per_migration=False,
     compare_type=True,
 )

@@ -88,18 +88,18 @@ def upgrade() -> None:
         ),
         sa.Column("agent_platform_prompt", sa.Text, nullable=False, server_default=sa.text("''")),
         sa.Column("updated_at", _TS, nullable=False, server_default=sa.func.now()),
-        sa.CheckConstraint("id = 1", name="ck_platform_settings_singleton"),
+        sa.CheckConstraint("id = 1", name=op.f("ck_platform_settings_singleton")),
         sa.CheckConstraint(
-            "agent_weekly_token_budget >= 0", name="ck_platform_settings_budget_non_negative"
+            "agent_weekly_token_budget >= 0", name=op.f("ck_platform_settings_budget_non_negative")
         ),
         sa.CheckConstraint(
-            "agent_max_iterations >= 1", name="ck_platform_settings_iterations_positive"
+            "agent_max_iterations >= 1", name=op.f("ck_platform_settings_iterations_positive")
         ),
         sa.CheckConstraint(
-            "agent_max_concurrency >= 1", name="ck_platform_settings_concurrency_positive"
+            "agent_max_concurrency >= 1", name=op.f("ck_platform_settings_concurrency_positive")
         ),
         sa.CheckConstraint(
-            "agent_run_timeout_seconds >= 1", name="ck_platform_settings_timeout_positive"
+            "agent_run_timeout_seconds >= 1", name=op.f("ck_platform_settings_timeout_positive")
         ),
     )
     # The singleton always exists, so readers never special-case a missing row.
@@ -176,10 +176,12 @@ def upgrade() -> None:
         sa.Column("finished_at", _TS),
         sa.Column("heartbeat_at", _TS),
         _created_at(),
-        sa.CheckConstraint("trigger IN ('manual', 'scheduled')", name="ck_agent_runs_trigger"),
+        sa.CheckConstraint(
+            "trigger IN ('manual', 'scheduled')", name=op.f("ck_agent_runs_trigger")
+        ),
         sa.CheckConstraint(
             "state IN ('queued', 'running', 'succeeded', 'failed', 'skipped')",
-            name="ck_agent_runs_state",
+            name=op.f("ck_agent_runs_state"),
         ),
         sa.CheckConstraint(
             "(state = 'skipped' AND reason IS NOT NULL"
@@ -187,19 +189,20 @@ def upgrade() -> None:
             " OR (state = 'failed' AND reason IS NOT NULL"
             " AND reason IN ('iteration_cap', 'error', 'stale'))"
             " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)",
-            name="ck_agent_runs_reason_matches_state",
+            name=op.f("ck_agent_runs_reason_matches_state"),
         ),
-        sa.CheckConstraint("tokens_used >= 0", name="ck_agent_runs_tokens_non_negative"),
+        sa.CheckConstraint("tokens_used >= 0", name=op.f("ck_agent_runs_tokens_non_negative")),
         sa.CheckConstraint(
-            "state <> 'skipped' OR tokens_used = 0", name="ck_agent_runs_skipped_spends_nothing"
+            "state <> 'skipped' OR tokens_used = 0",
+            name=op.f("ck_agent_runs_skipped_spends_nothing"),
         ),
         sa.CheckConstraint(
             "(state IN ('succeeded', 'failed', 'skipped')) = (finished_at IS NOT NULL)",
-            name="ck_agent_runs_finished_iff_terminal",
+            name=op.f("ck_agent_runs_finished_iff_terminal"),
         ),
         sa.CheckConstraint(
             "state NOT IN ('running', 'succeeded') OR started_at IS NOT NULL",
-            name="ck_agent_runs_started_when_ran",
+            name=op.f("ck_agent_runs_started_when_ran"),
         ),
     )
     op.create_index("ix_agent_runs_agent_id", "agent_runs", ["agent_id"])

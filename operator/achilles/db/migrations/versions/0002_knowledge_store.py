@@ -125,7 +125,7 @@ def _create_tables() -> None:
         ),
         # A grant names exactly one grantee: a user or a group.
         sa.CheckConstraint(
-            "num_nonnulls(user_id, group_id) = 1", name="ck_ks_document_access_one_grantee"
+            "num_nonnulls(user_id, group_id) = 1", name=op.f("ck_ks_document_access_one_grantee")
         ),
     )
     op.create_index("ix_ks_document_access_document_id", "ks_document_access", ["document_id"])
@@ -167,7 +167,7 @@ def _create_tables() -> None:
         ),
         sa.Column("relation", sa.Text, primary_key=True, server_default=sa.text("'related'")),
         _created_at(),
-        sa.CheckConstraint("from_document_id <> to_document_id", name="ck_ks_links_not_self"),
+        sa.CheckConstraint("from_document_id <> to_document_id", name=op.f("ck_ks_links_not_self")),
     )
     op.create_index("ix_ks_links_to_document_id", "ks_links", ["to_document_id"])
 
