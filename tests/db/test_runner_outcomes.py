@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from achilles.db.models import Tool
+from achilles.db.models import AgentRun, Tool
+from achilles.inbox import service as inbox_service
 from achilles.modelserver.script import load_script
 from tests.db.factories import set_settings
 from tests.db.ks_fixtures import KnowledgeFixture, load_demo_knowledge
@@ -294,3 +295,26 @@ def test_a_script_with_no_matching_rule_fails_the_run_with_the_servers_reason(
     assert row.error is not None
     assert "HTTP 422" in row.error
     assert "no rule matches" in row.error
+
+
+def test_an_inbox_agent_starts_with_the_replies_people_gave(
+    ks: KnowledgeFixture, db: Engine, database_url: str
+) -> None:
+    script = {"rules": [{"reply": {"content": "${last_user} | ${tools}"}}]}
+    with serving(script) as server:
+        inbox_tool = add_tool(db, "inbox", "inbox")
+        run_id = queue_run(db, owner="alice", model=add_model(db, server), tool_ids=[inbox_tool])
+        with Session(db) as session, session.begin():
+            agent_id = session.execute(
+                select(AgentRun.agent_id).where(AgentRun.id == run_id)
+            ).scalar_one()
+            item = inbox_service.ask(session, agent_id, "db", "Which database?").item
+            inbox_service.reply(session, item.id, "Postgres 16")
+        code, log = run_to_end(database_url, run_id)
+    assert code == 0, log
+    output = run_row(db, run_id).output
+    assert output is not None
+    note, tools = output.split(" | ")
+    assert f"item_id={item.id} key='db' reply_serial=1" in note
+    assert "reply: Postgres 16" in note
+    assert "inbox_acknowledge" in tools

@@ -60,3 +60,9 @@ def test_an_empty_platform_prompt_falls_back_to_the_engines_default() -> None:
 def test_the_agent_description_is_never_sent() -> None:
     # RunSpec does not even carry it: descriptions are for people.
     assert "description" not in RunSpec.__dataclass_fields__
+
+
+def test_toolset_notes_follow_the_owners_prompt_as_user_messages() -> None:
+    messages = compose_messages(_spec(), NOW, ["people answered 1 question"])
+    assert [m["role"] for m in messages] == ["system", "user", "user"]
+    assert messages[2]["content"] == "people answered 1 question"

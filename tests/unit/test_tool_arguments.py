@@ -170,3 +170,8 @@ def test_a_tool_needs_a_valid_name_and_a_description() -> None:
         @tool("undocumented", args=NoArgs)
         def undocumented(args: NoArgs, ctx: ToolContext) -> None:
             return None
+
+
+def test_only_selected_toolsets_contribute_run_start_notes() -> None:
+    assert select_tools(["clock"]).run_start_notes == ()
+    assert len(select_tools(["inbox", "clock"]).run_start_notes) == 1

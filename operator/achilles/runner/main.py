@@ -181,18 +181,19 @@ def _execute(
         timeout=config.model_timeout,
         max_retries=config.model_max_retries,
     )
+    tool_context = ToolContext(
+        run_id=spec.run_id,
+        agent_id=spec.agent_id,
+        owner_user_id=spec.owner_user_id,
+        owner_timezone=ZoneInfo(spec.owner_timezone),
+        knowledge=database.knowledge_store(),
+        transaction=database.transaction,
+        now=lambda: datetime.now(UTC),
+    )
     loop = AgentLoop(
         model=model,
         toolbox=selection.toolbox,
-        tool_context=ToolContext(
-            run_id=spec.run_id,
-            agent_id=spec.agent_id,
-            owner_user_id=spec.owner_user_id,
-            owner_timezone=ZoneInfo(spec.owner_timezone),
-            knowledge=database.knowledge_store(),
-            transaction=database.transaction,
-            now=lambda: datetime.now(UTC),
-        ),
+        tool_context=tool_context,
         journal=journal,
         limits=LoopLimits(
             max_iterations=spec.max_iterations,
@@ -202,7 +203,8 @@ def _execute(
         ),
         stop=stop,
     )
-    messages = compose_messages(spec, datetime.now(UTC))
+    notes = [note for hook in selection.run_start_notes if (note := hook(tool_context))]
+    messages = compose_messages(spec, datetime.now(UTC), notes)
     log.info("offering tools: %s", ", ".join(selection.toolbox.names))
 
     def work() -> None:

@@ -10,6 +10,7 @@ is never sent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -36,10 +37,12 @@ def run_facts(spec: RunSpec, now: datetime) -> str:
     )
 
 
-def compose_messages(spec: RunSpec, now: datetime) -> list[Message]:
-    """The conversation a run starts from."""
+def compose_messages(spec: RunSpec, now: datetime, notes: Sequence[str] = ()) -> list[Message]:
+    """The conversation a run starts from; `notes` (from toolsets, e.g. inbox replies
+    people gave since the last run) follow the owner's prompt as user messages."""
     platform = spec.platform_prompt.strip() or DEFAULT_PLATFORM_PROMPT
     return [
         {"role": "system", "content": f"{platform}\n\n{run_facts(spec, now)}"},
         {"role": "user", "content": spec.prompt},
+        *({"role": "user", "content": note} for note in notes),
     ]

@@ -24,17 +24,23 @@ Adding a tool is one small module plus one line here:
    validation is automatic (the pydantic model is also the schema the model sees).
 2. Add the toolset to `OPTIONAL_TOOLSETS` below: `"inbox": (inbox.ask_human, ...)`.
 
+3. Optionally, if the toolset has something to tell the model when a run starts
+   (e.g. the inbox: replies people gave since the last run), add a function
+   `(ctx: ToolContext) -> str | None` to `RUN_START_NOTES`; the runner calls it once,
+   after the claim, and adds a non-None note as a user message after the owner's prompt.
+
 Function names must be unique across the catalogue (checked at import).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from achilles.inbox import service as inbox_service
 from achilles.tools import clock, inbox, ks
-from achilles.tools.base import Tool
+from achilles.tools.base import Tool, ToolContext
 from achilles.tools.toolbox import Toolbox
 
 CORE_TOOLS: tuple[Tool[Any], ...] = ks.CORE_TOOLS
@@ -43,6 +49,19 @@ CORE_TOOLS: tuple[Tool[Any], ...] = ks.CORE_TOOLS
 OPTIONAL_TOOLSETS: Mapping[str, tuple[Tool[Any], ...]] = {
     "clock": (clock.current_time,),
     "inbox": inbox.INBOX_TOOLS,
+}
+
+
+RunStartNote = Callable[[ToolContext], str | None]
+
+
+def _inbox_replies_note(ctx: ToolContext) -> str | None:
+    return inbox_service.offer_pending_replies(ctx.transaction, ctx.agent_id)
+
+
+# implementation name -> the note its toolset adds when a run starts (or None)
+RUN_START_NOTES: Mapping[str, RunStartNote] = {
+    "inbox": _inbox_replies_note,
 }
 
 
@@ -55,19 +74,26 @@ class ToolSelection:
     toolbox: Toolbox
     # Implementations an agent selected that this build does not know (skipped).
     unknown: tuple[str, ...]
+    # Hooks of the selected toolsets to call once at run start (see RUN_START_NOTES).
+    run_start_notes: tuple[RunStartNote, ...] = ()
 
 
 def select_tools(implementations: Iterable[str]) -> ToolSelection:
     """The core tools plus the named optional toolsets, in a stable order."""
     chosen: list[Tool[Any]] = list(CORE_TOOLS)
     unknown: list[str] = []
+    notes: list[RunStartNote] = []
     for name in sorted(set(implementations)):
         toolset = OPTIONAL_TOOLSETS.get(name)
         if toolset is None:
             unknown.append(name)
-        else:
-            chosen.extend(toolset)
-    return ToolSelection(toolbox=Toolbox(chosen), unknown=tuple(unknown))
+            continue
+        chosen.extend(toolset)
+        if name in RUN_START_NOTES:
+            notes.append(RUN_START_NOTES[name])
+    return ToolSelection(
+        toolbox=Toolbox(chosen), unknown=tuple(unknown), run_start_notes=tuple(notes)
+    )
 
 
 def _check_unique_names() -> None:
