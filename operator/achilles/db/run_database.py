@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -27,9 +28,23 @@ from achilles.errors import DatabaseUnavailable
 MAX_ERROR_CHARS = 4000
 
 
+# A run must not hang on an unreachable database; the OS default is minutes.
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+def with_connect_timeout(url: str, seconds: int = CONNECT_TIMEOUT_SECONDS) -> str:
+    """The URL with libpq's `connect_timeout`, unless it already sets one."""
+    parsed = make_url(url)
+    if "connect_timeout" in parsed.query:
+        return url
+    return parsed.update_query_dict({"connect_timeout": str(seconds)}).render_as_string(
+        hide_password=False
+    )
+
+
 class RunDatabase:
     def __init__(self, url: str, *, pool_size: int = 2) -> None:
-        self._engine = make_engine(url, pool_size=pool_size)
+        self._engine = make_engine(with_connect_timeout(url), pool_size=pool_size)
         self._sessions = make_session_factory(self._engine)
 
     @contextmanager
