@@ -56,7 +56,8 @@ def test_a_model_asking_for_another_owners_documents_gets_nothing(
     assert "Zanzibar" not in row.output
     assert "salary" not in row.output
 
-    tool_messages = [m for m in requests[1].body["messages"] if m["role"] == "tool"]  # type: ignore[union-attr]
+    messages = requests[1].body["messages"]
+    tool_messages = [m for m in messages if m["role"] == "tool"]
     results = [json.loads(m["content"]) for m in tool_messages]
     assert results[0] == {"error": f"document {secret} not found"}
     assert results[1] == {"results": []}
