@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from achilles.db.knowledge import KS_READER_ROLE, PostgresKnowledgeStore, reading_as
 from achilles.db.knowledge_load import load_bundle
-from achilles.db.models import Base
+from achilles.db.schema import metadata
 from achilles.errors import InvalidInputError
 from achilles.ks.bundle import KnowledgeBundle
 from tests.db.ks_fixtures import BUNDLE, KnowledgeFixture, load_demo_knowledge
@@ -158,12 +158,12 @@ def test_every_ks_table_forces_row_level_security_and_the_role_cannot_bypass_it(
 
 
 def test_the_models_agree_with_the_migration(db_engine: Engine) -> None:
-    assert set(KS_TABLES) <= set(Base.metadata.tables)
+    assert set(KS_TABLES) <= set(metadata.tables)
     with db_engine.connect() as conn:
         context = MigrationContext.configure(
             conn, opts={"compare_type": True, "compare_server_default": False}
         )
-        diff = compare_metadata(context, Base.metadata)
+        diff = compare_metadata(context, metadata)
     ours = [d for d in diff if any(table in repr(d) for table in KS_TABLES)]
     assert ours == []
 

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from achilles.db import knowledge_models  # noqa: F401 - the KS tables in Base.metadata
 from achilles.db.models import User
 from achilles.ks.store import Document, RelatedDocument, SearchHit
 
