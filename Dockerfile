@@ -2,7 +2,7 @@
 # hook) and, by default, the run Jobs (`achilles runner`). The chart sets each command.
 #
 #   docker build -t achilles-agent-engine .
-# runner_image/Dockerfile builds the same wheel the same way, for a runner-only image.
+# runner_image/Dockerfile is this image with `achilles runner` as its entry point.
 
 # --- build: the project wheel and the locked, hashed requirements ---
 FROM python:3.11-slim AS build
