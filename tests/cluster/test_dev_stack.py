@@ -44,13 +44,13 @@ def test_up_is_idempotent_and_down_leaves_no_process(
     own_stack: tuple[LocalStack, list[str]], tmp_path: Path
 ) -> None:
     stack, lines = own_stack
-    stack.up()
+    assert stack.up() is True
     component_pids = [read_pidfile(stack.config.pidfile(name)) for name in COMPONENTS]
     assert all(ref is not None for ref in component_pids)
     postmaster = int((stack.config.postgres_dir / "postmaster.pid").read_text().split()[0])
 
     lines.clear()
-    stack.up()
+    assert stack.up() is False  # so `achilles dev up` skips the chart too: a true no-op
     assert lines == [f"already running (state {stack.config.state_dir}); nothing to do"]
 
     env = CliRunner().invoke(cli, ["dev", "env", "--state-dir", str(stack.config.state_dir)])

@@ -52,10 +52,10 @@ def build(force: bool) -> None:
 def up(state_dir: Path | None) -> None:
     """Start the local stack, wait until it is ready, install the chart (no operator)."""
     stack = _stack(state_dir)
-    stack.up()
-    from achilles.local.chart import install_into_stack  # the chart: CRDs, RBAC, policies
+    if stack.up():
+        from achilles.local.chart import install_into_stack  # the chart: CRDs, RBAC, policies
 
-    install_into_stack(stack)
+        install_into_stack(stack)
     click.echo('point your shell at it:  eval "$(achilles dev env)"')
 
 

@@ -88,11 +88,12 @@ class LocalStack:
 
     # --- up -----------------------------------------------------------------------------
 
-    def up(self) -> None:
+    def up(self) -> bool:
+        """Start whatever is not running; False when the whole stack already ran."""
         started = time.monotonic()
         if self.is_up() and self._apiserver_ready():
             self.report(f"already running (state {self.config.state_dir}); nothing to do")
-            return
+            return False
         bin_dir = ensure_built(report=self.report)
         for directory in (self.config.state_dir, self.config.logs_dir, self.config.run_dir):
             directory.mkdir(parents=True, exist_ok=True)
@@ -128,6 +129,7 @@ class LocalStack:
             f"{controlplane.apiserver_version(self.config, pki)} at {self.config.apiserver_url}, "
             f"kubeconfig {self.config.kubeconfig}"
         )
+        return True
 
     def _start_postgres(self) -> None:
         server = postgres.ensure_running(
