@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client
 
+from achilles.local.kube import to_dict
 from achilles.local.processes import reference
 
+T = TypeVar("T")
+
 PYTHON = "python"  # the project's virtualenv python: the stand-in puts its bin first on PATH
+
+
+def present(value: T | None, what: str) -> T:
+    """`value`, which the API server must have filled in by now; fails the test naming `what`.
+
+    The client's models type every field as optional; this is where a test states that a
+    field is there, with a clearer failure than an AttributeError on None.
+    """
+    if value is None:
+        raise AssertionError(f"the API server left {what} unset")
+    return value
 
 
 def python_command(code: str) -> list[str]:
@@ -81,10 +95,12 @@ def terminated(pod: Any) -> dict[str, Any] | None:
     statuses = (pod.status.container_statuses if pod and pod.status else None) or []
     if not statuses or statuses[0].state is None or statuses[0].state.terminated is None:
         return None
-    state: dict[str, Any] = client.ApiClient().sanitize_for_serialization(
-        statuses[0].state.terminated
-    )
-    return state
+    return to_dict(client.ApiClient(), statuses[0].state.terminated)
+
+
+def final_state(pod: Any) -> dict[str, Any]:
+    """The first container's terminated state as API JSON; fails the test if it has not ended."""
+    return present(terminated(pod), "the first container's terminated state")
 
 
 def pod_phase(core: client.CoreV1Api, namespace: str, name: str) -> str | None:

@@ -12,14 +12,15 @@ from kubernetes import client, watch
 from tests.cluster.conftest import Cluster
 from tests.cluster.kube import (
     create_job,
+    final_state,
     gated_program,
     job_condition,
     job_manifest,
     only_pod,
     pid_from,
+    present,
     process_is_gone,
     python_command,
-    terminated,
 )
 from tests.waiting import wait_for
 
@@ -53,11 +54,12 @@ def test_python_job_goes_pending_running_complete(
         what="Complete",
     )
     job = cluster.batch.read_namespaced_job("hello", namespace)
-    assert (job.status.succeeded, job.status.failed) == (1, None)
+    status = present(job.status, "the Job's status")
+    assert (status.succeeded, status.failed) == (1, None)
     pod = only_pod(cluster.core, namespace, "hello")
     assert pod.status.phase == "Succeeded"
-    assert terminated(pod)["exitCode"] == 0
-    assert terminated(pod)["reason"] == "Completed"
+    assert final_state(pod)["exitCode"] == 0
+    assert final_state(pod)["reason"] == "Completed"
     # The Job controller counted the pod and released it.
     assert "batch.kubernetes.io/job-tracking" not in (pod.metadata.finalizers or [])
 
@@ -75,7 +77,7 @@ def test_failing_command_fails_the_job_with_its_exit_code(cluster: Cluster, name
     assert failed.reason == "BackoffLimitExceeded"
     pod = only_pod(cluster.core, namespace, "fails")
     assert pod.status.phase == "Failed"
-    state = terminated(pod)
+    state = final_state(pod)
     assert state["exitCode"] == 3
     assert state["reason"] == "Error"
     assert state["message"] == "cannot reach the model"
@@ -92,7 +94,7 @@ def test_termination_message_file_is_reported(cluster: Cluster, namespace: str) 
         TIMEOUT,
         what="Failed",
     )
-    state = terminated(only_pod(cluster.core, namespace, "says-why"))
+    state = final_state(only_pod(cluster.core, namespace, "says-why"))
     assert (state["exitCode"], state["message"]) == (1, "run 42 failed: budget")
 
 
@@ -112,12 +114,7 @@ def test_deleting_a_running_job_kills_its_process(
 
     wait_for(lambda: process_is_gone(pid), TIMEOUT, what=f"process {pid} to be killed")
     wait_for(
-        lambda: (
-            pod_name
-            not in {p.metadata.name for p in cluster.core.list_namespaced_pod(namespace).items}
-        ),
-        TIMEOUT,
-        what="the pod to be gone",
+        lambda: pod_name not in _pod_names(cluster, namespace), TIMEOUT, what="the pod to be gone"
     )
 
 
@@ -156,7 +153,8 @@ def test_pods_quota_keeps_running_pods_at_the_cap(
         what="the quota controller to count the namespace",
     )
     # Every change of every pod from here on, to find how many were ever active at once.
-    start_version = cluster.core.list_namespaced_pod(namespace).metadata.resource_version
+    listed = present(cluster.core.list_namespaced_pod(namespace).metadata, "the list's metadata")
+    start_version = present(listed.resource_version, "the list's resourceVersion")
     peak = _PeakActivePods(cluster.core, namespace, start_version)
     create_job(
         cluster.batch,
@@ -175,21 +173,30 @@ def test_pods_quota_keeps_running_pods_at_the_cap(
     wait_for(
         lambda: job_condition(cluster.batch, namespace, "many", "Complete"), 120, what="Complete"
     )
-    assert cluster.batch.read_namespaced_job("many", namespace).status.succeeded == completions
+    job = cluster.batch.read_namespaced_job("many", namespace)
+    assert present(job.status, "the Job's status").succeeded == completions
     wait_for(
         lambda: len(peak.finished) == completions, TIMEOUT, what="the watch to see every pod end"
     )
     assert peak.stop() == cap
 
 
+def _name(pod: client.V1Pod) -> str:
+    return present(present(pod.metadata, "a pod's metadata").name, "a pod's name")
+
+
+def _pod_names(cluster: Cluster, namespace: str) -> set[str]:
+    return {_name(p) for p in cluster.core.list_namespaced_pod(namespace).items}
+
+
 def _running(cluster: Cluster, namespace: str) -> list[str]:
     pods = cluster.core.list_namespaced_pod(namespace).items
-    return [p.metadata.name for p in pods if p.status.phase == "Running"]
+    return [_name(p) for p in pods if present(p.status, "a pod's status").phase == "Running"]
 
 
 def _quota_refusals(cluster: Cluster, namespace: str) -> list[str]:
     events = cluster.core.list_namespaced_event(namespace, field_selector="reason=FailedCreate")
-    return [e.message for e in events.items if "exceeded quota" in (e.message or "")]
+    return [e.message for e in events.items if e.message and "exceeded quota" in e.message]
 
 
 class _PeakActivePods:

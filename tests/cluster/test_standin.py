@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -15,15 +17,16 @@ from tests.cluster.conftest import Cluster
 from tests.cluster.kube import (
     create_job,
     create_pod,
+    final_state,
     gated_program,
     job_condition,
     job_manifest,
     only_pod,
     pid_from,
     pod_phase,
+    present,
     process_is_gone,
     python_command,
-    terminated,
 )
 from tests.waiting import wait_for
 
@@ -41,8 +44,8 @@ _PRINT_ENV = (
 
 
 def _pod(
-    name: str, command: list[str], env: list[dict[str, object]], **container: object
-) -> dict[str, object]:
+    name: str, command: list[str], env: Sequence[Mapping[str, object]], **container: object
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -70,7 +73,7 @@ def test_pod_environment_is_resolved_like_the_kubelet(cluster: Cluster, namespac
             metadata=client.V1ObjectMeta(name="settings"), data={"model": "tiny", "level": "debug"}
         ),
     )
-    env = [
+    env: list[dict[str, object]] = [
         {"name": "WHO", "value": "agents"},
         {"name": "GREETING", "value": "hello $(WHO), $$(WHO) stays"},
         {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "llm", "key": "token"}}},
@@ -92,7 +95,7 @@ def test_pod_environment_is_resolved_like_the_kubelet(cluster: Cluster, namespac
         what="Succeeded",
     )
     pod = cluster.core.read_namespaced_pod("env-check", namespace)
-    report = json.loads(terminated(pod)["message"])
+    report = json.loads(final_state(pod)["message"])
     assert report == {
         "GREETING": "hello agents, $(WHO) stays",
         "WHO": "agents",
@@ -111,7 +114,7 @@ def test_missing_secret_holds_the_pod_until_it_exists(cluster: Cluster, namespac
 
     def waiting_reason() -> str | None:
         pod = cluster.core.read_namespaced_pod("waits", namespace)
-        statuses = pod.status.container_statuses or []
+        statuses = present(pod.status, "the pod's status").container_statuses or []
         state = statuses[0].state if statuses else None
         return state.waiting.reason if state and state.waiting else None
 
@@ -148,7 +151,7 @@ def test_restarted_standin_adopts_a_running_process(
         TIMEOUT,
         what="Failed",
     )
-    state = terminated(only_pod(cluster.core, namespace, "survivor"))
+    state = final_state(only_pod(cluster.core, namespace, "survivor"))
     assert (state["exitCode"], state["reason"]) == (7, "Error")
 
 
@@ -177,7 +180,7 @@ def test_process_lost_while_standin_was_down_fails_its_pod(
     wait_for(
         lambda: job_condition(cluster.batch, namespace, "lost", "Failed"), TIMEOUT, what="Failed"
     )
-    state = terminated(only_pod(cluster.core, namespace, "lost"))
+    state = final_state(only_pod(cluster.core, namespace, "lost"))
     assert (state["exitCode"], state["reason"]) == (137, "ContainerStatusUnknown")
 
 
@@ -209,7 +212,7 @@ def test_on_failure_restarts_the_process_until_it_succeeds(
         "sys.exit(1)\n"
     )
     manifest = _pod("retries", program, [])
-    manifest["spec"]["restartPolicy"] = "OnFailure"  # type: ignore[index]
+    manifest["spec"]["restartPolicy"] = "OnFailure"
     create_pod(cluster.core, namespace, manifest)
 
     # The first restart waits out the kubelet's initial back-off of 10 s.
@@ -218,7 +221,10 @@ def test_on_failure_restarts_the_process_until_it_succeeds(
         TIMEOUT,
         what="Succeeded",
     )
-    status = cluster.core.read_namespaced_pod("retries", namespace).status.container_statuses[0]
-    assert status.restart_count == 1
-    assert status.last_state.terminated.exit_code == 1
-    assert status.state.terminated.exit_code == 0
+    pod = cluster.core.read_namespaced_pod("retries", namespace)
+    statuses = present(present(pod.status, "the pod's status").container_statuses, "statuses")
+    assert statuses[0].restart_count == 1
+    last = present(statuses[0].last_state, "the container's last state")
+    assert present(last.terminated, "the first run's end").exit_code == 1
+    now = present(statuses[0].state, "the container's state")
+    assert present(now.terminated, "the second run's end").exit_code == 0

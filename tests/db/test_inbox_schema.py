@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -139,8 +140,8 @@ def test_check_constraints_refuse_impossible_rows(
     params = ", ".join(f":{c}" for c in values)
     with pytest.raises(IntegrityError) as refused, db.begin() as conn:
         conn.execute(text(f"INSERT INTO agent_inbox_items ({columns}) VALUES ({params})"), values)
-    assert refused.value.orig is not None
-    assert getattr(refused.value.orig.diag, "constraint_name", None) == constraint
+    assert isinstance(refused.value.orig, psycopg.Error)
+    assert refused.value.orig.diag.constraint_name == constraint
 
 
 def test_a_valid_replied_row_is_accepted(db: Engine) -> None:

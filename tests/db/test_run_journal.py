@@ -54,7 +54,7 @@ def _claimed_run(engine: Engine, now: datetime = NOW) -> tuple[int, int]:
 def test_closed_durable_lock_refuses_and_writes_no_row(
     db: Engine, overrides: dict[str, object], reasons: tuple[str, ...]
 ) -> None:
-    agent_id = make_agent(db, **overrides)
+    agent_id = make_agent(db, owner=None, **overrides)
     with pytest.raises(StartRefused) as refused:
         _enqueue(db, agent_id)
     assert refused.value.reasons == reasons

@@ -284,7 +284,7 @@ class _Tree(_Strict):
     children: list[_Tree] = Field(max_length=2)
 
 
-REFUSED = [
+REFUSED: list[tuple[type[BaseModel], str]] = [
     (_UnboundedString, "name: a string needs a max_length"),
     (_UnboundedList, "names: a list needs a max_length"),
     (_UnicodePattern, "code: pattern '^\\\\d+$' uses a shorthand class"),

@@ -30,9 +30,9 @@ APPLY_PATCH = "application/apply-patch+yaml"
 def impersonating(kubeconfig: Path, user: str, group: str | None = None) -> client.ApiClient:
     """A client that acts as `user` (in `group`), through the admin's impersonate right."""
     impersonated = api_client(kubeconfig)
-    impersonated.set_default_header("Impersonate-User", user)
+    impersonated.default_headers["Impersonate-User"] = user
     if group is not None:
-        impersonated.set_default_header("Impersonate-Group", group)
+        impersonated.default_headers["Impersonate-Group"] = group
     return impersonated
 
 
@@ -92,7 +92,7 @@ class Achilles:
     def patch(
         self, kind: str, name: str, patch: dict[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
-        return self._call(
+        patched: dict[str, Any] = self._call(
             "patch",
             kind,
             namespace,
@@ -101,9 +101,10 @@ class Achilles:
             field_validation="Strict",
             _content_type=MERGE_PATCH,
         )
+        return patched
 
     def replace(self, manifest: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        return self._call(
+        replaced: dict[str, Any] = self._call(
             "replace",
             manifest["kind"],
             namespace,
@@ -111,6 +112,7 @@ class Achilles:
             body=manifest,
             field_validation="Strict",
         )
+        return replaced
 
     def patch_status(
         self, kind: str, name: str, status: dict[str, Any], namespace: str | None = None
@@ -126,7 +128,8 @@ class Achilles:
         return result
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        return self._call("get", kind, namespace, name=name)
+        found: dict[str, Any] = self._call("get", kind, namespace, name=name)
+        return found
 
     def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
         try:

@@ -18,10 +18,12 @@ from kubernetes import client
 from achilles.db import migrate
 from achilles.db.session import make_engine
 from achilles.local.chart import CHART_DIR
+from achilles.local.kube import to_dict
 from achilles.local.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
 from tests.cluster.install.conftest import RELEASE, RELEASE_NAMESPACE, Release
+from tests.cluster.kube import present
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -248,24 +250,28 @@ def test_install_created_what_the_chart_promises(
     for path in sorted((REPO / "crds").glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         served = extensions.read_custom_resource_definition(crd["metadata"]["name"])
-        served_schema = cluster.api.sanitize_for_serialization(
-            served.spec.versions[0].var_schema.open_apiv3_schema
-        )
+        validation = present(served.spec.versions[0].var_schema, "the served version's schema")
+        served_schema = to_dict(cluster.api, validation.open_apiv3_schema)
         assert served_schema == crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-        assert any(c.type == "Established" and c.status == "True" for c in served.status.conditions)
+        conditions = present(served.status, "the CRD's status").conditions or []
+        assert any(c.type == "Established" and c.status == "True" for c in conditions)
 
     core = client.CoreV1Api(cluster.api)
     quota = core.read_namespaced_resource_quota("achilles-runs", "achilles-runs")
-    assert quota.spec.hard == {"pods": "4"}
+    assert present(quota.spec, "the quota's spec").hard == {"pods": "4"}
     limits = core.read_namespaced_limit_range("achilles-runs", "achilles-runs")
-    assert limits.spec.limits[0].default_request == {"cpu": "100m", "memory": "256Mi"}
+    limit = present(limits.spec, "the limit range's spec").limits[0]
+    assert limit.default_request == {"cpu": "100m", "memory": "256Mi"}
 
     platform = admin_api.get("AgentPlatform", "default")
     assert platform["spec"]["maxConcurrency"] == 4
     assert platform["spec"]["timezone"] == "UTC"
 
     admission = client.AdmissionregistrationV1Api(cluster.api)
-    policies = {p.metadata.name for p in admission.list_validating_admission_policy().items}
+    policies = {
+        present(p.metadata, "a policy's metadata").name
+        for p in admission.list_validating_admission_policy().items
+    }
     assert {"achilles-admin-paused", "achilles-single-default-model"} <= policies
 
 
@@ -277,7 +283,7 @@ def test_install_ran_the_migration_hook(cluster: Cluster, achilles_release: Rele
         engine.dispose()
     # hook-succeeded: the Job is gone once it completed.
     jobs = client.BatchV1Api(cluster.api).list_namespaced_job(RELEASE_NAMESPACE).items
-    assert [job.metadata.name for job in jobs] == []
+    assert [present(job.metadata, "a Job's metadata").name for job in jobs] == []
 
 
 def test_operator_objects_are_accepted_by_the_api_server(
@@ -298,6 +304,12 @@ def test_operator_objects_are_accepted_by_the_api_server(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "deployment.apps/achilles-operator serverside-applied (server dry run)" in result.stdout
+
+
+def _quota_hard_in_status(core: client.CoreV1Api) -> dict[str, str] | None:
+    """The hard limits the quota controller last computed for the runs' quota."""
+    quota = core.read_namespaced_resource_quota("achilles-runs", "achilles-runs")
+    return present(quota.status, "the quota's status").hard
 
 
 def release_history(release: Release) -> str:
@@ -323,7 +335,7 @@ def test_upgrade_changes_quota_and_platform(
         assert history[-1]["status"] == "deployed"
         assert release_values(achilles_release)["maxConcurrency"] == 6
         quota = core.read_namespaced_resource_quota("achilles-runs", "achilles-runs")
-        assert quota.spec.hard == {"pods": "6"}
+        assert present(quota.spec, "the quota's spec").hard == {"pods": "6"}
         platform = admin_api.get("AgentPlatform", "default")
         assert (platform["spec"]["maxConcurrency"], platform["spec"]["timezone"]) == (
             6,
@@ -331,10 +343,7 @@ def test_upgrade_changes_quota_and_platform(
         )
         # The quota controller recomputes usage against the new hard limit.
         wait_for(
-            lambda: (
-                core.read_namespaced_resource_quota("achilles-runs", "achilles-runs").status.hard
-                == {"pods": "6"}
-            ),
+            lambda: _quota_hard_in_status(core) == {"pods": "6"},
             timeout=30,
             what="the quota's status to show the new limit",
         )

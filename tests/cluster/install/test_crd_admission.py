@@ -40,7 +40,7 @@ def pydantic_verdict(manifest: dict[str, Any]) -> str | None:
 
 def unique(case: Case) -> dict[str, Any]:
     """The case's manifest under a name no other test uses (except the singleton)."""
-    manifest = yaml.safe_load(yaml.safe_dump(case.manifest))
+    manifest: dict[str, Any] = yaml.safe_load(yaml.safe_dump(case.manifest))
     if case.kind != "AgentPlatform":
         manifest["metadata"]["name"] = f"{case.name}-{uuid.uuid4().hex[:6]}"
     return manifest
