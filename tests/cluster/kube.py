@@ -10,6 +10,7 @@ from kubernetes import client
 
 from achilles.local.kube import to_dict
 from achilles.local.processes import reference
+from tests.waiting import wait_for
 
 T = TypeVar("T")
 
@@ -127,3 +128,11 @@ def process_is_gone(pid: int) -> bool:
 def termination_json(pod: Any) -> Any:
     state = terminated(pod)
     return json.loads(state["message"]) if state and state.get("message") else None
+
+
+def failed_job_state(
+    batch: client.BatchV1Api, core: client.CoreV1Api, namespace: str, job: str, timeout: float
+) -> dict[str, Any]:
+    """Wait for the Job to fail, then return its only pod's final container state."""
+    wait_for(lambda: job_condition(batch, namespace, job, "Failed"), timeout, what="Failed")
+    return final_state(only_pod(core, namespace, job))

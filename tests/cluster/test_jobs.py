@@ -12,6 +12,7 @@ from kubernetes import client, watch
 from tests.cluster.conftest import Cluster
 from tests.cluster.kube import (
     create_job,
+    failed_job_state,
     final_state,
     gated_program,
     job_condition,
@@ -89,12 +90,7 @@ def test_termination_message_file_is_reported(cluster: Cluster, namespace: str) 
     )
     create_job(cluster.batch, namespace, job_manifest("says-why", command))
 
-    wait_for(
-        lambda: job_condition(cluster.batch, namespace, "says-why", "Failed"),
-        TIMEOUT,
-        what="Failed",
-    )
-    state = final_state(only_pod(cluster.core, namespace, "says-why"))
+    state = failed_job_state(cluster.batch, cluster.core, namespace, "says-why", TIMEOUT)
     assert (state["exitCode"], state["message"]) == (1, "run 42 failed: budget")
 
 

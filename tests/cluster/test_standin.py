@@ -17,6 +17,7 @@ from tests.cluster.conftest import Cluster
 from tests.cluster.kube import (
     create_job,
     create_pod,
+    failed_job_state,
     final_state,
     gated_program,
     job_condition,
@@ -146,12 +147,7 @@ def test_restarted_standin_adopts_a_running_process(
     wait_for(lambda: process_is_gone(pid), TIMEOUT, what="the process to finish")
     cluster.stack.up()
 
-    wait_for(
-        lambda: job_condition(cluster.batch, namespace, "survivor", "Failed"),
-        TIMEOUT,
-        what="Failed",
-    )
-    state = final_state(only_pod(cluster.core, namespace, "survivor"))
+    state = failed_job_state(cluster.batch, cluster.core, namespace, "survivor", TIMEOUT)
     assert (state["exitCode"], state["reason"]) == (7, "Error")
 
 
@@ -177,10 +173,7 @@ def test_process_lost_while_standin_was_down_fails_its_pod(
     wait_for(lambda: process_is_gone(pid), TIMEOUT, what="the process to die")
     cluster.stack.up()
 
-    wait_for(
-        lambda: job_condition(cluster.batch, namespace, "lost", "Failed"), TIMEOUT, what="Failed"
-    )
-    state = final_state(only_pod(cluster.core, namespace, "lost"))
+    state = failed_job_state(cluster.batch, cluster.core, namespace, "lost", TIMEOUT)
     assert (state["exitCode"], state["reason"]) == (137, "ContainerStatusUnknown")
 
 
