@@ -195,3 +195,8 @@ def test_updated_at_trigger_moves_on_update(db: Engine) -> None:
 def test_platform_settings_singleton_exists_after_migration(db_engine: Engine) -> None:
     with db_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM platform_settings")).scalar_one() == 1
+
+
+def test_the_migration_history_has_a_single_head() -> None:
+    # A second head means two branches that the next migration cannot both follow.
+    assert migrate.head_revisions() == {"0004_single_head"}

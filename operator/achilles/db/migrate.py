@@ -1,7 +1,7 @@
 """Schema migrations, applied programmatically so the CLI and the chart's Job share one path.
 
-Feature areas (inbox, knowledge store) add their own revisions on top of
-`0001_engine`; we upgrade to `heads`, so independent branches apply together.
+We upgrade to `heads`, so a branch that has not been merged yet still applies;
+`tests/db/test_schema.py` keeps the released history at a single head.
 """
 
 from __future__ import annotations
