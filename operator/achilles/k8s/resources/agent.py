@@ -24,7 +24,6 @@ from achilles.k8s.resources.common import (
     ResourceName,
     SpecModel,
     StatusModel,
-    check_unique_condition_types,
     drop_nulls,
 )
 
@@ -183,8 +182,6 @@ class AgentStatus(StatusModel):
         description="The achilles.io/run-requested-at value last turned into a run request.",
     )
     kopf: dict[str, Any] | None = KOPF_STATE_FIELD
-
-    _unique_conditions = field_validator("conditions")(check_unique_condition_types)
 
 
 class AgentResource(CustomResource):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from achilles.k8s.resources.common import (
     KOPF_STATE_FIELD,
@@ -20,7 +20,6 @@ from achilles.k8s.resources.common import (
     ResourceName,
     SpecModel,
     StatusModel,
-    check_unique_condition_types,
 )
 
 # OpenAI-compatible endpoint; any non-blank URL text after the scheme.
@@ -69,8 +68,6 @@ class AgentModelStatus(StatusModel):
     conditions: Conditions = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
     kopf: dict[str, Any] | None = KOPF_STATE_FIELD
-
-    _unique_conditions = field_validator("conditions")(check_unique_condition_types)
 
 
 class AgentModelResource(CustomResource):

@@ -21,7 +21,6 @@ from achilles.k8s.resources.common import (
     ObjectMeta,
     SpecModel,
     StatusModel,
-    check_unique_condition_types,
 )
 
 SINGLETON_NAME = "default"
@@ -100,8 +99,6 @@ class AgentPlatformStatus(StatusModel):
     conditions: Conditions = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
     kopf: dict[str, Any] | None = KOPF_STATE_FIELD
-
-    _unique_conditions = field_validator("conditions")(check_unique_condition_types)
 
 
 class AgentPlatformResource(CustomResource):

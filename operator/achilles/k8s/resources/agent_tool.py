@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from achilles.k8s.resources.common import (
     KOPF_STATE_FIELD,
@@ -17,7 +17,6 @@ from achilles.k8s.resources.common import (
     CustomResource,
     SpecModel,
     StatusModel,
-    check_unique_condition_types,
 )
 
 IMPLEMENTATION_PATTERN = r"^[a-z][a-z0-9_.-]*$"
@@ -50,8 +49,6 @@ class AgentToolStatus(StatusModel):
     conditions: Conditions = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
     kopf: dict[str, Any] | None = KOPF_STATE_FIELD
-
-    _unique_conditions = field_validator("conditions")(check_unique_condition_types)
 
 
 class AgentToolResource(CustomResource):

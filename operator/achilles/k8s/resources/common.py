@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 API_GROUP = "achilles.io"
@@ -95,6 +95,14 @@ class Condition(StatusModel):
     message: str = Field(default="", max_length=MAX_MESSAGE_LENGTH)
 
 
+def _unique_condition_types(conditions: list[Condition]) -> list[Condition]:
+    types = [condition.type for condition in conditions]
+    duplicates = sorted({kind for kind in types if types.count(kind) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate condition type(s): {', '.join(duplicates)}")
+    return conditions
+
+
 Conditions = Annotated[
     list[Condition],
     Field(
@@ -102,15 +110,9 @@ Conditions = Annotated[
         # One entry per type, merged by type under server-side apply.
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     ),
+    # The list-map's key is unique on the API server; pydantic holds it to the same.
+    AfterValidator(_unique_condition_types),
 ]
-
-
-def check_unique_condition_types(conditions: list[Condition]) -> list[Condition]:
-    types = [condition.type for condition in conditions]
-    duplicates = sorted({kind for kind in types if types.count(kind) > 1})
-    if duplicates:
-        raise ValueError(f"duplicate condition type(s): {', '.join(duplicates)}")
-    return conditions
 
 
 # kopf keeps its own bookkeeping under status.kopf; its shape is kopf's business, so it
