@@ -137,12 +137,13 @@ def find_drift(root: Path) -> list[Drift]:
 
 def write(root: Path) -> list[Path]:
     """Write every generated file and remove stale ones; returns what changed."""
+    expected = expected_files(root)
     changed: list[Path] = []
     for item in find_drift(root):
         if item.problem == "not generated":
             item.path.unlink()
         else:
             item.path.parent.mkdir(parents=True, exist_ok=True)
-            item.path.write_text(expected_files(root)[item.path])
+            item.path.write_text(expected[item.path])
         changed.append(item.path)
     return changed
