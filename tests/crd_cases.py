@@ -9,9 +9,15 @@ drift apart unnoticed. Each invalid case names the field its error message must 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from achilles.errors import InvalidInputError
+from achilles.k8s.resources import parse_manifest
+
 API_VERSION = "achilles.io/v1alpha1"
+# The manifests of examples/ (not its subdirectories): both tiers hold them to the CRDs.
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,15 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 def _manifest(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def pydantic_verdict(manifest: dict[str, Any]) -> str | None:
+    """None if the models accept `manifest`, else their one-line error."""
+    try:
+        parse_manifest(manifest)
+    except InvalidInputError as error:
+        return str(error)
+    return None
 
 
 def schedule(**fields: Any) -> dict[str, Any]:

@@ -22,9 +22,7 @@ from achilles.k8s.resources import (
     parse_manifest,
 )
 from achilles.k8s.resources.common import Condition
-from tests.crd_cases import INVALID, VALID, Case, agent
-
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+from tests.crd_cases import EXAMPLES, INVALID, VALID, Case, agent
 
 
 @pytest.mark.parametrize("case", VALID, ids=lambda case: case.id)

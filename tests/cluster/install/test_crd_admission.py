@@ -8,34 +8,27 @@ AgentModel is the default.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from achilles.errors import InvalidInputError
-from achilles.k8s.resources import AgentStatus, parse_manifest
-from achilles.local.versions import bin_dir
-from tests.cluster.conftest import Cluster
+from achilles.k8s.resources import AgentStatus
 from tests.cluster.install.api import Achilles, rejection, verdict
 from tests.cluster.install.conftest import POLICY_MESSAGE, Release
-from tests.crd_cases import INVALID, VALID, Case, agent, agent_model
+from tests.crd_cases import (
+    EXAMPLES,
+    INVALID,
+    VALID,
+    Case,
+    agent,
+    agent_model,
+    pydantic_verdict,
+)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-
-EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
-
-
-def pydantic_verdict(manifest: dict[str, Any]) -> str | None:
-    try:
-        parse_manifest(manifest)
-    except InvalidInputError as error:
-        return str(error)
-    return None
 
 
 def unique(case: Case) -> dict[str, Any]:
@@ -86,9 +79,9 @@ def test_at_least_twenty_invalid_manifests_across_every_kind() -> None:
 
 
 def test_examples_apply_and_show_in_kubectl_get(
-    cluster: Cluster, admin_api: Achilles, achilles_release: Release, namespace: str
+    admin_api: Achilles, achilles_release: Release, namespace: str
 ) -> None:
-    kubectl = [str(bin_dir() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
+    kubectl = achilles_release.install.kubectl
     documents = [yaml.safe_load(path.read_text()) for path in EXAMPLES]
     applied: list[dict[str, Any]] = []
     try:
@@ -101,10 +94,7 @@ def test_examples_apply_and_show_in_kubectl_get(
             stored = admin_api.apply(document, namespace, dry_run=chart_owned)
             if not chart_owned:
                 applied.append(stored)
-        table = subprocess.run(
-            [*kubectl, "get", "agents", "-n", namespace, "--sort-by=.metadata.name"],
-            capture_output=True, text=True, check=True,
-        ).stdout.splitlines()  # fmt: skip
+        table = kubectl("get", "agents", "-n", namespace, "--sort-by=.metadata.name").splitlines()
         header = table[0].split()
         assert header == [
             "NAME", "OWNER", "ENABLED", "ADMIN-PAUSED", "MODEL", "SCHEDULE", "NEXT-RUN",
@@ -112,10 +102,7 @@ def test_examples_apply_and_show_in_kubectl_get(
         ]  # fmt: skip
         assert table[1].split()[:5] == ["inbox-triage", "bob", "true", "false", "gpt-small"]
         assert table[2].split()[:5] == ["weekly-digest", "alice", "true", "false", "gpt-small"]
-        short = subprocess.run(
-            [*kubectl, "get", "ag,agm,agt,agp", "-A", "-o", "name"],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+        short = kubectl("get", "ag,agm,agt,agp", "-A", "-o", "name")
         assert "agent.achilles.io/weekly-digest" in short
         assert "agentmodel.achilles.io/gpt-small" in short
         assert "agenttool.achilles.io/inbox" in short

@@ -14,11 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from achilles.errors import InvalidInputError
-from achilles.k8s.resources import parse_manifest
 from tests.cluster.install.api import Achilles, verdict
 from tests.cluster.install.conftest import Release
-from tests.crd_cases import agent
+from tests.crd_cases import agent, pydantic_verdict
 
 pytestmark = pytest.mark.cluster
 
@@ -55,14 +53,6 @@ def agent_specs(draw: st.DrawFn) -> dict[str, Any]:
     return spec
 
 
-def pydantic_accepts(manifest: dict[str, Any]) -> bool:
-    try:
-        parse_manifest(manifest)
-    except InvalidInputError:
-        return False
-    return True
-
-
 @settings(
     max_examples=300,
     deadline=None,
@@ -75,7 +65,7 @@ def test_api_server_and_pydantic_agree(
 ) -> None:
     manifest = agent(f"prop-{uuid.uuid4().hex[:8]}", **spec)
     server = verdict(lambda: admin_api.create(manifest, "default", dry_run=True))
-    local = pydantic_accepts(manifest)
+    local = pydantic_verdict(manifest) is None
     assert (server is None) == local, (
         f"API server {'accepts' if server is None else 'rejects: ' + server}; "
         f"pydantic {'accepts' if local else 'rejects'}: {spec}"
