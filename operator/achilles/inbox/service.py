@@ -12,14 +12,14 @@ note it returns (if any) to the run's opening messages.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from achilles.db import inbox as inbox_db
 from achilles.db import inbox_replies, inbox_settings
-from achilles.domain.inbox import Board, InboxItem, ItemState, ReplyChannel, ReplyKind
+from achilles.domain.inbox import InboxItem, ReplyChannel, ReplyKind
 from achilles.domain.inbox_wake import InboxSettings, should_request_run
 from achilles.errors import NotFound
 from achilles.inbox.presentation import pending_replies_message
@@ -76,74 +76,18 @@ def reply(
     )
 
 
-def ask(
-    session: Session,
-    agent_id: int,
-    key: str,
-    question: str,
-    context: str | None = None,
-    state: ItemState = ItemState.BLOCKED,
-) -> AskResult:
-    """Ask a human (or track a dependency) under a stable key; same key, same row."""
-    return inbox_db.ask(session, agent_id, key, question, context, state)
-
-
-def advance(
-    session: Session,
-    item_id: int,
-    *,
-    expected_revision: int,
-    board_version: int,
-    target: ItemState,
-    context: str | None = None,
-) -> AdvanceResult:
-    """`board_advance`: compare-and-swap on the item's revision and the board version."""
-    return inbox_db.board_advance(
-        session,
-        item_id,
-        expected_revision=expected_revision,
-        board_version=board_version,
-        target=target,
-        context=context,
-    )
-
-
-def take_reply(session: Session, item_id: int) -> InboxItem | None:
-    """Take one item's unprocessed reply (idempotent); None when there is none."""
-    return inbox_replies.take_reply(session, item_id)
-
-
-def acknowledge(session: Session, item_id: int, reply_serial: int, outcome: str) -> AckResult:
-    return inbox_replies.acknowledge(session, item_id, reply_serial, outcome)
-
-
-def board(session: Session, agent_id: int) -> Board:
-    return inbox_db.read_board(session, agent_id)
-
-
-def get_item(session: Session, item_id: int) -> tuple[InboxItem, int]:
-    """An item and its board's version, from one snapshot."""
-    return inbox_db.get_item_and_board_version(session, item_id)
-
-
-def list_items(
-    session: Session,
-    *,
-    owner_key: str | None = None,
-    agent_id: int | None = None,
-    states: Sequence[ItemState] = (),
-    unprocessed_only: bool = False,
-    limit: int = 200,
-) -> list[ItemListing]:
-    """Items for people to look at, oldest first, with their agent's name and owner."""
-    return inbox_db.list_items(
-        session,
-        owner_key=owner_key,
-        agent_id=agent_id,
-        states=states,
-        unprocessed_only=unprocessed_only,
-        limit=limit,
-    )
+# Acts the SQL decides on its own: `achilles.db.inbox*`'s functions under this
+# layer's names (their docstrings there), so signatures and defaults are written once.
+ask = inbox_db.ask
+advance = inbox_db.board_advance
+take_reply = inbox_replies.take_reply
+acknowledge = inbox_replies.acknowledge
+board = inbox_db.read_board
+get_item = inbox_db.get_item_and_board_version
+list_items = inbox_db.list_items
+pending_replies = inbox_replies.answered_unprocessed
+take_pending_replies = inbox_replies.take_unprocessed
+set_wake_on_reply = inbox_settings.set_wake_on_reply
 
 
 def get_listing(session: Session, item_id: int) -> ItemListing:
@@ -151,19 +95,6 @@ def get_listing(session: Session, item_id: int) -> ItemListing:
     if not found:
         raise NotFound(f"inbox item {item_id} does not exist")
     return found[0]
-
-
-def pending_replies(session: Session, agent_id: int) -> list[InboxItem]:
-    """Answered but not processed (taken or not), oldest reply first; reads only."""
-    return inbox_replies.answered_unprocessed(session, agent_id)
-
-
-def take_pending_replies(session: Session, agent_id: int) -> list[InboxItem]:
-    """Take every answered-but-not-processed reply, to offer them to the agent.
-
-    Replies a crashed run took but never acknowledged are offered again.
-    """
-    return inbox_replies.take_unprocessed(session, agent_id)
 
 
 def offer_pending_replies(
@@ -179,10 +110,6 @@ def offer_pending_replies(
     with transaction() as session:
         items = take_pending_replies(session, agent_id)
     return pending_replies_message(items)
-
-
-def set_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> InboxSettings:
-    return inbox_settings.set_wake_on_reply(session, agent_id, enabled)
 
 
 def wake_settings(session: Session, agent_id: int) -> InboxSettings:
