@@ -26,9 +26,10 @@ stored but visible to nobody.
 
 from __future__ import annotations
 
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from achilles.domain.schedule.timezones import load_timezone
+from achilles.errors import UnknownTimezoneError
 
 _Key = Field(min_length=1, max_length=200, pattern=r"^\S(.*\S)?$")
 
@@ -46,8 +47,8 @@ class UserEntry(_Strict):
     def _known_zone(cls, value: str | None) -> str | None:
         if value is not None:
             try:
-                ZoneInfo(value)
-            except (ZoneInfoNotFoundError, ValueError) as exc:
+                load_timezone(value)
+            except UnknownTimezoneError as exc:
                 raise ValueError(f"unknown IANA timezone {value!r}") from exc
         return value
 

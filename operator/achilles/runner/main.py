@@ -32,11 +32,12 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from achilles.db.run_database import RunDatabase
 from achilles.domain.run_spec import RunSpec
 from achilles.domain.runs import FailReason
+from achilles.domain.schedule.timezones import load_timezone
+from achilles.errors import UnknownTimezoneError
 from achilles.llm.chat import OpenAIChatModel
 from achilles.runner.config import API_KEY_ENV, RunnerConfig
 from achilles.runner.heartbeat import Heartbeat
@@ -145,8 +146,8 @@ def _refusal(spec: RunSpec, config: RunnerConfig) -> str | None:
             "(check the AgentModel's apiKeySecretRef and the Job's environment)"
         )
     try:
-        ZoneInfo(spec.owner_timezone)
-    except (ZoneInfoNotFoundError, ValueError):
+        load_timezone(spec.owner_timezone)
+    except UnknownTimezoneError:
         return f"the owner's timezone {spec.owner_timezone!r} is not a known IANA time zone"
     return None
 
@@ -185,7 +186,7 @@ def _execute(
         run_id=spec.run_id,
         agent_id=spec.agent_id,
         owner_user_id=spec.owner_user_id,
-        owner_timezone=ZoneInfo(spec.owner_timezone),
+        owner_timezone=load_timezone(spec.owner_timezone),
         knowledge=database.knowledge_store(),
         transaction=database.transaction,
         now=lambda: datetime.now(UTC),
