@@ -10,7 +10,7 @@ import logging
 
 import click
 
-from achilles.cli.common import database_url_option
+from achilles.cli.common import CommandFailed, database_url_option
 from achilles.runner.config import (
     API_KEY_ENV,
     DEFAULT_HEARTBEAT_SECONDS,
@@ -86,5 +86,5 @@ def runner(
         code = run(config)
     except AchillesError as exc:
         # Before the claim (no database, bad configuration): nothing was written.
-        raise click.ClickException(str(exc)) from exc
+        raise CommandFailed(str(exc)) from exc
     raise SystemExit(code)
