@@ -21,7 +21,7 @@ from achilles.db.agents import create_agent
 from achilles.db.models import AgentModel, AgentRun, AgentToolLink, Tool
 from achilles.domain.runs import RunTrigger
 from achilles.modelserver.script import Script, parse_script
-from achilles.modelserver.server import ModelServer
+from achilles.modelserver.server import ModelServer, RecordedRequest
 
 ACHILLES = str(Path(sys.executable).with_name("achilles"))
 
@@ -167,3 +167,30 @@ def run_to_end(database_url: str, run_id: int, **options: Any) -> tuple[int, str
         return runner.wait(), runner.log
     finally:
         runner.kill()
+
+
+@dataclass(frozen=True)
+class ScriptedRun:
+    """A fresh agent's run against a scripted model, carried to its end."""
+
+    run_id: int
+    code: int
+    log: str
+    row: RunRow
+    requests: list[RecordedRequest]  # what the model server answered, in order
+
+
+def run_scripted(
+    engine: Engine,
+    database_url: str,
+    script: dict[str, Any] | Script,
+    *,
+    owner: str = "alice",
+    **runner_options: Any,
+) -> ScriptedRun:
+    """Serve `script`, queue a run of a new agent of `owner` on it, and run that to the end."""
+    with serving(script) as server:
+        run_id = queue_run(engine, owner=owner, model=add_model(engine, server))
+        code, log = run_to_end(database_url, run_id, **runner_options)
+        requests = server.recorded()
+    return ScriptedRun(run_id, code, log, run_row(engine, run_id), requests)

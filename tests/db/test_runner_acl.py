@@ -8,7 +8,7 @@ import json
 from sqlalchemy import Engine
 
 from tests.db.ks_fixtures import load_demo_knowledge
-from tests.db.runner_support import add_model, queue_run, run_row, run_to_end, serving
+from tests.db.runner_support import run_scripted
 
 
 def test_a_model_asking_for_another_owners_documents_gets_nothing(
@@ -44,19 +44,16 @@ def test_a_model_asking_for_another_owners_documents_gets_nothing(
             },
         ]
     }
-    with serving(script) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id)
-        requests = server.recorded()
-    assert code == 0, log
+    run = run_scripted(db, database_url, script)
+    assert run.code == 0, run.log
 
-    row = run_row(db, run_id)
+    row = run.row
     assert row.state == "succeeded"
     assert row.output is not None
     assert "Zanzibar" not in row.output
     assert "salary" not in row.output
 
-    messages = requests[1].body["messages"]
+    messages = run.requests[1].body["messages"]
     tool_messages = [m for m in messages if m["role"] == "tool"]
     results = [json.loads(m["content"]) for m in tool_messages]
     assert results[0] == {"error": f"document {secret} not found"}
@@ -81,8 +78,6 @@ def test_the_same_script_as_the_documents_reader_does_see_it(db: Engine, databas
             {"when": {"turn": 1}, "reply": {"content": "${last_result:/title}"}},
         ]
     }
-    with serving(script) as server:
-        run_id = queue_run(db, owner="bob", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id)
-    assert code == 0, log
-    assert run_row(db, run_id).output == "Bob's salary review"
+    run = run_scripted(db, database_url, script, owner="bob")
+    assert run.code == 0, run.log
+    assert run.row.output == "Bob's salary review"

@@ -14,6 +14,7 @@ from tests.db.runner_support import (
     add_model,
     queue_run,
     run_row,
+    run_scripted,
     run_to_end,
     serving,
 )
@@ -50,11 +51,9 @@ def test_the_demo_agent_answers_from_the_onboarding_checklist(
 
 def test_the_adversarial_example_gets_nothing_of_bobs(db: Engine, database_url: str) -> None:
     _load_examples(database_url)
-    with serving(load_script(EXAMPLES / "model-scripts" / "adversary.yaml")) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id)
-    assert code == 0, log
-    output = run_row(db, run_id).output
+    run = run_scripted(db, database_url, load_script(EXAMPLES / "model-scripts" / "adversary.yaml"))
+    assert run.code == 0, run.log
+    output = run.row.output
     assert output is not None
     assert 'read: {"error": "document 4 not found"}' in output
     assert "salary" not in output.lower()

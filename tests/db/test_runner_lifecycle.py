@@ -19,6 +19,7 @@ from tests.db.runner_support import (
     add_model,
     queue_run,
     run_row,
+    run_scripted,
     run_to_end,
     serving,
 )
@@ -248,11 +249,9 @@ def test_the_api_key_comes_from_the_environment(db: Engine, database_url: str) -
 
 def test_the_run_timeout_fails_a_run_stuck_in_a_model_call(db: Engine, database_url: str) -> None:
     set_settings(db, agent_run_timeout_seconds=2)
-    with serving(SLOW_ANSWER) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id, model_timeout=120)
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, SLOW_ANSWER, model_timeout=120)
+    assert run.code == 0, run.log
+    row = run.row
     assert (row.state, row.reason) == ("failed", "error")
     assert row.error == "run timed out: it exceeded its limit of 2 s"
 

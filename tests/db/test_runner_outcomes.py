@@ -19,6 +19,7 @@ from tests.db.runner_support import (
     add_tool,
     queue_run,
     run_row,
+    run_scripted,
     run_to_end,
     serving,
 )
@@ -38,13 +39,9 @@ def _tool_results(request_body: dict[str, object]) -> list[str]:
 def test_the_demo_agent_searches_reads_and_answers(
     ks: KnowledgeFixture, db: Engine, database_url: str
 ) -> None:
-    with serving(load_script()) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id)
-        requests = server.recorded()
-
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, load_script())
+    assert run.code == 0, run.log
+    row, requests = run.row, run.requests
     assert (row.state, row.reason, row.error) == ("succeeded", None, None)
     assert row.output is not None
     assert row.output.startswith('From "Alice\'s onboarding notes"')
@@ -91,12 +88,9 @@ def test_tokens_are_the_exact_sum_of_reported_usage(
             },
         ]
     }
-    with serving(script) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id)
-        requests = server.recorded()
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, script)
+    assert run.code == 0, run.log
+    row, requests = run.row, run.requests
     assert (row.state, row.output, row.tokens_used) == (
         "succeeded",
         "done",
@@ -120,12 +114,9 @@ def test_the_iteration_cap_fails_the_run_and_counts_every_call(
             }
         ]
     }
-    with serving(script) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id)
-        requests = server.recorded()
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, script)
+    assert run.code == 0, run.log
+    row, requests = run.row, run.requests
     assert (row.state, row.reason, row.tokens_used) == ("failed", "iteration_cap", 30)
     assert row.error == "the model was still calling tools after 3 iterations"
     assert row.output is None
@@ -140,12 +131,9 @@ def test_http_500_from_the_model_fails_the_run_after_the_clients_retries(
             {"reply": {"error": {"status": 500, "message": "GPU on fire", "retry_after_ms": 5}}}
         ]
     }
-    with serving(script) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id, max_retries=2)
-        requests = server.recorded()
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, script, max_retries=2)
+    assert run.code == 0, run.log
+    row, requests = run.row, run.requests
     assert (row.state, row.reason, row.tokens_used) == ("failed", "error", 0)
     assert row.error is not None
     assert "HTTP 500" in row.error
@@ -168,11 +156,9 @@ def test_a_transient_500_is_retried_and_the_run_succeeds(
             },
         ]
     }
-    with serving(script) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id, max_retries=2)
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, script, max_retries=2)
+    assert run.code == 0, run.log
+    row = run.row
     assert (row.state, row.output, row.tokens_used) == ("succeeded", "recovered", 2)
 
 
@@ -180,12 +166,9 @@ def test_a_model_that_times_out_fails_the_run_after_retries(
     ks: KnowledgeFixture, db: Engine, database_url: str
 ) -> None:
     script = {"rules": [{"reply": {"content": "too late", "delay_seconds": 60}}]}
-    with serving(script) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id, model_timeout=0.5, max_retries=1)
-        requests = server.recorded()
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, script, model_timeout=0.5, max_retries=1)
+    assert run.code == 0, run.log
+    row, requests = run.row, run.requests
     assert (row.state, row.reason, row.tokens_used) == ("failed", "error", 0)
     assert row.error is not None
     assert "timed out" in row.error
@@ -228,12 +211,9 @@ def test_malformed_tool_arguments_are_fed_back_and_the_model_recovers(
             },
         ]
     }
-    with serving(script) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id)
-        requests = server.recorded()
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, script)
+    assert run.code == 0, run.log
+    row, requests = run.row, run.requests
     assert (row.state, row.output) == ("succeeded", "Read: Alice's onboarding notes")
     errors = [json.loads(_tool_results(r.body)[-1])["error"] for r in requests[1:4]]
     assert errors[0].startswith("invalid arguments for read_document: arguments: Invalid JSON")
@@ -286,11 +266,9 @@ def test_a_script_with_no_matching_rule_fails_the_run_with_the_servers_reason(
     ks: KnowledgeFixture, db: Engine, database_url: str
 ) -> None:
     script = {"rules": [{"when": {"contains": "never said"}, "reply": {"content": "x"}}]}
-    with serving(script) as server:
-        run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        code, log = run_to_end(database_url, run_id)
-    assert code == 0, log
-    row = run_row(db, run_id)
+    run = run_scripted(db, database_url, script)
+    assert run.code == 0, run.log
+    row = run.row
     assert (row.state, row.reason) == ("failed", "error")
     assert row.error is not None
     assert "HTTP 422" in row.error
