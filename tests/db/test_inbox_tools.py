@@ -100,42 +100,33 @@ def test_ask_reply_answered_acknowledge_advance(db: Engine, run_db: RunDatabase)
 
     board = _call(ctx, "inbox_board")
     item = board["items"][0]
-    refused = _call(
-        ctx,
-        "inbox_advance",
-        item_id=item["id"],
-        expected_revision=item["revision"],
-        board_version=board["board_version"],
-        state="done",
-    )
+
+    def advance_as_read(state: str) -> Any:
+        """`inbox_advance` with the revision and board version of the read above."""
+        return _call(
+            ctx,
+            "inbox_advance",
+            item_id=item["id"],
+            expected_revision=item["revision"],
+            board_version=board["board_version"],
+            state=state,
+        )
+
+    refused = advance_as_read("done")
     assert "unprocessed human reply" in refused["error"]
 
     ack = _call(ctx, "inbox_acknowledge", item_id=item["id"], reply_serial=1, outcome="Used it")
     assert ack["status"] == "acknowledged"
     assert _call(ctx, "inbox_answered") == {"answered": []}
 
-    moved = _call(
-        ctx,
-        "inbox_advance",
-        item_id=item["id"],
-        expected_revision=item["revision"],
-        board_version=board["board_version"],
-        state="done",
-    )
+    moved = advance_as_read("done")
     assert (moved["state"], moved["revision"], moved["board_version"]) == (
         "done",
         item["revision"] + 1,
         board["board_version"] + 1,
     )
 
-    stale = _call(
-        ctx,
-        "inbox_advance",
-        item_id=item["id"],
-        expected_revision=item["revision"],
-        board_version=board["board_version"],
-        state="tracked",
-    )
+    stale = advance_as_read("tracked")
     assert f"Current revision {item['revision'] + 1}" in stale["error"]
     assert f"current board_version {board['board_version'] + 1}" in stale["error"]
 
