@@ -16,10 +16,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.resources import KINDS
+from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import Scope
 from achilles.local.kube import api_client, json_body
 
-GROUP, VERSION = "achilles.io", "v1alpha1"
 PLURALS = {kind.kind: kind.plural for kind in KINDS}
 NAMESPACED = {kind.kind for kind in KINDS if kind.scope is Scope.NAMESPACED}
 FIELD_MANAGER = "achilles-tests"
@@ -43,7 +43,11 @@ class Achilles:
         self.custom = client.CustomObjectsApi(api)
 
     def _where(self, kind: str, namespace: str | None) -> dict[str, Any]:
-        where: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURALS[kind]}
+        where: dict[str, Any] = {
+            "group": API_GROUP,
+            "version": API_VERSION_NAME,
+            "plural": PLURALS[kind],
+        }
         if kind in NAMESPACED:
             if namespace is None:
                 raise ValueError(f"{kind} is namespaced; give a namespace")

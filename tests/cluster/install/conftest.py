@@ -21,7 +21,14 @@ import yaml
 from kubernetes import client
 
 from achilles.local import postgres
-from achilles.local.chart import CHART_DIR, ChartInstall
+from achilles.local.chart import (
+    CHART_DIR,
+    DATABASE_SECRET,
+    DATABASE_SECRET_KEY,
+    RELEASE,
+    RELEASE_NAMESPACE,
+    ChartInstall,
+)
 from achilles.local.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, impersonating, verdict
@@ -29,8 +36,6 @@ from tests.conftest import create_database, drop_database
 from tests.crd_cases import agent
 from tests.waiting import wait_for
 
-RELEASE = "achilles"
-RELEASE_NAMESPACE = "achilles-system"
 PORTAL_USER = "portal-bot"
 ADMIN_USER, ADMIN_GROUP = "ann-admin", "achilles-admins"
 POLICY_MESSAGE = "only members of achilles-admins may set or change spec.adminPaused"
@@ -62,7 +67,8 @@ def _create_database_secret(api: client.ApiClient, url: str) -> None:
     core.create_namespaced_secret(
         RELEASE_NAMESPACE,
         client.V1Secret(
-            metadata=client.V1ObjectMeta(name="achilles-database"), string_data={"url": url}
+            metadata=client.V1ObjectMeta(name=DATABASE_SECRET),
+            string_data={DATABASE_SECRET_KEY: url},
         ),
     )
 

@@ -17,12 +17,12 @@ from kubernetes import client
 
 from achilles.db import migrate
 from achilles.db.session import make_engine
-from achilles.local.chart import CHART_DIR
+from achilles.local.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE
 from achilles.local.kube import to_dict
 from achilles.local.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
-from tests.cluster.install.conftest import RELEASE, RELEASE_NAMESPACE, Release
+from tests.cluster.install.conftest import Release
 from tests.cluster.kube import present
 from tests.waiting import wait_for
 
