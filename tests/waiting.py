@@ -6,14 +6,16 @@ Usage::
 
 The predicate is polled until it returns something truthy, which is returned; on
 timeout the test fails with `what` and the last value seen, so a failure says what
-did not happen instead of hanging or passing by luck.
+did not happen instead of hanging or passing by luck. The polling loop is the local
+stack's own (`achilles.local.waiting.poll`); only the way of failing is the tests'.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from achilles.local.waiting import poll
 
 T = TypeVar("T")
 
@@ -29,14 +31,7 @@ def wait_for(
     what: str = "condition",
     interval: float = 0.05,
 ) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = predicate()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise WaitTimeout(
-                f"timed out after {timeout}s waiting for {what}; last value: {last!r}"
-            )
-        time.sleep(interval)  # poll interval, not synchronisation
+    last = poll(predicate, timeout=timeout, interval=interval)
+    if not last:
+        raise WaitTimeout(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+    return last

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from achilles.errors import LocalStackError
+from achilles.local.waiting import poll
 
 SUPERUSER = "postgres"
 _PG_ROOT = Path("/usr/lib/postgresql")
@@ -152,20 +152,13 @@ def ensure_running(data_dir: Path, port: int, *, durable: bool = True) -> LocalP
 
 def _wait_accepting(server: LocalPostgres) -> None:
     pg_isready = str(pg_bin_dir() / "pg_isready")
-    deadline = time.monotonic() + _READY_TIMEOUT_S
-    while True:
-        ready = subprocess.run(
-            [pg_isready, "-h", "127.0.0.1", "-p", str(server.port), "-U", SUPERUSER],
-            capture_output=True,
-            check=False,
-        )
-        if ready.returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            raise LocalStackError(
-                f"PostgreSQL on port {server.port} not ready; see {server.log_file}"
-            )
-        time.sleep(0.1)  # polling a readiness probe, not standing in for synchronisation
+    probe = [pg_isready, "-h", "127.0.0.1", "-p", str(server.port), "-U", SUPERUSER]
+
+    def accepting() -> bool:
+        return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+    if not poll(accepting, timeout=_READY_TIMEOUT_S, interval=0.1):
+        raise LocalStackError(f"PostgreSQL on port {server.port} not ready; see {server.log_file}")
 
 
 def stop(data_dir: Path) -> bool:

@@ -20,8 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from achilles.errors import LocalStackError
-from achilles.local.waiting import wait_until
+from achilles.local.waiting import poll, wait_until
 
 
 @dataclass(frozen=True)
@@ -117,10 +116,8 @@ def stop_group(ref: ProcessRef, *, grace: float = 10.0, what: str = "process") -
     """SIGTERM the group, SIGKILL it after `grace` seconds, and wait until the leader is gone."""
     if not signal_group(ref, signal.SIGTERM):
         return
-    try:
-        wait_until(lambda: not is_alive(ref), timeout=grace, what=f"{what} to exit")
-    except LocalStackError:  # did not exit in time: escalate
-        signal_group(ref, signal.SIGKILL)
+    if not poll(lambda: not is_alive(ref), timeout=grace, interval=0.1):
+        signal_group(ref, signal.SIGKILL)  # did not exit in time: escalate
         wait_until(lambda: not is_alive(ref), timeout=10.0, what=f"{what} to die on SIGKILL")
     # The leader is gone; take down any stragglers left in its group.
     with contextlib.suppress(ProcessLookupError, PermissionError):
