@@ -1,8 +1,8 @@
 """The achilles.io/v1alpha1 custom resources as pydantic models: the one source of truth.
 
 The CRDs in `crds/` (and the chart) are generated from these models by
-`achilles crds generate`; the operator reads manifests through them. Each kind has its
-own module; `kinds` lists them with their CRD names and printer columns.
+`achilles crds generate`; manifests are read through them (`parse_manifest`). Each kind
+has its own module; `kinds` lists them with their CRD names and printer columns.
 """
 
 from achilles.k8s.resources.agent import AgentResource, AgentSpec, AgentStatus
