@@ -7,6 +7,7 @@ API server and the people reading the YAML rely on.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -239,6 +240,22 @@ def test_agent_columns_are_the_at_a_glance_set() -> None:
         "Owner", "Enabled", "Admin-Paused", "Model", "Schedule", "Next-Run", "Last-State", "Age",
     ]  # fmt: skip
 
+
+
+def test_chart_values_schema_bounds_the_platform_as_the_crd_does() -> None:
+    """values.schema.json copies AgentPlatform's bounds by hand; hold it to the model."""
+    values = json.loads((REPO / "charts/achilles/values.schema.json").read_text())["properties"]
+    from_values = {
+        **{k: v for k, v in values["platform"]["properties"].items() if k != "create"},
+        "maxConcurrency": values["maxConcurrency"],
+    }
+    spec = resolve(dict(crd_schemas())["AgentPlatform"], "spec")
+    assert spec is not None
+    assert set(from_values) == set(spec["properties"])
+    bounds = ("type", "minimum", "maximum", "minLength", "maxLength", "pattern")
+    for name, schema in from_values.items():
+        crd = spec["properties"][name]
+        assert {k: schema.get(k) for k in bounds} == {k: crd.get(k) for k in bounds}, name
 
 # --- the converter refuses what it cannot carry over ---
 
