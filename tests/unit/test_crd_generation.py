@@ -241,7 +241,6 @@ def test_agent_columns_are_the_at_a_glance_set() -> None:
     ]  # fmt: skip
 
 
-
 def test_chart_values_schema_bounds_the_platform_as_the_crd_does() -> None:
     """values.schema.json copies AgentPlatform's bounds by hand; hold it to the model."""
     values = json.loads((REPO / "charts/achilles/values.schema.json").read_text())["properties"]
@@ -256,6 +255,7 @@ def test_chart_values_schema_bounds_the_platform_as_the_crd_does() -> None:
     for name, schema in from_values.items():
         crd = spec["properties"][name]
         assert {k: schema.get(k) for k in bounds} == {k: crd.get(k) for k in bounds}, name
+
 
 # --- the converter refuses what it cannot carry over ---
 
