@@ -34,7 +34,12 @@ from achilles.local.kubelet.environment import (
 )
 from achilles.local.kubelet.node import node_labels
 from achilles.local.kubelet.runs import ContainerRun, PodRun, load_records, pod_directory
-from achilles.local.kubelet.runtime import LOST_MESSAGE, ProcessRuntime, base_environment
+from achilles.local.kubelet.runtime import (
+    LOST_MESSAGE,
+    ProcessRuntime,
+    base_environment,
+    mark_lost,
+)
 from achilles.local.kubelet.status import (
     comparable,
     is_final,
@@ -166,7 +171,7 @@ class StandIn:
             run.failure_reason = "UnsupportedPod"
             run.failure_message = "the kubelet stand-in does not run init containers"
         if run.failure_reason:
-            self._stop_all(run, grace=_grace_seconds(pod), uid=uid)
+            self._stop_all(run, grace=_grace_seconds(pod))
         else:
             self._start_due(pod, run)
         self._report(pod, run)
@@ -213,8 +218,7 @@ class StandIn:
         if self._had_started(pod):
             # It ran under a stand-in that kept no record of it: the process is lost.
             for container in run.containers.values():
-                container.exit_code, container.finished_at = 137, now()
-                container.reason, container.message = "ContainerStatusUnknown", LOST_MESSAGE
+                mark_lost(container)
             run.failure_reason, run.failure_message = "ContainerStatusUnknown", LOST_MESSAGE
             log.warning(
                 "pod %s/%s was running without a record: failing it", run.namespace, run.name
@@ -300,29 +304,27 @@ class StandIn:
         else:
             self.queue.add_after(run.uid, int(deadline) - elapsed)
 
-    def _stop_all(self, run: PodRun, *, grace: int, uid: str) -> None:
+    def _stop_all(self, run: PodRun, *, grace: int) -> None:
         """Stop every container: SIGTERM now, SIGKILL once the grace period is over."""
         for container in run.containers.values():
             if container.shim is None and container.exit_code is None:
-                container.exit_code, container.finished_at = 137, now()
-                container.reason, container.message = "ContainerStatusUnknown", LOST_MESSAGE
+                mark_lost(container)
             container.restart_not_before = None
             container.waiting_reason = container.waiting_message = None
         if run.kill_deadline is None:
             run.kill_deadline = time.monotonic() + grace
             for container in run.containers.values():
                 self.runtime.terminate(container)
-            self.queue.add_after(uid, grace)
+            self.queue.add_after(run.uid, grace)
         elif time.monotonic() >= run.kill_deadline:
             for container in run.containers.values():
                 self.runtime.kill(container)
 
     def _stop_for_deletion(self, pod: Pod, run: PodRun) -> None:
-        self._stop_all(run, grace=_grace_seconds(pod), uid=run.uid)
-        if any(c.is_running for c in run.containers.values()):
-            self._report(pod, run)
-            return
+        self._stop_all(run, grace=_grace_seconds(pod))
         self._report(pod, run)
+        if any(c.is_running for c in run.containers.values()):
+            return
         self.api.finish_deletion(pod)
         run.finalized = True
         run.forget()

@@ -44,6 +44,12 @@ def base_environment(pod_name: str) -> dict[str, str]:
     return env
 
 
+def mark_lost(container: ContainerRun) -> None:
+    """The run's process is gone and nobody saw how it ended: the kubelet's verdict on that."""
+    container.exit_code, container.finished_at = 137, now()
+    container.reason, container.message = "ContainerStatusUnknown", LOST_MESSAGE
+
+
 class ProcessRuntime:
     def __init__(self, on_exit: Callable[[str], None]) -> None:
         self._on_exit = on_exit
@@ -137,12 +143,10 @@ class ProcessRuntime:
             container.finished_at = str(ended["finished_at"])
         elif is_alive(container.shim):
             return False
+        elif container.sigkilled:  # our SIGKILL took the shim before it could write the file
+            container.exit_code, container.finished_at = 137, now()
         else:
-            container.exit_code = 137
-            container.finished_at = now()
-            if not container.sigkilled:
-                container.reason = "ContainerStatusUnknown"
-                container.message = LOST_MESSAGE
+            mark_lost(container)
         if container.message is None:
             container.message = termination_message(run, container, spec)
         log.info(
