@@ -31,16 +31,6 @@ class PodApi:
     def to_dict(self, obj: Any) -> dict[str, Any]:
         return to_dict(self._api_client, obj)
 
-    def list_pods(self, namespaces: tuple[str, ...]) -> list[Pod]:
-        if not namespaces:
-            response = self._core.list_pod_for_all_namespaces(_preload_content=False)
-            return list(json_body(response)["items"])
-        pods: list[Pod] = []
-        for namespace in namespaces:
-            response = self._core.list_namespaced_pod(namespace, _preload_content=False)
-            pods += json_body(response)["items"]
-        return pods
-
     def read_pod(self, namespace: str, name: str) -> Pod:
         response = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
         pod: Pod = json_body(response)
@@ -108,7 +98,7 @@ class PodApi:
     def register_node(self, name: str, max_pods: int, endpoint_port: int) -> None:
         try:
             self._core.create_node(
-                client.V1Node(**_snake(node_manifest(name))), _preload_content=False
+                client.V1Node.model_validate(node_manifest(name)), _preload_content=False
             )
         except ApiException as error:
             if error.status != 409:
@@ -126,13 +116,3 @@ class PodApi:
             _content_type=_MERGE_PATCH,
             _preload_content=False,
         )
-
-
-def _snake(manifest: dict[str, Any]) -> dict[str, Any]:
-    """Model keyword arguments from a tiny Node manifest."""
-    metadata = manifest["metadata"]
-    return {
-        "api_version": manifest["apiVersion"],
-        "kind": manifest["kind"],
-        "metadata": client.V1ObjectMeta(name=metadata["name"], labels=metadata["labels"]),
-    }

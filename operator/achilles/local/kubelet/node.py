@@ -31,7 +31,7 @@ def _arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
 
 
-def _labels(name: str) -> dict[str, str]:
+def node_labels(name: str) -> dict[str, str]:
     return {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -94,8 +94,8 @@ def node_status(max_pods: int, endpoint_port: int) -> dict[str, Any]:
 
 
 def node_manifest(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": _labels(name)}}
-
-
-def node_labels(name: str) -> dict[str, str]:
-    return _labels(name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": node_labels(name)},
+    }
