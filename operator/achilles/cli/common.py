@@ -1,7 +1,8 @@
 """What every CLI command shares: the database option, error mapping, output helpers.
 
 Exit codes: 0 success; 1 the request was understood but failed (not found,
-refused, database unreachable); 2 malformed input (click's usage errors too).
+refused, database unreachable); 2 malformed input, raised as `click.UsageError`
+(or `click.BadParameter`), which the `achilles` group prints as one line.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import IO, Any, ParamSpec, TypeVar
 
 import click
 
-from achilles.cli.one_line_errors import BadInput
 from achilles.errors import AchillesError, InvalidInputError
 
 P = ParamSpec("P")
@@ -45,7 +45,7 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except InvalidInputError as exc:
-            raise BadInput(str(exc)) from exc
+            raise click.UsageError(str(exc)) from exc
         except AchillesError as exc:
             raise CommandFailed(str(exc)) from exc
 

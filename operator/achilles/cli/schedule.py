@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from achilles.cli.common import echo_json, echo_table, iso_utc
-from achilles.cli.one_line_errors import BadInput, OneLineErrorsCommand
+from achilles.cli.common import echo_json, echo_table, iso_utc, reports_errors
 
 if TYPE_CHECKING:
     from achilles.domain.schedule import Schedule
@@ -26,7 +25,7 @@ def schedule() -> None:
     """Agent schedules: validate one and preview its next slots."""
 
 
-@schedule.command(name="next", cls=OneLineErrorsCommand)
+@schedule.command(name="next")
 @click.option(
     "--schedule",
     "schedule_json",
@@ -62,6 +61,7 @@ def schedule() -> None:
     help="How many slots to list.",
 )
 @click.option("--json", "as_json", is_flag=True, help='Print [{"utc": ..., "local": ...}, ...].')
+@reports_errors
 def next_slots(
     schedule_json: str,
     timezone_name: str,
@@ -72,13 +72,9 @@ def next_slots(
 ) -> None:
     """Print the next COUNT slots of a schedule, in local time and UTC."""
     from achilles.domain.schedule import load_timezone, parse_schedule, slots_after
-    from achilles.errors import InvalidInputError
 
-    try:
-        parsed = parse_schedule(_load_json(schedule_json))
-        tz = load_timezone(timezone_name, field="--timezone")
-    except InvalidInputError as exc:
-        raise BadInput(str(exc)) from exc
+    parsed = parse_schedule(_load_json(schedule_json))
+    tz = load_timezone(timezone_name, field="--timezone")
     start = (
         _parse_instant(after, tz, "--after") if after else datetime.now(UTC).replace(microsecond=0)
     )
@@ -86,7 +82,7 @@ def next_slots(
     try:
         slots = slots_after(parsed, start, tz, count, anchor_at)
     except OverflowError as exc:
-        raise BadInput(
+        raise click.UsageError(
             f"--after: {count} slots after {start.isoformat()} fall outside years 1-9999"
         ) from exc
     if as_json:
@@ -104,14 +100,14 @@ def _load_json(text: str) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadInput(f"--schedule: invalid JSON: {exc}") from exc
+        raise click.UsageError(f"--schedule: invalid JSON: {exc}") from exc
 
 
 def _parse_instant(text: str, tz: tzinfo, option: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise BadInput(
+        raise click.UsageError(
             f"{option}: not an ISO 8601 date-time (got {text!r}; e.g. 2026-03-29T01:00:00Z)"
         ) from exc
     return value.replace(tzinfo=tz) if value.tzinfo is None else value
