@@ -231,8 +231,9 @@ def _read_manifest(bin_dir: Path) -> dict[str, str]:
     return manifest
 
 
-def _is_current(binary: GoBinary, bin_dir: Path, manifest: dict[str, str]) -> bool:
-    return manifest.get(binary.name) == binary.version and (bin_dir / binary.name).exists()
+def _is_current(name: str, version: str, bin_dir: Path, manifest: dict[str, str]) -> bool:
+    """Built at `version`, per the manifest, and still there."""
+    return manifest.get(name) == version and (bin_dir / name).exists()
 
 
 def missing_binaries(versions: Versions | None = None) -> list[str]:
@@ -243,7 +244,7 @@ def missing_binaries(versions: Versions | None = None) -> list[str]:
     return [
         name
         for name, version in _pinned(versions).items()
-        if manifest.get(name) != version or not (bin_dir / name).exists()
+        if not _is_current(name, version, bin_dir, manifest)
     ]
 
 
@@ -279,7 +280,7 @@ def ensure_built(
         todo = [
             b
             for b in components(versions, release.get("Time", "1970-01-01T00:00:00Z"))
-            if force or not _is_current(b, bin_dir, manifest)
+            if force or not _is_current(b.name, b.version, bin_dir, manifest)
         ]
         if not todo:  # another process finished the build while we waited for the lock
             report(f"already built: {bin_dir}")
