@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from achilles.db.models import Agent, AgentModel, User
+from achilles.db.users import find_owner_id
 from achilles.domain.gates import DurableLocks
 from achilles.errors import NotFound
 
@@ -26,9 +27,7 @@ def create_agent(
     description: str | None = None,
     next_run_at: datetime | None = None,
 ) -> int:
-    user_id = session.execute(select(User.id).where(User.key == owner_key)).scalar_one_or_none()
-    if user_id is None:
-        raise NotFound(f"owner {owner_key!r} does not exist")
+    user_id = find_owner_id(session, owner_key)
     model_id: int | None = None
     if model_name is not None:
         model_id = session.execute(
@@ -83,14 +82,3 @@ def find_agent_id(session: Session, ref: str) -> int:
     if found is None:
         raise NotFound(f"agent {ref!r} does not exist")
     return found
-
-
-def disable_agents_of(session: Session, user_id: int) -> int:
-    """Owner deactivation writes the owner's own switch (no third lock, seed 000)."""
-    result = session.execute(
-        update(Agent)
-        .where(Agent.user_id == user_id, Agent.enabled.is_(True))
-        .values(enabled=False, next_run_at=None)
-        .returning(Agent.id)
-    )
-    return len(result.all())

@@ -25,6 +25,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from achilles.db.inbox_models import InboxBoard, InboxItemRow
 from achilles.db.models import Agent, User
+from achilles.db.users import find_owner_id
 from achilles.domain.inbox import (
     MAX_QUESTION_LENGTH,
     Board,
@@ -322,8 +323,7 @@ def list_items(
         .join(User, User.id == Agent.user_id)
     )
     if owner_key is not None:
-        if session.execute(select(User.id).where(User.key == owner_key)).first() is None:
-            raise NotFound(f"owner {owner_key!r} does not exist")
+        find_owner_id(session, owner_key)
         query = query.where(User.key == owner_key)
     if agent_id is not None:
         query = query.where(InboxItemRow.agent_id == agent_id)

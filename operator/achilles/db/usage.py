@@ -12,11 +12,11 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from achilles.db.models import Agent, AgentRun, User
+from achilles.db.models import Agent, AgentRun
 from achilles.db.settings import load_settings
+from achilles.db.users import find_owner_id
 from achilles.domain.budget import BudgetWindow, week_window
 from achilles.domain.gates import is_budget_exhausted
-from achilles.errors import NotFound
 
 
 def weekly_tokens_used(session: Session, user_id: int, window: BudgetWindow) -> int:
@@ -50,9 +50,7 @@ class BudgetStatus:
 
 
 def owner_budget(session: Session, owner_key: str, now: datetime) -> BudgetStatus:
-    user_id = session.execute(select(User.id).where(User.key == owner_key)).scalar_one_or_none()
-    if user_id is None:
-        raise NotFound(f"owner {owner_key!r} does not exist")
+    user_id = find_owner_id(session, owner_key)
     settings = load_settings(session)
     window = week_window(now, settings.zone)
     return BudgetStatus(

@@ -1,15 +1,24 @@
-"""Users, for standalone installs that have no Auth service to own them."""
+"""Users, the owners of agents: looked up by key, and written for standalone installs
+that have no Auth service to own them (deactivating one switches its agents off)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from achilles.db.agents import disable_agents_of
-from achilles.db.models import User
+from achilles.db.models import Agent, User
+from achilles.errors import NotFound
+
+
+def find_owner_id(session: Session, key: str) -> int:
+    """The id of the user with this key; `NotFound` names it as an agent owner."""
+    user_id = session.execute(select(User.id).where(User.key == key)).scalar_one_or_none()
+    if user_id is None:
+        raise NotFound(f"owner {key!r} does not exist")
+    return user_id
 
 
 @dataclass(frozen=True)
@@ -33,3 +42,14 @@ def upsert_user(session: Session, key: str, *, timezone: str | None, active: boo
     ).scalar_one()
     disabled = 0 if active else disable_agents_of(session, user_id)
     return UserUpsert(user_id=user_id, created=existed is None, agents_disabled=disabled)
+
+
+def disable_agents_of(session: Session, user_id: int) -> int:
+    """Owner deactivation writes the owner's own switch (no third lock, seed 000)."""
+    result = session.execute(
+        update(Agent)
+        .where(Agent.user_id == user_id, Agent.enabled.is_(True))
+        .values(enabled=False, next_run_at=None)
+        .returning(Agent.id)
+    )
+    return len(result.all())
