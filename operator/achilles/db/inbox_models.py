@@ -20,18 +20,12 @@ from sqlalchemy import (
     Index,
     Text,
     UniqueConstraint,
-    func,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from achilles.db.models import Base
+from achilles.db.models import Base, in_check, timestamp_column
 from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
-
-
-def _in(column: str, values: list[str]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
-
 
 ITEM_STATES = [s.value for s in ItemState]
 REPLY_KINDS = [k.value for k in ReplyKind]
@@ -39,10 +33,6 @@ REPLY_CHANNELS = [c.value for c in ReplyChannel]
 
 # Predicate of "answered but not processed" (the partial index and the query share it).
 UNPROCESSED_PREDICATE = "handled_at IS NOT NULL AND outcome IS NULL"
-
-
-def _timestamp() -> Mapped[datetime]:
-    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
 class InboxBoard(Base):
@@ -55,8 +45,8 @@ class InboxBoard(Base):
         BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
     )
     board_version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
-    created_at: Mapped[datetime] = _timestamp()
-    updated_at: Mapped[datetime] = _timestamp()
+    created_at: Mapped[datetime] = timestamp_column()
+    updated_at: Mapped[datetime] = timestamp_column()
 
 
 class InboxItemRow(Base):
@@ -65,9 +55,9 @@ class InboxItemRow(Base):
     __tablename__ = "agent_inbox_items"
     __table_args__ = (
         UniqueConstraint("agent_id", "key"),
-        CheckConstraint(_in("state", ITEM_STATES), name="state"),
-        CheckConstraint(_in("reply_kind", REPLY_KINDS), name="reply_kind"),
-        CheckConstraint(_in("reply_channel", REPLY_CHANNELS), name="reply_channel"),
+        CheckConstraint(in_check("state", ITEM_STATES), name="state"),
+        CheckConstraint(in_check("reply_kind", REPLY_KINDS), name="reply_kind"),
+        CheckConstraint(in_check("reply_channel", REPLY_CHANNELS), name="reply_channel"),
         CheckConstraint("key <> ''", name="key_not_empty"),
         CheckConstraint("btrim(question) <> ''", name="question_not_blank"),
         CheckConstraint("revision >= 1", name="revision_positive"),
@@ -110,5 +100,5 @@ class InboxItemRow(Base):
     handled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     reply_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = _timestamp()
-    updated_at: Mapped[datetime] = _timestamp()
+    created_at: Mapped[datetime] = timestamp_column()
+    updated_at: Mapped[datetime] = timestamp_column()

@@ -15,22 +15,16 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Computed,
-    DateTime,
     ForeignKey,
     Identity,
     Index,
     Text,
-    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
-from achilles.db.models import Base
-
-
-def _created_at() -> Mapped[datetime]:
-    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+from achilles.db.models import Base, timestamp_column
 
 
 class KsDocument(Base):
@@ -46,8 +40,8 @@ class KsDocument(Base):
         Computed("to_tsvector('simple'::regconfig, title || ' ' || body)", persisted=True),
         nullable=False,
     )
-    created_at: Mapped[datetime] = _created_at()
-    updated_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()
+    updated_at: Mapped[datetime] = timestamp_column()
 
 
 class KsGroup(Base):
@@ -55,7 +49,7 @@ class KsGroup(Base):
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()
 
 
 class KsGroupMember(Base):
@@ -114,4 +108,4 @@ class KsLink(Base):
         BigInteger, ForeignKey("ks_documents.id", ondelete="CASCADE"), primary_key=True, index=True
     )
     relation: Mapped[str] = mapped_column(Text, primary_key=True, server_default=text("'related'"))
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()

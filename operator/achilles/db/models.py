@@ -7,6 +7,7 @@ those of seed 000. Relationships are `lazy="raise"`: queries say what they load.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +44,8 @@ SKIP_REASONS = ("budget_exceeded", "already_running")
 FAIL_REASONS = ("iteration_cap", "error", "stale")
 
 
-def _in(column: str, values: tuple[str, ...]) -> str:
+def in_check(column: str, values: Iterable[str]) -> str:
+    """A CHECK expression: `column` holds one of `values`."""
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
@@ -51,7 +53,8 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-def _created_at() -> Mapped[datetime]:
+def timestamp_column() -> Mapped[datetime]:
+    """`timestamptz NOT NULL DEFAULT now()`: every table's created_at and updated_at."""
     return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
@@ -65,7 +68,7 @@ class User(Base):
     key: Mapped[str] = mapped_column(Text, nullable=False, unique=True)  # e.g. "alice"
     timezone: Mapped[str | None] = mapped_column(Text)  # NULL = the organisation's
     active: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()
 
 
 class AgentModel(Base):
@@ -89,7 +92,7 @@ class AgentModel(Base):
     api_key_secret_name: Mapped[str | None] = mapped_column(Text)
     api_key_secret_key: Mapped[str | None] = mapped_column(Text)
     is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()
 
 
 class Tool(Base):
@@ -104,7 +107,7 @@ class Tool(Base):
     agents_allowed: Mapped[bool] = mapped_column(
         Boolean, nullable=False, server_default=text("true")
     )
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()
 
 
 class PlatformSettings(Base):
@@ -136,7 +139,7 @@ class PlatformSettings(Base):
     agent_platform_prompt: Mapped[str] = mapped_column(
         Text, nullable=False, server_default=text("''")
     )
-    updated_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = timestamp_column()
 
 
 # --- engine-owned tables (seed 000) ---
@@ -167,20 +170,20 @@ class Agent(Base):
     cr_uid: Mapped[str | None] = mapped_column(Text, unique=True)
     cr_namespace: Mapped[str | None] = mapped_column(Text)
     cr_name: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = _created_at()
-    updated_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()
+    updated_at: Mapped[datetime] = timestamp_column()
 
 
 class AgentRun(Base):
     __tablename__ = "agent_runs"
     __table_args__ = (
-        CheckConstraint(_in("trigger", RUN_TRIGGERS), name="trigger"),
-        CheckConstraint(_in("state", RUN_STATES), name="state"),
+        CheckConstraint(in_check("trigger", RUN_TRIGGERS), name="trigger"),
+        CheckConstraint(in_check("state", RUN_STATES), name="state"),
         # A reason is a machine code that belongs to its state, and only there.
         CheckConstraint(
             # IS NOT NULL: `NULL IN (...)` is NULL, which a CHECK would let pass.
-            f"(state = 'skipped' AND reason IS NOT NULL AND {_in('reason', SKIP_REASONS)})"
-            f" OR (state = 'failed' AND reason IS NOT NULL AND {_in('reason', FAIL_REASONS)})"
+            f"(state = 'skipped' AND reason IS NOT NULL AND {in_check('reason', SKIP_REASONS)})"
+            f" OR (state = 'failed' AND reason IS NOT NULL AND {in_check('reason', FAIL_REASONS)})"
             " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)",
             name="reason_matches_state",
         ),
@@ -223,7 +226,7 @@ class AgentRun(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()
 
 
 class AgentToolLink(Base):
@@ -239,4 +242,4 @@ class AgentToolLink(Base):
     tool_id: Mapped[int] = mapped_column(
         BigInteger, ForeignKey("tools.id", ondelete="CASCADE"), nullable=False, index=True
     )
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = timestamp_column()
