@@ -31,10 +31,6 @@ class NotFound(AchillesError):
     """A named object does not exist."""
 
 
-class StaleTransition(AchillesError):
-    """A guarded state transition found the row no longer in the expected state."""
-
-
 class ConfigurationError(AchillesError):
     """The engine is configured wrongly (missing or malformed setting)."""
 

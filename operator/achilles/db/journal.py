@@ -196,10 +196,6 @@ def reap_stale_runs(
     return [ReapedRun(run_id=row.id, agent_id=row.agent_id) for row in rows]
 
 
-def get_run(session: Session, run_id: int) -> AgentRun | None:
-    return session.get(AgentRun, run_id)
-
-
 def list_run(session: Session, run_id: int) -> tuple[AgentRun, str] | None:
     """One run with its agent's name."""
     row = session.execute(
