@@ -6,6 +6,7 @@ We upgrade to `heads`, so a branch that has not been merged yet still applies;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -25,20 +26,21 @@ def _config() -> Config:
     return config
 
 
-def upgrade(engine: Engine, revision: str = "heads") -> None:
+def _migrate(engine: Engine, step: Callable[[Config, str], None], revision: str) -> None:
+    """Run an Alembic command in one transaction that holds the migration lock."""
     config = _config()
     with engine.begin() as connection:
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
         config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        step(config, revision)
+
+
+def upgrade(engine: Engine, revision: str = "heads") -> None:
+    _migrate(engine, command.upgrade, revision)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
-    config = _config()
-    with engine.begin() as connection:
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
-        config.attributes["connection"] = connection
-        command.downgrade(config, revision)
+    _migrate(engine, command.downgrade, revision)
 
 
 def current_revisions(engine: Engine) -> set[str]:
