@@ -1,7 +1,28 @@
+from __future__ import annotations
+
+from typing import Any
+
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine
+
+from achilles.db.schema import metadata
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/db/" in str(item.fspath):
             item.add_marker(pytest.mark.db)
+
+
+@pytest.fixture(scope="session")
+def schema_diff(db_engine: Engine) -> list[Any]:
+    """What Alembic would change to make the migrated database match the models (every
+    model module's tables); empty when the models and the migrations agree."""
+    with db_engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "compare_server_default": False}
+        )
+        diff: list[Any] = compare_metadata(context, metadata)
+    return diff
