@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from achilles.cli.common import database_url_option, echo_json, iso_utc, reports_errors
+from achilles.cli.common import database_url_option, echo_json, reports_errors
+from achilles.domain.timestamps import iso_utc
 
 
 @click.group()

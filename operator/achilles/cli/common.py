@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import wraps
 from typing import IO, Any, ParamSpec, TypeVar
 
 import click
 
+from achilles.domain.timestamps import iso_utc
 from achilles.errors import AchillesError, InvalidInputError
 
 P = ParamSpec("P")
@@ -50,12 +51,6 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise CommandFailed(str(exc)) from exc
 
     return wrapper
-
-
-def iso_utc(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _json_default(value: object) -> object:

@@ -11,10 +11,10 @@ from achilles.cli.common import (
     database_url_option,
     echo_json,
     echo_table,
-    iso_utc,
     reports_errors,
 )
 from achilles.domain.runs import RunState, RunTrigger
+from achilles.domain.timestamps import iso_utc
 
 if TYPE_CHECKING:
     from achilles.db.models import AgentRun

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from achilles.cli.common import echo_json, echo_table, iso_utc, reports_errors
+from achilles.cli.common import echo_json, echo_table, reports_errors
+from achilles.domain.timestamps import iso_utc
 
 if TYPE_CHECKING:
     from achilles.domain.schedule import Schedule

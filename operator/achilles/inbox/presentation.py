@@ -5,16 +5,10 @@ and the note a run starts with when humans answered the agent's questions. Pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from achilles.domain.inbox import InboxItem, ItemState, has_unprocessed_reply
-
-
-def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+from achilles.domain.timestamps import iso_utc
 
 
 def status_label(item: InboxItem) -> str:
@@ -42,8 +36,8 @@ def item_record(item: InboxItem, *, board_version: int | None = None) -> dict[st
         "reply_serial": item.reply_serial,
         "unprocessed": has_unprocessed_reply(item),
         "reply": None,
-        "created_at": _iso(item.created_at),
-        "updated_at": _iso(item.updated_at),
+        "created_at": iso_utc(item.created_at),
+        "updated_at": iso_utc(item.updated_at),
     }
     if reply is not None:
         record["reply"] = {
@@ -51,8 +45,8 @@ def item_record(item: InboxItem, *, board_version: int | None = None) -> dict[st
             "kind": reply.kind.value,
             "channel": reply.channel.value,
             "serial": reply.serial,
-            "handled_at": _iso(reply.handled_at),
-            "seen_at": _iso(reply.seen_at),
+            "handled_at": iso_utc(reply.handled_at),
+            "seen_at": iso_utc(reply.seen_at),
             "outcome": reply.outcome,
         }
     if board_version is not None:

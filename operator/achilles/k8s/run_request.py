@@ -9,7 +9,7 @@ in-cluster service account when running in a pod.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from kubernetes import client, config
@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
+from achilles.domain.timestamps import iso_utc
 from achilles.errors import ClusterUnavailable, NotFound
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
@@ -28,7 +29,7 @@ def rfc3339(at: datetime) -> str:
     """Second precision in UTC, e.g. `2026-11-30T09:00:00Z`."""
     if at.tzinfo is None:
         raise ValueError("a run request time must be timezone-aware")
-    return at.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return iso_utc(at.replace(microsecond=0))
 
 
 def _api_client(kubeconfig: Path | None) -> client.ApiClient:
