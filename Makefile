@@ -22,7 +22,7 @@ lint: control-plane ## ruff, mypy (strict), import layering, CRD drift, helm lin
 	$(RUN) mypy
 	$(RUN) lint-imports
 	$(RUN) achilles crds generate --check
-	"$$($(RUN) python -c 'from achilles.local.versions import bin_dir; print(bin_dir())')/helm" lint --strict charts/achilles
+	"$$($(RUN) python -c 'from achilles_dev.versions import bin_dir; print(bin_dir())')/helm" lint --strict charts/achilles
 
 .PHONY: test
 test: lint ## Everything CI runs: lint, then unit, database and cluster tests

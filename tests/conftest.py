@@ -1,13 +1,16 @@
 """Fixtures shared by every tier: a real PostgreSQL server and a fresh database per session.
 
-The server is our own (`achilles.local.postgres`) on a test port, so the suite
-never touches a developer's data; each pytest session migrates a new database
-and drops it at the end. Tests that write get a truncated schema afterwards.
+Each pytest session starts a server of its own (`achilles_dev.postgres`) in a fresh data
+directory on a port the kernel reports free, and removes it at the end: two test runs on
+one machine (two checkouts, a developer beside CI) never share or stop each other's
+server, and the suite never touches a developer's data. The session migrates a new
+database; tests that write get a truncated schema afterwards.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -17,19 +20,17 @@ from sqlalchemy import Engine, text
 
 from achilles.db import migrate
 from achilles.db.session import make_engine
-from achilles.local import postgres
-
-TEST_PG_PORT = int(os.environ.get("ACHILLES_TEST_PG_PORT", "54329"))
-
+from achilles_dev import postgres
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[postgres.LocalPostgres]:
-    data_dir = postgres.default_data_root() / "test"
-    was_running = postgres.is_running(data_dir)
-    server = postgres.ensure_running(data_dir, TEST_PG_PORT, durable=False)
-    yield server
-    if not was_running:
+    data_dir = postgres.default_data_root() / f"test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    server = postgres.start_throwaway(data_dir)
+    try:
+        yield server
+    finally:
         postgres.stop(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def create_database(server: postgres.LocalPostgres, prefix: str = "achilles_test") -> str:

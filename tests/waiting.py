@@ -7,7 +7,7 @@ Usage::
 The predicate is polled until it returns something truthy, which is returned; on
 timeout the test fails with `what` and the last value seen, so a failure says what
 did not happen instead of hanging or passing by luck. The polling loop is the local
-stack's own (`achilles.local.waiting.poll`); only the way of failing is the tests'.
+stack's own (`achilles_dev.waiting.poll`); only the way of failing is the tests'.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from achilles.local.waiting import poll
+from achilles_dev.waiting import poll
 
 T = TypeVar("T")
 

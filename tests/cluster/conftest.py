@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from achilles.local.build import ensure_built, missing_binaries
-from achilles.local.config import Ports, StackConfig
-from achilles.local.kube import api_client
-from achilles.local.stack import LocalStack
+from achilles_dev.build import ensure_built, missing_binaries
+from achilles_dev.config import Ports, StackConfig
+from achilles_dev.kube import api_client
+from achilles_dev.stack import LocalStack
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

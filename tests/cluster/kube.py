@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
-from achilles.local.kube import to_dict
-from achilles.local.processes import reference
+from achilles_dev.kube import to_dict
+from achilles_dev.processes import reference
 from tests.waiting import wait_for
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, inspect, text
 from achilles.db import migrate
 from achilles.db.schema import metadata
 from achilles.db.session import make_engine
-from achilles.local.postgres import LocalPostgres
+from achilles_dev.postgres import LocalPostgres
 from tests.conftest import create_database, drop_database
 
 ENGINE_TABLES = {"agents", "agent_runs", "agent_tools"}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from achilles.local.kubelet.environment import (
+from achilles_dev.kubelet.environment import (
     ContainerConfigError,
     container_command,
     container_environment,

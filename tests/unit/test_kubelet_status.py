@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from achilles.local.kubelet.runs import ContainerRun, PodRun
-from achilles.local.kubelet.status import comparable, phase, pod_status
-from achilles.local.processes import ProcessRef
+from achilles_dev.kubelet.runs import ContainerRun, PodRun
+from achilles_dev.kubelet.status import comparable, phase, pod_status
+from achilles_dev.processes import ProcessRef
 
 SHIM = ProcessRef(pid=4242, start_ticks=1)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from achilles.local.kubelet.workqueue import WorkQueue
+from achilles_dev.kubelet.workqueue import WorkQueue
 
 
 class FakeClock:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from achilles.errors import LocalStackError
-from achilles.local import build
-from achilles.local.versions import BINARIES, Versions, bin_dir, load_versions
+from achilles_dev import build
+from achilles_dev.versions import BINARIES, Versions, bin_dir, load_versions
 
 PINNED = Versions(kubernetes="v1.37.2", etcd="v3.6.16", helm="v4.3.2")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from achilles.local.pki import ADMIN_USER, KUBELET_USER, ensure_pki
+from achilles_dev.pki import ADMIN_USER, KUBELET_USER, ensure_pki
 
 
 def load(path: Path) -> x509.Certificate:

@@ -8,6 +8,7 @@ their commands so that `achilles --help` stays fast.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from typing import Any
 
@@ -18,7 +19,6 @@ _SUBCOMMANDS: dict[str, str] = {
     "budget": "achilles.cli.budget:budget",
     "crds": "achilles.cli.crds:crds",
     "db": "achilles.cli.db:db",
-    "dev": "achilles.cli.dev:dev",
     "inbox": "achilles.cli.inbox:inbox",
     "ks": "achilles.cli.ks:ks",
     "model-server": "achilles.cli.model_server:model_server",
@@ -27,6 +27,18 @@ _SUBCOMMANDS: dict[str, str] = {
     "users": "achilles.cli.users:users",
     "schedule": "achilles.cli.schedule:schedule",
 }
+
+
+# The local development stack is not part of the product (it is not in the wheel, so not
+# in the images): `achilles dev` exists only where `achilles_dev` is importable, i.e. in
+# a checkout. Looked up by name, so no product module imports it.
+_DEV_STACK_MODULE = "achilles_dev.cli"
+
+
+def _subcommands() -> dict[str, str]:
+    if importlib.util.find_spec("achilles_dev") is None:
+        return _SUBCOMMANDS
+    return {**_SUBCOMMANDS, "dev": f"{_DEV_STACK_MODULE}:dev"}
 
 
 class _LazyGroup(click.Group):
@@ -53,10 +65,10 @@ class _LazyGroup(click.Group):
         sys.exit(result if isinstance(result, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(_SUBCOMMANDS)
+        return sorted(_subcommands())
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = _SUBCOMMANDS.get(cmd_name)
+        target = _subcommands().get(cmd_name)
         if target is None:
             return None
         module_name, attribute = target.split(":")

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from achilles.local import postgres
-from achilles.local.chart import (
+from achilles_dev import postgres
+from achilles_dev.chart import (
     CHART_DIR,
     DATABASE_SECRET,
     DATABASE_SECRET_KEY,
@@ -29,7 +29,7 @@ from achilles.local.chart import (
     RELEASE_NAMESPACE,
     ChartInstall,
 )
-from achilles.local.versions import bin_dir
+from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, impersonating, verdict
 from tests.conftest import create_database, drop_database

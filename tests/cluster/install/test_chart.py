@@ -17,9 +17,9 @@ from kubernetes import client
 
 from achilles.db import migrate
 from achilles.db.session import make_engine
-from achilles.local.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE
-from achilles.local.kube import to_dict
-from achilles.local.versions import bin_dir
+from achilles_dev.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE
+from achilles_dev.kube import to_dict
+from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
 from tests.cluster.install.conftest import Release

@@ -15,9 +15,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from achilles.local.kube import json_body, to_dict
-from achilles.local.kubelet.environment import decode_secret
-from achilles.local.kubelet.node import node_manifest, node_status
+from achilles_dev.kube import json_body, to_dict
+from achilles_dev.kubelet.environment import decode_secret
+from achilles_dev.kubelet.node import node_manifest, node_status
 
 Pod = dict[str, Any]
 _MERGE_PATCH = "application/merge-patch+json"

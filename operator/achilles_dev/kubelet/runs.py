@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from achilles.local.processes import ProcessRef
+from achilles_dev.processes import ProcessRef
 
 RECORD = "record.json"
 

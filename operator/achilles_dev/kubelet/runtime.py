@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from achilles.local.kubelet.runs import ContainerRun, PodRun
-from achilles.local.kubelet.status import now
-from achilles.local.processes import ProcessRef, is_alive, reference, signal_group
+from achilles_dev.kubelet.runs import ContainerRun, PodRun
+from achilles_dev.kubelet.status import now
+from achilles_dev.processes import ProcessRef, is_alive, reference, signal_group
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class ProcessRuntime:
                     f"achilles-kubelet: workingDir {working_dir} does not exist on this host; "
                     f"running in {cwd}\n".encode()
                 )
-            argv = [sys.executable, "-I", "-m", "achilles.local.kubelet.shim"]
+            argv = [sys.executable, "-I", "-m", "achilles_dev.kubelet.shim"]
             argv += ["--exit-file", str(run.exit_file(container)), "--log", str(log_file)]
             if termination_path:
                 argv += ["--termination-file", str(run.termination_file(container))]

@@ -25,8 +25,8 @@ state_dir_option = click.option(
 
 
 def _stack(state_dir: Path | None) -> Any:
-    from achilles.local.config import StackConfig, default_state_dir
-    from achilles.local.stack import LocalStack
+    from achilles_dev.config import StackConfig, default_state_dir
+    from achilles_dev.stack import LocalStack
 
     return LocalStack(StackConfig.load(state_dir or default_state_dir()))
 
@@ -41,7 +41,7 @@ def dev() -> None:
 @reports_errors
 def build(force: bool) -> None:
     """Build etcd, kube-apiserver, kube-controller-manager, kubectl and helm (once)."""
-    from achilles.local.build import ensure_built
+    from achilles_dev.build import ensure_built
 
     ensure_built(force=force)
 
@@ -53,7 +53,7 @@ def up(state_dir: Path | None) -> None:
     """Start the local stack, wait until it is ready, install the chart (no operator)."""
     stack = _stack(state_dir)
     if stack.up():
-        from achilles.local.chart import install_into_stack  # the chart: CRDs, RBAC, policies
+        from achilles_dev.chart import install_into_stack  # the chart: CRDs, RBAC, policies
 
         install_into_stack(stack)
     click.echo('point your shell at it:  eval "$(achilles dev env)"')
@@ -81,7 +81,7 @@ def env(state_dir: Path | None) -> None:
 @reports_errors
 def status(state_dir: Path | None) -> None:
     """Show which components run."""
-    from achilles.local import postgres
+    from achilles_dev import postgres
 
     stack = _stack(state_dir)
     rows = [
@@ -101,6 +101,6 @@ def status(state_dir: Path | None) -> None:
 @click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
 def kubelet(arguments: tuple[str, ...]) -> None:
     """Run the kubelet stand-in in the foreground (`--help` for its options)."""
-    from achilles.local.kubelet.main import main
+    from achilles_dev.kubelet.main import main
 
     main(list(arguments))

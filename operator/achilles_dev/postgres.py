@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles.local.waiting import poll
+from achilles_dev.waiting import poll
 
 SUPERUSER = "postgres"
 _PG_ROOT = Path("/usr/lib/postgresql")
@@ -148,6 +149,29 @@ def ensure_running(data_dir: Path, port: int, *, durable: bool = True) -> LocalP
         )
     _wait_accepting(server)
     return server
+
+
+def start_throwaway(data_dir: Path, *, attempts: int = 5) -> LocalPostgres:
+    """A new non-durable server in `data_dir` on a free loopback port (tests, benchmarks).
+
+    A port reported free can be taken before the server binds it; then the start
+    fails and we try another one.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return ensure_running(data_dir, free_port(), durable=False)
+        except LocalStackError:
+            if attempt == attempts:
+                raise
+            stop(data_dir)
+    raise AssertionError("unreachable")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _wait_accepting(server: LocalPostgres) -> None:

@@ -4,7 +4,7 @@ The API server authenticates every client by a certificate signed by our own CA 
 authorises it with RBAC, exactly as on a real cluster, so the identities here matter:
 the admin is in `system:masters`, the controller-manager is
 `system:kube-controller-manager` (bound by the bootstrap RBAC policy), and the kubelet
-stand-in has its own user that `achilles.local.rbac` grants just what it needs. The
+stand-in has its own user that `achilles_dev.rbac` grants just what it needs. The
 service-account key pair signs and verifies bound service-account tokens.
 
 Files are created once and reused, so a restarted stack keeps its identities and

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from achilles.local.config import LOOPBACK, StackConfig
-from achilles.local.pki import SERVICE_CLUSTER_IP_RANGE, KeyPair, Pki
+from achilles_dev.config import LOOPBACK, StackConfig
+from achilles_dev.pki import SERVICE_CLUSTER_IP_RANGE, KeyPair, Pki
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 

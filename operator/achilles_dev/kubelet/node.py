@@ -13,8 +13,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from achilles.local.kubelet.status import HOST_IP, now
-from achilles.local.versions import load_versions
+from achilles_dev.kubelet.status import HOST_IP, now
+from achilles_dev.versions import load_versions
 
 DEFAULT_MAX_PODS = 110
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from achilles.local.pki import KUBELET_USER
+from achilles_dev.pki import KUBELET_USER
 
 ROLE_NAME = "achilles:kubelet-standin"
 

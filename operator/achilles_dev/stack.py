@@ -17,20 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from achilles.errors import LocalStackError
-from achilles.local import controlplane, postgres
-from achilles.local.build import ensure_built
-from achilles.local.config import DATABASE_NAME, StackConfig
-from achilles.local.kubelet.runs import recorded_shims
-from achilles.local.pki import Pki, ensure_pki
-from achilles.local.processes import (
+from achilles_dev import controlplane, postgres
+from achilles_dev.build import ensure_built
+from achilles_dev.config import DATABASE_NAME, StackConfig
+from achilles_dev.kubelet.runs import recorded_shims
+from achilles_dev.pki import Pki, ensure_pki
+from achilles_dev.processes import (
     ProcessRef,
     is_alive,
     running_from_pidfile,
     spawn,
     stop_group,
 )
-from achilles.local.versions import bin_dir
-from achilles.local.waiting import wait_until
+from achilles_dev.versions import bin_dir
+from achilles_dev.waiting import wait_until
 
 Report = Callable[[str], None]
 
@@ -164,7 +164,7 @@ class LocalStack:
 
     def _kubelet_argv(self, pki: Pki) -> list[str]:
         return [
-            sys.executable, "-m", "achilles.local.kubelet",
+            sys.executable, "-m", "achilles_dev.kubelet",
             "--kubeconfig", str(self.config.component_kubeconfig("kubelet")),
             "--state-dir", str(self.config.kubelet_dir),
             "--node-name", self.config.node_name,
@@ -176,7 +176,7 @@ class LocalStack:
         ]  # fmt: skip
 
     def _admin_client(self) -> Any:
-        from achilles.local.kube import api_client
+        from achilles_dev.kube import api_client
 
         return api_client(self.config.kubeconfig)
 
@@ -184,7 +184,7 @@ class LocalStack:
         return controlplane.apiserver_is_ready(self.config, Pki(self.config.pki_dir))
 
     def _grant_kubelet_rbac(self) -> None:
-        from achilles.local.rbac import ensure_kubelet_rbac
+        from achilles_dev.rbac import ensure_kubelet_rbac
 
         with self._admin_client() as api_client:
             ensure_kubelet_rbac(api_client)

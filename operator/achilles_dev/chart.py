@@ -26,7 +26,7 @@ import yaml
 from achilles.errors import LocalStackError
 
 if TYPE_CHECKING:
-    from achilles.local.stack import LocalStack
+    from achilles_dev.stack import LocalStack
 
 # operator/achilles/local/chart.py -> the repository root (an editable checkout).
 CHART_DIR = Path(__file__).resolve().parents[3] / "charts" / "achilles"
@@ -169,7 +169,7 @@ def _ensure_namespace(kubeconfig: Path, name: str) -> None:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from achilles.local.kube import api_client
+    from achilles_dev.kube import api_client
 
     with api_client(kubeconfig) as api:
         try:
@@ -186,7 +186,7 @@ def _ensure_secret(kubeconfig: Path, namespace: str, name: str, url: str) -> Non
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from achilles.local.kube import api_client
+    from achilles_dev.kube import api_client
 
     secret = client.V1Secret(
         metadata=client.V1ObjectMeta(name=name, namespace=namespace),
@@ -206,7 +206,7 @@ def _ensure_secret(kubeconfig: Path, namespace: str, name: str, url: str) -> Non
 
 def install_into_stack(stack: LocalStack) -> None:
     """`achilles dev up`'s last step: the chart into the running stack."""
-    from achilles.local.versions import bin_dir
+    from achilles_dev.versions import bin_dir
 
     install_local_chart(
         stack.config.kubeconfig,

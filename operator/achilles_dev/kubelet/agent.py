@@ -26,21 +26,21 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from achilles.local.kubelet.api import PodApi
-from achilles.local.kubelet.environment import (
+from achilles_dev.kubelet.api import PodApi
+from achilles_dev.kubelet.environment import (
     ContainerConfigError,
     container_command,
     container_environment,
 )
-from achilles.local.kubelet.node import node_labels
-from achilles.local.kubelet.runs import ContainerRun, PodRun, load_records, pod_directory
-from achilles.local.kubelet.runtime import (
+from achilles_dev.kubelet.node import node_labels
+from achilles_dev.kubelet.runs import ContainerRun, PodRun, load_records, pod_directory
+from achilles_dev.kubelet.runtime import (
     LOST_MESSAGE,
     ProcessRuntime,
     base_environment,
     mark_lost,
 )
-from achilles.local.kubelet.status import (
+from achilles_dev.kubelet.status import (
     comparable,
     is_final,
     now,
@@ -48,8 +48,8 @@ from achilles.local.kubelet.status import (
     pod_status,
     terminated_state,
 )
-from achilles.local.kubelet.workqueue import WorkQueue
-from achilles.local.processes import is_alive
+from achilles_dev.kubelet.workqueue import WorkQueue
+from achilles_dev.processes import is_alive
 
 log = logging.getLogger(__name__)
 

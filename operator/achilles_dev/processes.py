@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from achilles.local.waiting import poll, wait_until
+from achilles_dev.waiting import poll, wait_until
 
 
 @dataclass(frozen=True)

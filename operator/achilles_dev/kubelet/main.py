@@ -1,4 +1,4 @@
-"""Entry point of the kubelet stand-in: `python -m achilles.local.kubelet` / `achilles dev kubelet`.
+"""Entry point of the kubelet stand-in: `python -m achilles_dev.kubelet` / `achilles dev kubelet`.
 
 Wires the pieces: the Node (registered, heartbeat every `HEARTBEAT_S`), adoption of
 runs a previous instance left, one pod informer per served namespace (or one for all),
@@ -21,13 +21,13 @@ from typing import Any
 from kubernetes import client
 from kubernetes.informer import ADDED, DELETED, MODIFIED, SharedInformer
 
-from achilles.local.config import DEFAULT_NODE_NAME
-from achilles.local.kube import api_client as make_api_client
-from achilles.local.kubelet.agent import StandIn
-from achilles.local.kubelet.api import PodApi
-from achilles.local.kubelet.logserver import serve_logs
-from achilles.local.kubelet.node import DEFAULT_MAX_PODS
-from achilles.local.kubelet.runs import prune_logs
+from achilles_dev.config import DEFAULT_NODE_NAME
+from achilles_dev.kube import api_client as make_api_client
+from achilles_dev.kubelet.agent import StandIn
+from achilles_dev.kubelet.api import PodApi
+from achilles_dev.kubelet.logserver import serve_logs
+from achilles_dev.kubelet.node import DEFAULT_MAX_PODS
+from achilles_dev.kubelet.runs import prune_logs
 
 log = logging.getLogger("achilles.kubelet")
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles.local.versions import Versions, build_root, load_versions
+from achilles_dev.versions import Versions, build_root, load_versions
 
 _MANIFEST = ".built.json"
 _PROGRESS_EVERY = 100  # packages between progress lines
@@ -167,7 +167,7 @@ def _prepare_module(binary: GoBinary, versions: Versions, src: Path) -> None:
     if src.exists():
         shutil.rmtree(src)
     src.mkdir(parents=True)
-    _run_go(["mod", "init", f"achilles.local/build/{binary.name}"], src)
+    _run_go(["mod", "init", f"achilles_dev/build/{binary.name}"], src)
     if binary.replaces_kubernetes_staging:
         go_mod = Path(_module_info(binary.module, binary.version, src)["GoMod"])
         for module in _staging_modules(go_mod):
@@ -303,7 +303,7 @@ def ensure_built(
 
 
 def main() -> None:
-    """`python -m achilles.local.build`: the same build as `achilles dev build`."""
+    """`python -m achilles_dev.build`: the same build as `achilles dev build`."""
     try:
         ensure_built(force="--force" in sys.argv[1:])
     except LocalStackError as error:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles.local.postgres import default_data_root
+from achilles_dev.postgres import default_data_root
 
 LOOPBACK = "127.0.0.1"
 DATABASE_NAME = "achilles"

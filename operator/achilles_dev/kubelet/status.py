@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from achilles.local.kubelet.runs import ContainerRun, PodRun
+from achilles_dev.kubelet.runs import ContainerRun, PodRun
 
 HOST_IP = "127.0.0.1"
 Pod = dict[str, Any]

@@ -1,0 +1,5 @@
+"""`python -m achilles_dev.kubelet`."""
+
+from achilles_dev.kubelet.main import main
+
+main()
