@@ -19,8 +19,9 @@ import pytest
 from sqlalchemy import Engine, text
 
 from achilles.db import migrate
-from achilles.db.session import make_engine
+from achilles.db.database import Database
 from achilles_dev import postgres
+
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[postgres.LocalPostgres]:
@@ -50,7 +51,7 @@ def database_url(postgres_server: postgres.LocalPostgres) -> Iterator[str]:
     """URL of a database migrated to the newest schema, private to this pytest session."""
     name = create_database(postgres_server)
     url = postgres_server.url(name)
-    engine = make_engine(url)
+    engine = Database(url).engine
     migrate.upgrade(engine)
     engine.dispose()
     yield url
@@ -59,7 +60,7 @@ def database_url(postgres_server: postgres.LocalPostgres) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def db_engine(database_url: str) -> Iterator[Engine]:
-    engine = make_engine(database_url, pool_size=70)
+    engine = Database(database_url, pool_size=70).engine
     yield engine
     engine.dispose()
 

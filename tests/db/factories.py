@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import Engine, insert, update
 from sqlalchemy.orm import Session
 
-from achilles.db.agents import create_agent
-from achilles.db.models import AgentModel, PlatformSettings
-from achilles.db.users import upsert_user
+from achilles.db.journal.agents import create_agent
+from achilles.db.journal.models import AgentModel, PlatformSettings
+from achilles.db.journal.users import upsert_user
 
 _counter = itertools.count(1)
 

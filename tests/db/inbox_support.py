@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from achilles.db import inbox, inbox_replies
+from achilles.db.inbox import board as inbox
+from achilles.db.inbox import replies as inbox_replies
 from achilles.domain.inbox import AckStatus, Board, InboxItem, ItemState, ReplyChannel, ReplyKind
 
 

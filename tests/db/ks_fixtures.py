@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from achilles.db.knowledge_load import load_bundle
+from achilles.db.knowledge.load import load_bundle
 from achilles.ks.bundle import KnowledgeBundle
 
 BUNDLE = {

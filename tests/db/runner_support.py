@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
-from achilles.db import journal
-from achilles.db.agents import create_agent
-from achilles.db.models import AgentModel, AgentRun, AgentToolLink, Tool
+from achilles.db.journal import runs as journal
+from achilles.db.journal.agents import create_agent
+from achilles.db.journal.models import AgentModel, AgentRun, AgentToolLink, Tool
 from achilles.domain.runs import RunTrigger
 from achilles.modelserver.script import Script, parse_script
 from achilles.modelserver.server import ModelServer, RecordedRequest

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from achilles.db import journal
+from achilles.db.journal import runs as journal
 from achilles.domain.runs import RunState, RunTrigger, SkipReason
 from tests.db.factories import make_agent
 

@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from achilles.db.inbox import get_item_and_board_version
+from achilles.db.inbox.board import get_item_and_board_version
+from achilles.db.inbox.replies import ReplyWrite
 from achilles.db.inbox_race import prepare_board, reply_event, run_race
-from achilles.db.inbox_replies import ReplyWrite
 from achilles.domain.inbox import ReplyChannel
 from achilles.domain.inbox_history import Event, Op
 

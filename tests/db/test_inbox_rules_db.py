@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from achilles.db import inbox, inbox_replies
-from achilles.db.inbox_settings import load_inbox_settings, set_wake_on_reply
+from achilles.db.inbox import board as inbox
+from achilles.db.inbox import replies as inbox_replies
+from achilles.db.inbox.settings import load_inbox_settings, set_wake_on_reply
 from achilles.domain.inbox import AckStatus, ItemState, ReplyChannel, ReplyKind
 from achilles.errors import (
     InboxConflict,

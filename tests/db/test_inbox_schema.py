@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from achilles.db import inbox_models
-from achilles.db.models import Base
+from achilles.db.inbox import models as inbox_models
+from achilles.db.journal.models import Base
 from tests.db.factories import make_agent
 
 INBOX_TABLES = {"agent_inbox_boards", "agent_inbox_items"}

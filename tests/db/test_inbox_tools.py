@@ -2,7 +2,7 @@
 
 Calls go in as the model would send them (JSON argument strings) and come
 back as the JSON the model reads; the database is the runner's own
-`RunDatabase`, so the transaction boundaries are the runner's.
+`RunJournal`, so the transaction boundaries are the runner's.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from achilles.db.run_database import RunDatabase
+from achilles.db.database import Database
 from achilles.domain.inbox import ReplyChannel
 from achilles.inbox import service
+from achilles.services.run_journal import RunJournal
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
 from tests.db import inbox_support as box
@@ -35,20 +36,20 @@ INBOX_TOOL_NAMES = {
 
 
 @pytest.fixture
-def run_db(database_url: str, db: Engine) -> Iterator[RunDatabase]:
-    database = RunDatabase(database_url)
-    yield database
-    database.close()
+def run_db(database_url: str, db: Engine) -> Iterator[RunJournal]:
+    database = Database(database_url)
+    yield RunJournal(database)
+    database.dispose()
 
 
-def _ctx(run_db: RunDatabase, agent_id: int) -> ToolContext:
+def _ctx(run_db: RunJournal, agent_id: int) -> ToolContext:
     return ToolContext(
         run_id=1,
         agent_id=agent_id,
         owner_user_id=1,
         owner_timezone=ZoneInfo("UTC"),
         knowledge=run_db.knowledge_store(),
-        transaction=run_db.transaction,
+        transaction=run_db.database.transaction,
         now=lambda: datetime(2026, 11, 30, 9, 0, tzinfo=UTC),
     )
 
@@ -75,7 +76,7 @@ def test_the_inbox_toolset_is_in_the_catalogue() -> None:
     ]
 
 
-def test_ask_reply_answered_acknowledge_advance(db: Engine, run_db: RunDatabase) -> None:
+def test_ask_reply_answered_acknowledge_advance(db: Engine, run_db: RunJournal) -> None:
     agent_id = make_agent(db)
     ctx = _ctx(run_db, agent_id)
 
@@ -132,7 +133,7 @@ def test_ask_reply_answered_acknowledge_advance(db: Engine, run_db: RunDatabase)
 
 
 def test_superseded_acknowledgement_tells_the_agent_to_read_again(
-    db: Engine, run_db: RunDatabase
+    db: Engine, run_db: RunJournal
 ) -> None:
     agent_id = make_agent(db)
     ctx = _ctx(run_db, agent_id)
@@ -146,7 +147,7 @@ def test_superseded_acknowledgement_tells_the_agent_to_read_again(
     assert [a["reply"]["text"] for a in _call(ctx, "inbox_answered")["answered"]] == ["No, MySQL"]
 
 
-def test_an_agent_cannot_touch_another_agents_items(db: Engine, run_db: RunDatabase) -> None:
+def test_an_agent_cannot_touch_another_agents_items(db: Engine, run_db: RunJournal) -> None:
     mine, theirs = make_agent(db), make_agent(db)
     their_item = box.ask(db, theirs).item
     box.reply(db, their_item.id)
@@ -179,14 +180,14 @@ def test_an_agent_cannot_touch_another_agents_items(db: Engine, run_db: RunDatab
     ],
 )
 def test_bad_arguments_come_back_as_readable_errors(
-    db: Engine, run_db: RunDatabase, name: str, arguments: dict[str, Any], message: str
+    db: Engine, run_db: RunJournal, name: str, arguments: dict[str, Any], message: str
 ) -> None:
     result = _call(_ctx(run_db, make_agent(db)), name, **arguments)
     assert message in result["error"]
 
 
 def test_run_start_offers_pending_replies_until_acknowledged(
-    db: Engine, run_db: RunDatabase
+    db: Engine, run_db: RunJournal
 ) -> None:
     agent_id = make_agent(db)
     assert service.offer_pending_replies(run_db.transaction, agent_id) is None

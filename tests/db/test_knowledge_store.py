@@ -14,8 +14,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from achilles.db.knowledge import KS_READER_ROLE, PostgresKnowledgeStore, reading_as
-from achilles.db.knowledge_load import load_bundle
+from achilles.db.knowledge.load import load_bundle
+from achilles.db.knowledge.store import KS_READER_ROLE, PostgresKnowledgeStore, reading_as
 from achilles.db.schema import metadata
 from achilles.errors import InvalidInputError
 from achilles.ks.bundle import KnowledgeBundle

@@ -9,9 +9,9 @@ from sqlalchemy import Engine, delete, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from achilles.db import journal
-from achilles.db.models import AgentModel, AgentRun, AgentToolLink, Tool, User
-from achilles.db.users import upsert_user
+from achilles.db.journal import runs as journal
+from achilles.db.journal.models import AgentModel, AgentRun, AgentToolLink, Tool, User
+from achilles.db.journal.users import upsert_user
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
 from achilles.errors import StartRefused
 from tests.db.factories import make_agent, make_model, make_owner, set_settings

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, insert
 from sqlalchemy.orm import Session
 
-from achilles.db.models import AgentModel
+from achilles.db.journal.models import AgentModel
 from tests.db.runner_support import ACHILLES, achilles, queue_run, run_row, run_to_end
 
 KNOWLEDGE_YAML = """

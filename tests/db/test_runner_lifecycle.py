@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
-from achilles.db import journal
-from achilles.db.models import AgentModel, User
-from achilles.db.settings import database_now
+from achilles.db.journal import runs as journal
+from achilles.db.journal.models import AgentModel, User
+from achilles.db.journal.settings import database_now
 from tests.db.factories import set_settings
 from tests.db.ks_fixtures import load_demo_knowledge
 from tests.db.runner_support import (

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from achilles.db.models import AgentRun, Tool
+from achilles.db.journal.models import AgentRun, Tool
 from achilles.inbox import service as inbox_service
 from achilles.modelserver.script import load_script
 from tests.db.factories import set_settings

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine, inspect, text
 
 from achilles.db import migrate
+from achilles.db.database import Database
 from achilles.db.schema import metadata
-from achilles.db.session import make_engine
 from achilles_dev.postgres import LocalPostgres
 from tests.conftest import create_database, drop_database
 
@@ -22,7 +22,7 @@ NEIGHBOUR_TABLES = {"users", "agent_models", "tools", "platform_settings"}
 def scratch_engine(postgres_server: LocalPostgres) -> Iterator[Engine]:
     """An empty database of its own, for migrating up and down."""
     name = create_database(postgres_server, prefix="achilles_scratch")
-    engine = make_engine(postgres_server.url(name))
+    engine = Database(postgres_server.url(name)).engine
     yield engine
     engine.dispose()
     drop_database(postgres_server, name)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from achilles.db.models import PlatformSettings
+from achilles.db.journal.models import PlatformSettings
 from achilles.errors import InvalidInputError
 from achilles.k8s.resources import (
     KINDS,

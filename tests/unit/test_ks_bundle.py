@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from achilles.db.knowledge import any_word_query
+from achilles.db.knowledge.store import any_word_query
 from achilles.ks.bundle import KnowledgeBundle
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from achilles.db.run_database import with_connect_timeout
+from achilles.db.database import with_connect_timeout
 
 
 @pytest.mark.parametrize(

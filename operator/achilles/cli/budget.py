@@ -20,11 +20,11 @@ def budget() -> None:
 @reports_errors
 def show(database_url: str | None, owner: str, as_json: bool) -> None:
     """This week's usage of OWNER (all their agents) against the weekly limit."""
-    from achilles.db.session import transaction
-    from achilles.db.settings import database_now
-    from achilles.db.usage import owner_budget
+    from achilles.cli.common import open_database
+    from achilles.db.journal.settings import database_now
+    from achilles.db.journal.usage import owner_budget
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         status = owner_budget(session, owner, database_now(session))
     record = {
         "owner": status.owner,

@@ -7,16 +7,20 @@ refused, database unreachable); 2 malformed input, raised as `click.UsageError`
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from datetime import datetime
 from functools import wraps
-from typing import IO, Any, ParamSpec, TypeVar
+from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
 from achilles.domain.timestamps import iso_utc
 from achilles.errors import AchillesError, InvalidInputError
+
+if TYPE_CHECKING:
+    from achilles.db.database import Database
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -27,6 +31,14 @@ database_url_option = click.option(
     metavar="URL",
     help="PostgreSQL URL  [env: ACHILLES_DATABASE_URL]",
 )
+
+
+@functools.cache
+def open_database(url: str | None) -> Database:
+    """The process's one database handle (`--database-url`, else ACHILLES_DATABASE_URL)."""
+    from achilles.db.database import Database
+
+    return Database.from_url_or_env(url, pool_size=2, application_name="achilles-cli")
 
 
 class CommandFailed(click.ClickException):

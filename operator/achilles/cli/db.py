@@ -22,10 +22,12 @@ def db() -> None:
 @reports_errors
 def upgrade(database_url: str | None, revision: str) -> None:
     """Apply migrations up to REVISION (a no-op when already there)."""
+    from achilles.cli.common import open_database
     from achilles.db import migrate
-    from achilles.db.session import engine_scope
 
-    with engine_scope(database_url) as engine:
+    database = open_database(database_url)
+    engine = database.engine
+    with database.connection_errors():
         before = migrate.current_revisions(engine)
         migrate.upgrade(engine, revision)
         after = migrate.current_revisions(engine)
@@ -41,10 +43,12 @@ def upgrade(database_url: str | None, revision: str) -> None:
 @reports_errors
 def downgrade(database_url: str | None, revision: str) -> None:
     """Revert migrations down to REVISION (`base` drops the schema and its data)."""
+    from achilles.cli.common import open_database
     from achilles.db import migrate
-    from achilles.db.session import engine_scope
 
-    with engine_scope(database_url) as engine:
+    database = open_database(database_url)
+    engine = database.engine
+    with database.connection_errors():
         migrate.downgrade(engine, revision)
         click.echo(f"schema at {_names(migrate.current_revisions(engine))}")
 
@@ -54,10 +58,12 @@ def downgrade(database_url: str | None, revision: str) -> None:
 @reports_errors
 def current(database_url: str | None) -> None:
     """Show the applied revisions and whether the schema is up to date."""
+    from achilles.cli.common import open_database
     from achilles.db import migrate
-    from achilles.db.session import engine_scope
 
-    with engine_scope(database_url) as engine:
+    database = open_database(database_url)
+    engine = database.engine
+    with database.connection_errors():
         applied = migrate.current_revisions(engine)
     heads = migrate.head_revisions()
     status = "up to date" if applied == heads else f"behind (heads: {_names(heads)})"

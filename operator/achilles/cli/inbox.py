@@ -80,11 +80,11 @@ def list_items(
     as_json: bool,
 ) -> None:
     """List inbox items, oldest first."""
-    from achilles.db.agents import find_agent_id
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
+    from achilles.db.journal.agents import find_agent_id
     from achilles.inbox import service
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         agent_id = find_agent_id(session, agent_ref) if agent_ref else None
         listings = service.list_items(
             session,
@@ -123,10 +123,10 @@ def list_items(
 @reports_errors
 def show_item(database_url: str | None, item_id: int, as_json: bool) -> None:
     """One item in full: the question, its context, the reply and what the agent did."""
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
     from achilles.inbox import service
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         listing = service.get_listing(session, item_id)
         _, board_version = service.get_item(session, item_id)
         wake = service.wake_settings(session, listing.item.agent_id).wake_on_reply
@@ -184,12 +184,12 @@ def reply(
     as_json: bool,
 ) -> None:
     """Reply to an item as a person. Exit 3 (not an error): a chat reply was refused."""
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
     from achilles.inbox import service
 
     body = sys.stdin.read() if text == "-" else text
     kind = ReplyKind.CLARIFY if clarify else ReplyKind.ANSWER
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         receipt = service.reply(session, item_id, body, kind=kind, channel=ReplyChannel(channel))
     # Committed: whatever happens to the wake request, the reply stands.
     wake = _deliver_wake(receipt, kubeconfig)
@@ -264,11 +264,11 @@ def _report_reply(receipt: ReplyReceipt, wake: dict[str, Any], as_json: bool) ->
 @reports_errors
 def wake_on_reply(database_url: str | None, agent_ref: str, enabled: bool | None) -> None:
     """Show or set whether a reply to a blocked item asks for a run of AGENT (owner's choice)."""
-    from achilles.db.agents import find_agent_id
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
+    from achilles.db.journal.agents import find_agent_id
     from achilles.inbox import service
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         agent_id = find_agent_id(session, agent_ref)
         if enabled is None:
             settings = service.wake_settings(session, agent_id)

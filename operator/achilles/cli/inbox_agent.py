@@ -69,13 +69,13 @@ def ask(
     as_json: bool,
 ) -> None:
     """Ask a question on AGENT's board, or update the one under KEY."""
-    from achilles.db.agents import find_agent_id
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
+    from achilles.db.journal.agents import find_agent_id
     from achilles.inbox import service
     from achilles.inbox.presentation import item_record
 
     try:
-        with transaction(database_url) as session:
+        with open_database(database_url).transaction() as session:
             agent_id = find_agent_id(session, agent_ref)
             result = service.ask(session, agent_id, key, question, context, ItemState(state))
     except _REFUSALS as refused:
@@ -97,11 +97,11 @@ def ask(
 @reports_errors
 def take(database_url: str | None, item_id: int, as_json: bool) -> None:
     """Take ITEM's unprocessed reply (marks it seen; idempotent)."""
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
     from achilles.inbox import service
     from achilles.inbox.presentation import item_record
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         item = service.take_reply(session, item_id)
     if item is None or item.reply is None:
         _emit({"taken": False, "item_id": item_id}, f"item {item_id}: nothing to take", as_json)
@@ -122,11 +122,11 @@ def take(database_url: str | None, item_id: int, as_json: bool) -> None:
 @reports_errors
 def ack(database_url: str | None, item_id: int, serial: int, outcome: str, as_json: bool) -> None:
     """Acknowledge reply SERIAL of ITEM with an outcome."""
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
     from achilles.inbox import service
     from achilles.inbox.presentation import item_record
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         result = service.acknowledge(session, item_id, serial, outcome)
     _emit(
         {"status": result.status.value, "item": item_record(result.item)},
@@ -156,12 +156,12 @@ def advance(
     as_json: bool,
 ) -> None:
     """`board_advance`: move ITEM iff its revision and the board version are unchanged."""
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
     from achilles.inbox import service
     from achilles.inbox.presentation import item_record
 
     try:
-        with transaction(database_url) as session:
+        with open_database(database_url).transaction() as session:
             result = service.advance(
                 session,
                 item_id,

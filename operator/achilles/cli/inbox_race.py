@@ -94,11 +94,13 @@ def race(
     as_json: bool,
 ) -> None:
     """Race parallel inbox writers against DATABASE and check the rules (exit 1: broken)."""
+    from achilles.db.database import Database, database_url_from_env
     from achilles.db.inbox_race import prepare_board, remove_owner, run_race
-    from achilles.db.session import database_url_from_env, engine_scope
 
     url = database_url or database_url_from_env()
-    with engine_scope(url, pool_size=writers + 2) as engine:
+    database = Database(url, pool_size=writers + 2)
+    engine = database.engine
+    with database.connection_errors():
         owner, agent_ids = prepare_board(engine, agents=agents, items_per_agent=items_per_agent)
         try:
             report = run_race(

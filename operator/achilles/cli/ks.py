@@ -27,8 +27,8 @@ def load(database_url: str | None, file: Path) -> None:
     import yaml
     from pydantic import ValidationError
 
-    from achilles.db.knowledge_load import load_bundle
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
+    from achilles.db.knowledge.load import load_bundle
     from achilles.ks.bundle import KnowledgeBundle
 
     try:
@@ -41,7 +41,7 @@ def load(database_url: str | None, file: Path) -> None:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "file"
         raise click.UsageError(f"{file}: {where}: {first['msg']}") from exc
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         summary = load_bundle(session, bundle)
     click.echo(
         f"loaded {file}: {summary.documents_created} document(s) created, "
@@ -52,11 +52,11 @@ def load(database_url: str | None, file: Path) -> None:
 
 
 def _user_id(database_url: str | None, key: str) -> int:
-    from achilles.db.knowledge import user_id_by_key
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
+    from achilles.db.knowledge.store import user_id_by_key
     from achilles.errors import NotFound
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         user_id = user_id_by_key(session, key)
     if user_id is None:
         raise NotFound(f"user {key!r} does not exist")
@@ -71,12 +71,12 @@ def _user_id(database_url: str | None, key: str) -> int:
 @reports_errors
 def search(database_url: str | None, user: str, limit: int, query: str) -> None:
     """Search as USER would through an agent (prints JSON)."""
-    from achilles.db.knowledge import PostgresKnowledgeStore
-    from achilles.db.session import engine_scope, make_session_factory
+    from achilles.cli.common import open_database
+    from achilles.db.knowledge.store import PostgresKnowledgeStore
 
     user_id = _user_id(database_url, user)
-    with engine_scope(database_url) as engine:
-        hits = PostgresKnowledgeStore(make_session_factory(engine)).search(
+    with open_database(database_url).connection_errors():
+        hits = PostgresKnowledgeStore(open_database(database_url).sessions).search(
             user_id, query, limit=limit
         )
     echo_json([{"id": h.document_id, "title": h.title, "snippet": h.snippet} for h in hits])
@@ -89,13 +89,15 @@ def search(database_url: str | None, user: str, limit: int, query: str) -> None:
 @reports_errors
 def read(database_url: str | None, user: str, document_id: int) -> None:
     """Read a document as USER would through an agent (prints JSON; exit 1 if not visible)."""
-    from achilles.db.knowledge import PostgresKnowledgeStore
-    from achilles.db.session import engine_scope, make_session_factory
+    from achilles.cli.common import open_database
+    from achilles.db.knowledge.store import PostgresKnowledgeStore
     from achilles.errors import NotFound
 
     user_id = _user_id(database_url, user)
-    with engine_scope(database_url) as engine:
-        document = PostgresKnowledgeStore(make_session_factory(engine)).read(user_id, document_id)
+    with open_database(database_url).connection_errors():
+        document = PostgresKnowledgeStore(open_database(database_url).sessions).read(
+            user_id, document_id
+        )
     if document is None:
         raise NotFound(f"document {document_id} not found for {user!r}")
     echo_json(

@@ -17,7 +17,7 @@ from achilles.domain.runs import RunState, RunTrigger
 from achilles.domain.timestamps import iso_utc
 
 if TYPE_CHECKING:
-    from achilles.db.models import AgentRun
+    from achilles.db.journal.models import AgentRun
 
 
 @click.group()
@@ -64,11 +64,11 @@ def list_runs(
     as_json: bool,
 ) -> None:
     """List runs, newest first."""
-    from achilles.db import journal
-    from achilles.db.agents import find_agent_id
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
+    from achilles.db.journal import runs as journal
+    from achilles.db.journal.agents import find_agent_id
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         agent_id = find_agent_id(session, agent_ref) if agent_ref else None
         rows = journal.list_runs(
             session,
@@ -105,10 +105,10 @@ def list_runs(
 @reports_errors
 def show_run(database_url: str | None, run_id: int, as_json: bool) -> None:
     """One run with its output and error."""
-    from achilles.db import journal
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
+    from achilles.db.journal import runs as journal
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         found = journal.list_run(session, run_id)
         if found is None:
             raise CommandFailed(f"run {run_id} does not exist")
@@ -143,11 +143,11 @@ def enqueue(database_url: str | None, agent_ref: str, trigger: str, as_json: boo
     installs and operations. A closed durable lock exits 1 and writes no row; a
     run skipped by a runtime gate is recorded and exits 0.
     """
-    from achilles.db import journal
-    from achilles.db.agents import find_agent_id
-    from achilles.db.session import transaction
+    from achilles.cli.common import open_database
+    from achilles.db.journal import runs as journal
+    from achilles.db.journal.agents import find_agent_id
 
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         agent_id = find_agent_id(session, agent_ref)
         result = journal.enqueue_run(session, agent_id, RunTrigger(trigger))
     record = {"run_id": result.run_id, "state": result.state, "reason": result.reason}

@@ -26,15 +26,15 @@ def upsert(database_url: str | None, key: str, timezone: str | None, inactive: b
     Deactivating writes enabled=false on the user's agents (no third lock);
     reactivating does not switch them back on: that is the owner's choice.
     """
-    from achilles.db.session import transaction
-    from achilles.db.users import upsert_user
+    from achilles.cli.common import open_database
+    from achilles.db.journal.users import upsert_user
     from achilles.domain.schedule.timezones import load_timezone
 
     if not key.strip() or len(key) > 253:
         raise click.BadParameter("must be 1-253 characters", param_hint="USER")
     if timezone is not None:
         load_timezone(timezone, field="--timezone")
-    with transaction(database_url) as session:
+    with open_database(database_url).transaction() as session:
         result = upsert_user(session, key, timezone=timezone, active=not inactive)
     verb = "created" if result.created else "updated"
     status = "inactive" if inactive else "active"

@@ -25,11 +25,12 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
-from achilles.db import inbox, inbox_replies
-from achilles.db.agents import create_agent
-from achilles.db.inbox_models import InboxItemRow
-from achilles.db.models import User
-from achilles.db.users import upsert_user
+from achilles.db.inbox import board as inbox
+from achilles.db.inbox import replies as inbox_replies
+from achilles.db.inbox.models import InboxItemRow
+from achilles.db.journal.agents import create_agent
+from achilles.db.journal.models import User
+from achilles.db.journal.users import upsert_user
 from achilles.domain.inbox import (
     ALLOWED_TRANSITIONS,
     AckStatus,

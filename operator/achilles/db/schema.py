@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from sqlalchemy import MetaData
 
-from achilles.db import inbox_models, knowledge_models, models
+from achilles.db.inbox import models as inbox_models
+from achilles.db.journal import models
+from achilles.db.knowledge import models as knowledge_models
 
 MODEL_MODULES = (models, knowledge_models, inbox_models)
 metadata: MetaData = models.Base.metadata

@@ -1,6 +1,6 @@
 """The Agent Inbox as its users call it: the runner and its tools, the CLI, later the portal API.
 
-One function per act. The SQL decisions stay in `achilles.db.inbox*` (one
+One function per act. The SQL decisions stay in `achilles.db.inbox.board*` (one
 guarded statement each); this layer adds what sits around them — above all
 whether a human's reply wakes the agent — so no caller combines the pieces by
 hand. The caller owns the transaction: pass a Session inside `session.begin()`.
@@ -17,8 +17,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from achilles.db import inbox as inbox_db
-from achilles.db import inbox_replies, inbox_settings
+from achilles.db.inbox import board as inbox_db
+from achilles.db.inbox import replies as inbox_replies
+from achilles.db.inbox import settings as inbox_settings
 from achilles.domain.inbox import InboxItem, ReplyChannel, ReplyKind
 from achilles.domain.inbox_wake import InboxSettings, should_request_run
 from achilles.errors import NotFound
@@ -76,7 +77,7 @@ def reply(
     )
 
 
-# Acts the SQL decides on its own: `achilles.db.inbox*`'s functions under this
+# Acts the SQL decides on its own: `achilles.db.inbox.board*`'s functions under this
 # layer's names (their docstrings there), so signatures and defaults are written once.
 ask = inbox_db.ask
 advance = inbox_db.board_advance

@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 
 from achilles.db import migrate
-from achilles.db.session import make_engine
+from achilles.db.database import Database
 from achilles_dev.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE
 from achilles_dev.kube import to_dict
 from achilles_dev.versions import bin_dir
@@ -276,7 +276,7 @@ def test_install_created_what_the_chart_promises(
 
 
 def test_install_ran_the_migration_hook(cluster: Cluster, achilles_release: Release) -> None:
-    engine = make_engine(achilles_release.database_url)
+    engine = Database(achilles_release.database_url).engine
     try:
         assert migrate.current_revisions(engine) == migrate.head_revisions()
     finally:

@@ -4,7 +4,7 @@ The CHECK constraints make impossible rows unrepresentable whatever writes
 them: a reply comes with its kind, channel, time and serial or not at all; a
 reply can be seen only if it exists, and acknowledged only once seen. The
 rules *between* rows and over time (compare-and-swap, the two channels) live in
-`achilles.domain.inbox` and their SQL in `achilles.db.inbox`.
+`achilles.domain.inbox` and their SQL in `achilles.db.inbox.board`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from achilles.db.models import Base, in_check, timestamp_column
+from achilles.db.journal.models import Base, in_check, timestamp_column
 from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
 
 ITEM_STATES = [s.value for s in ItemState]

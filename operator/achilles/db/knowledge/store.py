@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from achilles.db.models import User
+from achilles.db.journal.models import User
 from achilles.ks.store import Document, RelatedDocument, SearchHit
 
 KS_READER_ROLE = "achilles_ks_reader"

@@ -11,9 +11,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from achilles.db.journal import claim_run
-from achilles.db.models import Agent, AgentModel, AgentRun, AgentToolLink, Tool, User
-from achilles.db.settings import load_settings
+from achilles.db.journal.models import Agent, AgentModel, AgentRun, AgentToolLink, Tool, User
+from achilles.db.journal.runs import claim_run
+from achilles.db.journal.settings import load_settings
 from achilles.domain.run_spec import ModelEndpoint, RunSpec
 from achilles.domain.runs import RunTrigger
 

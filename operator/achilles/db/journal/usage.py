@@ -12,9 +12,9 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from achilles.db.models import Agent, AgentRun
-from achilles.db.settings import load_settings
-from achilles.db.users import find_owner_id
+from achilles.db.journal.models import Agent, AgentRun
+from achilles.db.journal.settings import load_settings
+from achilles.db.journal.users import find_owner_id
 from achilles.domain.budget import BudgetWindow, week_window
 from achilles.domain.gates import is_budget_exhausted
 

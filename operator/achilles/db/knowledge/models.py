@@ -2,7 +2,7 @@
 `0002_knowledge_store` (with its row-level security, which models cannot express).
 
 `tests/db/test_knowledge_store.py` proves these agree with the migration. The store's
-queries are SQL text in `achilles.db.knowledge` (full-text search and RLS are
+queries are SQL text in `achilles.db.knowledge.store` (full-text search and RLS are
 PostgreSQL's own); these models keep the metadata whole for schema checks and
 give other code typed columns.
 """
@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
-from achilles.db.models import Base, timestamp_column
+from achilles.db.journal.models import Base, timestamp_column
 
 
 class KsDocument(Base):

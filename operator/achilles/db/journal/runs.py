@@ -16,10 +16,10 @@ from sqlalchemy import ColumnElement, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from achilles.db.agents import load_durable_locks
-from achilles.db.models import Agent, AgentRun
-from achilles.db.settings import database_now, load_settings
-from achilles.db.usage import weekly_tokens_used
+from achilles.db.journal.agents import load_durable_locks
+from achilles.db.journal.models import Agent, AgentRun
+from achilles.db.journal.settings import database_now, load_settings
+from achilles.db.journal.usage import weekly_tokens_used
 from achilles.domain.budget import week_window
 from achilles.domain.gates import closed_locks, is_budget_exhausted
 from achilles.domain.runs import STALE_AFTER, FailReason, RunState, RunTrigger, SkipReason

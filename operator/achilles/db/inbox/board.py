@@ -23,9 +23,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from achilles.db.inbox_models import InboxBoard, InboxItemRow
-from achilles.db.models import Agent, User
-from achilles.db.users import find_owner_id
+from achilles.db.inbox.models import InboxBoard, InboxItemRow
+from achilles.db.journal.models import Agent, User
+from achilles.db.journal.users import find_owner_id
 from achilles.domain.inbox import (
     MAX_QUESTION_LENGTH,
     Board,

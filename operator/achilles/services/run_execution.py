@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
 
-from achilles.db.run_database import RunDatabase
+from achilles.db.database import Database
 from achilles.domain.run_spec import RunSpec
 from achilles.domain.runs import FailReason
 from achilles.domain.schedule.timezones import load_timezone
@@ -43,6 +43,7 @@ from achilles.runner.config import API_KEY_ENV, RunnerConfig
 from achilles.runner.heartbeat import Heartbeat
 from achilles.runner.loop import AgentLoop, LoopLimits, LoopResult, timed_out_message
 from achilles.runner.prompt import compose_messages
+from achilles.services.run_journal import RunJournal
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
 
@@ -84,7 +85,7 @@ _Event = _LoopFinished | _LoopCrashed | _Terminated | _RowLost
 class _Journal:
     """`RunJournal` for one run id."""
 
-    def __init__(self, database: RunDatabase, run_id: int) -> None:
+    def __init__(self, database: RunJournal, run_id: int) -> None:
         self._db = database
         self._run_id = run_id
 
@@ -110,7 +111,10 @@ def run(config: RunnerConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    database = RunDatabase(config.database_url, pool_size=2)
+    # One pool for the process: the loop's transactions and the heartbeat thread's.
+    database = RunJournal(
+        Database(config.database_url, pool_size=2, application_name="achilles-runner")
+    )
     try:
         if not events.empty():
             log.info("terminated before claiming run %d; it stays queued", config.run_id)
@@ -133,7 +137,7 @@ def run(config: RunnerConfig) -> int:
             )
             return EXIT_CRASH
     finally:
-        database.close()
+        database.database.dispose()
 
 
 def _refusal(spec: RunSpec, config: RunnerConfig) -> str | None:
@@ -153,7 +157,7 @@ def _refusal(spec: RunSpec, config: RunnerConfig) -> str | None:
 
 
 def _execute(
-    spec: RunSpec, config: RunnerConfig, database: RunDatabase, events: queue.SimpleQueue[_Event]
+    spec: RunSpec, config: RunnerConfig, database: RunJournal, events: queue.SimpleQueue[_Event]
 ) -> int:
     journal = _Journal(database, spec.run_id)
     refusal = _refusal(spec, config)
@@ -164,9 +168,8 @@ def _execute(
     stop = threading.Event()
     deadline = time.monotonic() + spec.run_timeout_seconds
 
-    heartbeat_db = RunDatabase(config.database_url, pool_size=1)
     Heartbeat(
-        beat=lambda: heartbeat_db.heartbeat(spec.run_id),
+        beat=lambda: database.heartbeat(spec.run_id),
         interval=config.heartbeat_interval,
         on_row_lost=lambda: events.put(_RowLost()),
         stop=stop,
@@ -188,7 +191,7 @@ def _execute(
         owner_user_id=spec.owner_user_id,
         owner_timezone=load_timezone(spec.owner_timezone),
         knowledge=database.knowledge_store(),
-        transaction=database.transaction,
+        transaction=database.database.transaction,
         now=lambda: datetime.now(UTC),
     )
     loop = AgentLoop(
@@ -221,10 +224,7 @@ def _execute(
     except queue.Empty:
         event = None
     stop.set()
-    try:
-        return _conclude(event, journal, spec)
-    finally:
-        heartbeat_db.close()
+    return _conclude(event, journal, spec)
 
 
 def _conclude(event: _Event | None, journal: _Journal, spec: RunSpec) -> int:

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from achilles.db.models import PlatformSettings
+from achilles.db.journal.models import PlatformSettings
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ the current reply and replacing it:
   it never lands on a reply the agent has not taken; a refusal is a result,
   not an error.
 An accepted reply bumps the item's revision and then its board (lock order of
-`achilles.db.inbox`). Taking and acknowledging touch the item only.
+`achilles.db.inbox.board`). Taking and acknowledging touch the item only.
 The caller owns the transaction.
 """
 
@@ -19,7 +19,7 @@ from datetime import datetime
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
-from achilles.db.inbox import (
+from achilles.db.inbox.board import (
     GUARDED_WRITE_ATTEMPTS,
     ITEM_COLUMNS,
     bump_board,
@@ -28,7 +28,7 @@ from achilles.db.inbox import (
     is_unprocessed,
     item_from_row,
 )
-from achilles.db.inbox_models import InboxItemRow
+from achilles.db.inbox.models import InboxItemRow
 from achilles.domain.inbox import (
     AckStatus,
     InboxItem,

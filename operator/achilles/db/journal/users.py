@@ -9,7 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from achilles.db.models import Agent, User
+from achilles.db.journal.models import Agent, User
 from achilles.errors import NotFound
 
 

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from achilles.db.models import Agent, AgentModel, User
-from achilles.db.users import find_owner_id
+from achilles.db.journal.models import Agent, AgentModel, User
+from achilles.db.journal.users import find_owner_id
 from achilles.domain.gates import DurableLocks
 from achilles.errors import NotFound
 

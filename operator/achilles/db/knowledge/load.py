@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from achilles.db.models import User
-from achilles.db.users import upsert_user
+from achilles.db.journal.models import User
+from achilles.db.journal.users import upsert_user
 from achilles.errors import InvalidInputError
 from achilles.ks.bundle import KnowledgeBundle
 

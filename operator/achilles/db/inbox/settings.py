@@ -12,7 +12,7 @@ from sqlalchemy import case, cast, func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from achilles.db.models import Agent
+from achilles.db.journal.models import Agent
 from achilles.domain.inbox_wake import (
     META_SECTION,
     WAKE_ON_REPLY,

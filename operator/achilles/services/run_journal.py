@@ -1,0 +1,56 @@
+"""The run's own journal writes: the few operations a runner performs on its row.
+
+Each operation is its own short transaction, so a run's progress (tokens,
+heartbeats) is durable as it goes and a crash loses at most the step in
+flight. Every journal write is guarded by state (see `achilles.db.journal.runs`):
+False means the row is no longer `running` (reaped, or finished elsewhere) and
+the runner must stop writing.
+"""
+
+from __future__ import annotations
+
+from achilles.db.database import Database
+from achilles.db.journal import runs as journal
+from achilles.db.journal.run_context import claim_and_load
+from achilles.db.knowledge.store import PostgresKnowledgeStore
+from achilles.domain.run_spec import RunSpec
+from achilles.domain.runs import FailReason
+
+# Long enough for a useful traceback summary, short enough for a status column.
+MAX_ERROR_CHARS = 4000
+
+
+def clip_error(error: str) -> str:
+    if len(error) > MAX_ERROR_CHARS:
+        return error[: MAX_ERROR_CHARS - 3] + "..."
+    return error
+
+
+class RunJournal:
+    """A run's writes, on the process's one `Database`."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    def knowledge_store(self) -> PostgresKnowledgeStore:
+        return PostgresKnowledgeStore(self.database.sessions)
+
+    def claim(self, run_id: int) -> RunSpec | None:
+        with self.database.transaction() as session:
+            return claim_and_load(session, run_id)
+
+    def heartbeat(self, run_id: int) -> bool:
+        with self.database.transaction() as session:
+            return journal.record_heartbeat(session, run_id)
+
+    def add_tokens(self, run_id: int, tokens: int) -> bool:
+        with self.database.transaction() as session:
+            return journal.add_tokens(session, run_id, tokens)
+
+    def succeed(self, run_id: int, output: str) -> bool:
+        with self.database.transaction() as session:
+            return journal.succeed_run(session, run_id, output)
+
+    def fail(self, run_id: int, reason: FailReason, error: str) -> bool:
+        with self.database.transaction() as session:
+            return journal.fail_run(session, run_id, reason, clip_error(error))
