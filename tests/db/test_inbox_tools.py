@@ -190,17 +190,17 @@ def test_run_start_offers_pending_replies_until_acknowledged(
     db: Engine, run_db: RunJournal
 ) -> None:
     agent_id = make_agent(db)
-    assert service.offer_pending_replies(run_db.transaction, agent_id) is None
+    assert service.offer_pending_replies(run_db.database.transaction, agent_id) is None
     item = box.ask(db, agent_id, key="db", question="Which database?").item
     box.reply(db, item.id, "Postgres 16", channel=ReplyChannel.CHAT)
 
-    note = service.offer_pending_replies(run_db.transaction, agent_id)
+    note = service.offer_pending_replies(run_db.database.transaction, agent_id)
     assert note is not None
     assert f"item_id={item.id} key='db' reply_serial=1" in note
     assert "reply: Postgres 16" in note
     assert "inbox_acknowledge" in note
     # The run that saw it crashed: the next run is offered the same reply.
-    assert service.offer_pending_replies(run_db.transaction, agent_id) == note
+    assert service.offer_pending_replies(run_db.database.transaction, agent_id) == note
     with Session(db) as session, session.begin():
         service.acknowledge(session, item.id, 1, "configured Postgres 16")
-    assert service.offer_pending_replies(run_db.transaction, agent_id) is None
+    assert service.offer_pending_replies(run_db.database.transaction, agent_id) is None
