@@ -193,4 +193,4 @@ def test_platform_settings_singleton_exists_after_migration(db_engine: Engine) -
 
 def test_the_migration_history_has_a_single_head() -> None:
     # A second head means two branches that the next migration cannot both follow.
-    assert migrate.head_revisions() == {"0004_single_head"}
+    assert len(migrate.head_revisions()) == 1

@@ -52,7 +52,8 @@ def normalise_url(url: str) -> str:
 
 def with_connect_timeout(url: str, seconds: int = CONNECT_TIMEOUT_SECONDS) -> str:
     """The URL with libpq's `connect_timeout`, unless it already sets one."""
-    parsed = parse_url(url)
+    parse_url(url)  # validated; the URL keeps its own spelling
+    parsed = make_url(url)
     if "connect_timeout" in parsed.query:
         return url
     return parsed.update_query_dict({"connect_timeout": str(seconds)}).render_as_string(

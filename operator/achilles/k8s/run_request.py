@@ -1,10 +1,7 @@
 """Request a run of an agent the Kubernetes way: a new `achilles.io/run-requested-at` value.
 
-DESIGN.md §2: each new value of the annotation on the Agent resource is one
-manual run request; honouring it is the operator's job. Writing it is a merge
-patch of the annotation alone, so nothing else on the resource is touched.
-The cluster is the current kubeconfig's (KUBECONFIG or ~/.kube/config), or the
-in-cluster service account when running in a pod.
+Writing it is a merge patch of the annotation alone, so nothing else on the resource
+is touched. Honouring it is the operator's (`achilles.services.run_requests`).
 """
 
 from __future__ import annotations
@@ -12,44 +9,17 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
-from achilles.domain.timestamps import iso_utc
 from achilles.errors import ClusterUnavailable, NotFound
+from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
+from achilles.k8s.client import api_client
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
 
-RUN_REQUESTED_AT = f"{API_GROUP}/run-requested-at"
-
-
-def rfc3339(at: datetime) -> str:
-    """Second precision in UTC, e.g. `2026-11-30T09:00:00Z`."""
-    if at.tzinfo is None:
-        raise ValueError("a run request time must be timezone-aware")
-    return iso_utc(at.replace(microsecond=0))
-
-
-def _api_client(kubeconfig: Path | None) -> client.ApiClient:
-    try:
-        made: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig) if kubeconfig else None
-        )
-        return made
-    except (ConfigException, OSError) as from_file:
-        if kubeconfig is not None:
-            raise ClusterUnavailable(f"kubeconfig {kubeconfig}: {from_file}") from from_file
-        configuration = client.Configuration()
-        try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except ConfigException as in_cluster:
-            raise ClusterUnavailable(
-                "no Kubernetes cluster is configured (no kubeconfig: set KUBECONFIG;"
-                " not running in a pod)"
-            ) from in_cluster
-        return client.ApiClient(configuration)
+__all__ = ["RUN_REQUESTED_AT", "request_run"]
 
 
 def request_run(namespace: str, name: str, at: datetime, *, kubeconfig: Path | None = None) -> str:
@@ -58,9 +28,9 @@ def request_run(namespace: str, name: str, at: datetime, *, kubeconfig: Path | N
     Raises `NotFound` when the Agent does not exist and `ClusterUnavailable`
     when no cluster is configured, reachable, or willing.
     """
-    value = rfc3339(at)
+    value = format_run_request(at)
     body = {"metadata": {"annotations": {RUN_REQUESTED_AT: value}}}
-    with _api_client(kubeconfig) as api:
+    with api_client(kubeconfig) as api:
         try:
             client.CustomObjectsApi(api).patch_namespaced_custom_object(
                 API_GROUP, API_VERSION_NAME, namespace, AGENT.plural, name, body

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from achilles.db.journal.models import Agent, AgentModel, User
+from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, Tool, User
 from achilles.db.journal.users import find_owner_id
 from achilles.domain.gates import DurableLocks
 from achilles.errors import NotFound
@@ -82,3 +84,110 @@ def find_agent_id(session: Session, ref: str) -> int:
     if found is None:
         raise NotFound(f"agent {ref!r} does not exist")
     return found
+
+
+# --- the operator's view: rows reconciled from Agent custom resources ---
+
+
+@dataclass(frozen=True)
+class AgentDefinition:
+    """What an Agent CR says, in the database's terms (owner by key, model by name)."""
+
+    uid: str
+    namespace: str
+    cr_name: str
+    name: str
+    description: str | None
+    prompt: str
+    schedule: dict[str, Any] | None
+    model_name: str | None
+    tool_names: tuple[str, ...]
+    enabled: bool
+    admin_paused: bool
+
+
+@dataclass(frozen=True)
+class ReconciledAgent:
+    agent_id: int
+    created: bool
+    user_id: int
+    owner_active: bool
+    model_found: bool
+    unknown_tools: tuple[str, ...]
+    schedule_changed: bool
+
+
+def upsert_agent(
+    session: Session, definition: AgentDefinition, user_id: int
+) -> tuple[int, bool, bool]:
+    """Insert or update the row keyed by the CR's uid: (id, created, schedule changed).
+
+    The row is locked for the rest of the transaction, so a scheduler tick cannot
+    advance `next_run_at` from a schedule that is being replaced.
+    """
+    existing = session.execute(
+        select(Agent.id, Agent.schedule).where(Agent.cr_uid == definition.uid).with_for_update()
+    ).first()
+    model_id = None
+    if definition.model_name is not None:
+        model_id = session.execute(
+            select(AgentModel.id).where(AgentModel.name == definition.model_name)
+        ).scalar_one_or_none()
+    values: dict[str, Any] = {
+        "user_id": user_id,
+        "name": definition.name,
+        "description": definition.description,
+        "prompt": definition.prompt,
+        "schedule": definition.schedule,
+        "model_id": model_id,
+        "enabled": definition.enabled,
+        "admin_paused": definition.admin_paused,
+        "cr_namespace": definition.namespace,
+        "cr_name": definition.cr_name,
+    }
+    if existing is None:
+        agent_id = session.execute(
+            insert(Agent).values(cr_uid=definition.uid, **values).returning(Agent.id)
+        ).scalar_one()
+        return int(agent_id), True, True
+    session.execute(update(Agent).where(Agent.id == existing.id).values(**values))
+    return int(existing.id), False, existing.schedule != definition.schedule
+
+
+def link_tools(session: Session, agent_id: int, tool_names: tuple[str, ...]) -> tuple[str, ...]:
+    """Make the agent's optional tools exactly `tool_names`; return the unknown names."""
+    known = dict(
+        session.execute(select(Tool.name, Tool.id).where(Tool.name.in_(tool_names))).tuples().all()
+    )
+    wanted = set(known.values())
+    session.execute(
+        delete(AgentToolLink).where(
+            AgentToolLink.agent_id == agent_id, AgentToolLink.tool_id.not_in(wanted)
+        )
+    )
+    if wanted:
+        session.execute(
+            pg_insert(AgentToolLink)
+            .values([{"agent_id": agent_id, "tool_id": tool_id} for tool_id in sorted(wanted)])
+            .on_conflict_do_nothing()
+        )
+    return tuple(name for name in tool_names if name not in known)
+
+
+def delete_agent_by_uid(session: Session, uid: str) -> int | None:
+    """Remove the row (its runs and links cascade); the id it had, if any."""
+    return session.execute(
+        delete(Agent).where(Agent.cr_uid == uid).returning(Agent.id)
+    ).scalar_one_or_none()
+
+
+def agent_id_by_uid(session: Session, uid: str) -> int | None:
+    return session.execute(select(Agent.id).where(Agent.cr_uid == uid)).scalar_one_or_none()
+
+
+def agent_uids(session: Session) -> dict[str, int]:
+    return dict(
+        session.execute(select(Agent.cr_uid, Agent.id).where(Agent.cr_uid.is_not(None)))
+        .tuples()
+        .all()
+    )

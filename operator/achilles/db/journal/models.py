@@ -170,6 +170,8 @@ class Agent(Base):
     cr_uid: Mapped[str | None] = mapped_column(Text, unique=True)
     cr_namespace: Mapped[str | None] = mapped_column(Text)
     cr_name: Mapped[str | None] = mapped_column(Text)
+    # The time zone `next_run_at` was computed in (owner's, else the organisation's).
+    schedule_zone: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = timestamp_column()
     updated_at: Mapped[datetime] = timestamp_column()
 
@@ -204,6 +206,14 @@ class AgentRun(Base):
             unique=True,
             postgresql_where=text("state IN ('queued', 'running')"),
         ),
+        # One run per manual request value (idempotent across operator replicas).
+        Index(
+            "uq_agent_runs_request_key",
+            "agent_id",
+            "request_key",
+            unique=True,
+            postgresql_where=text("request_key IS NOT NULL"),
+        ),
         # FIFO dispatch of waiting runs.
         Index(
             "ix_agent_runs_queued_fifo",
@@ -227,6 +237,12 @@ class AgentRun(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = timestamp_column()
+    # The run-request annotation value a manual run answers (unique per agent).
+    request_key: Mapped[str | None] = mapped_column(Text)
+    # When the dispatcher took the run to create its Job (counts against the cap).
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The slot a scheduled run was due at.
+    scheduled_for: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AgentToolLink(Base):

@@ -26,6 +26,7 @@ from achilles.domain.runs import STALE_AFTER, FailReason, RunState, RunTrigger, 
 from achilles.errors import StartRefused
 
 ONE_ACTIVE_RUN_INDEX = "uq_agent_runs_one_active_per_agent"
+REQUEST_KEY_INDEX = "uq_agent_runs_request_key"
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class EnqueueResult:
     run_id: int
     state: RunState
     reason: SkipReason | None = None
+    # True when this request was already answered by an earlier row (another replica,
+    # or a retry): `run_id` is that row, and nothing was written now.
+    duplicate_request: bool = False
 
     @property
     def is_queued(self) -> bool:
@@ -40,61 +44,112 @@ class EnqueueResult:
 
 
 def enqueue_run(
-    session: Session, agent_id: int, trigger: RunTrigger, *, now: datetime | None = None
+    session: Session,
+    agent_id: int,
+    trigger: RunTrigger,
+    *,
+    now: datetime | None = None,
+    request_key: str | None = None,
+    scheduled_for: datetime | None = None,
 ) -> EnqueueResult:
     """Try to start a run of the agent, inside the caller's transaction.
 
     Durable locks closed -> `StartRefused`, and no row. Budget exhausted ->
     a `skipped/budget_exceeded` row. Another run active -> the partial unique
     index refuses the insert and a `skipped/already_running` row is written.
+    With `request_key` (a manual request's identity), a request that already has a
+    row is answered by that row and nothing is written (`duplicate_request`).
     """
     now = now or database_now(session)
+    if request_key is not None:
+        earlier = _run_for_request(session, agent_id, request_key)
+        if earlier is not None:
+            return earlier
     agent, locks = load_durable_locks(session, agent_id)
     closed = closed_locks(locks)
     if closed:
         raise StartRefused(agent_id, tuple(reason.value for reason in closed))
 
+    row = {
+        "agent_id": agent_id,
+        "trigger": trigger,
+        "created_at": now,
+        "request_key": request_key,
+        "scheduled_for": scheduled_for,
+    }
     settings = load_settings(session)
     used = weekly_tokens_used(session, agent.user_id, week_window(now, settings.zone))
     if is_budget_exhausted(used, settings.weekly_token_budget):
-        return _insert_skipped(session, agent_id, trigger, SkipReason.BUDGET_EXCEEDED, now)
+        return _insert_skipped(session, row, SkipReason.BUDGET_EXCEEDED, now)
 
     try:
         with session.begin_nested():
             run_id = session.execute(
-                insert(AgentRun)
-                .values(agent_id=agent_id, trigger=trigger, state=RunState.QUEUED, created_at=now)
-                .returning(AgentRun.id)
+                insert(AgentRun).values(**row, state=RunState.QUEUED).returning(AgentRun.id)
             ).scalar_one()
     except IntegrityError as exc:
-        if not _is_one_active_run_violation(exc):
+        if _violated_index(exc) == REQUEST_KEY_INDEX and request_key is not None:
+            return _answered_elsewhere(session, agent_id, request_key)
+        if _violated_index(exc) != ONE_ACTIVE_RUN_INDEX:
             raise
-        return _insert_skipped(session, agent_id, trigger, SkipReason.ALREADY_RUNNING, now)
+        return _insert_skipped(session, row, SkipReason.ALREADY_RUNNING, now)
     return EnqueueResult(run_id=run_id, state=RunState.QUEUED)
 
 
-def _is_one_active_run_violation(exc: IntegrityError) -> bool:
+def _violated_index(exc: IntegrityError) -> str | None:
     orig = exc.orig
-    return isinstance(orig, UniqueViolation) and orig.diag.constraint_name == ONE_ACTIVE_RUN_INDEX
+    if isinstance(orig, UniqueViolation):
+        return orig.diag.constraint_name
+    return None
+
+
+def _run_for_request(session: Session, agent_id: int, request_key: str) -> EnqueueResult | None:
+    found = session.execute(
+        select(AgentRun.id, AgentRun.state, AgentRun.reason).where(
+            AgentRun.agent_id == agent_id, AgentRun.request_key == request_key
+        )
+    ).first()
+    if found is None:
+        return None
+    reason = SkipReason(found.reason) if found.state == RunState.SKIPPED else None
+    return EnqueueResult(
+        run_id=found.id, state=RunState(found.state), reason=reason, duplicate_request=True
+    )
+
+
+def _answered_elsewhere(session: Session, agent_id: int, request_key: str) -> EnqueueResult:
+    # A concurrent transaction committed a row for this request between our look and
+    # our insert; its row is the answer.
+    earlier = _run_for_request(session, agent_id, request_key)
+    if earlier is None:  # pragma: no cover - the index just said it exists
+        raise RuntimeError(f"run request {request_key!r} of agent {agent_id} vanished")
+    return earlier
 
 
 def _insert_skipped(
-    session: Session, agent_id: int, trigger: RunTrigger, reason: SkipReason, now: datetime
+    session: Session, row: dict[str, object], reason: SkipReason, now: datetime
 ) -> EnqueueResult:
-    # `skipped` lies outside the lock's predicate, so this insert never conflicts.
-    run_id = session.execute(
-        insert(AgentRun)
-        .values(
-            agent_id=agent_id,
-            trigger=trigger,
-            state=RunState.SKIPPED,
-            reason=reason,
-            tokens_used=0,
-            created_at=now,
-            finished_at=now,
-        )
-        .returning(AgentRun.id)
-    ).scalar_one()
+    # `skipped` lies outside the lock's predicate, so this insert never conflicts with
+    # it; it can conflict with the request-key index when another replica answered.
+    agent_id = int(str(row["agent_id"]))
+    request_key = row["request_key"]
+    try:
+        with session.begin_nested():
+            run_id = session.execute(
+                insert(AgentRun)
+                .values(
+                    **row,
+                    state=RunState.SKIPPED,
+                    reason=reason,
+                    tokens_used=0,
+                    finished_at=now,
+                )
+                .returning(AgentRun.id)
+            ).scalar_one()
+    except IntegrityError as exc:
+        if _violated_index(exc) == REQUEST_KEY_INDEX and isinstance(request_key, str):
+            return _answered_elsewhere(session, agent_id, request_key)
+        raise
     return EnqueueResult(run_id=run_id, state=RunState.SKIPPED, reason=reason)
 
 

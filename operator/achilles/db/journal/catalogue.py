@@ -1,0 +1,138 @@
+"""The admin-curated rows the operator mirrors from cluster-scoped CRs: models, tools,
+platform settings (neighbour tables for standalone installs, seed 000)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from achilles.db.journal.models import Agent, AgentModel, PlatformSettings, Tool
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    name: str
+    base_url: str
+    provider_model: str
+    api_key_secret_name: str | None
+    api_key_secret_key: str | None
+    is_default: bool
+
+
+def upsert_model(session: Session, model: ModelRow) -> int:
+    values = {
+        "base_url": model.base_url,
+        "provider_model": model.provider_model,
+        "api_key_secret_name": model.api_key_secret_name,
+        "api_key_secret_key": model.api_key_secret_key,
+    }
+    return int(
+        session.execute(
+            insert(AgentModel)
+            .values(name=model.name, is_default=False, **values)
+            .on_conflict_do_update(index_elements=[AgentModel.name], set_=values)
+            .returning(AgentModel.id)
+        ).scalar_one()
+    )
+
+
+def set_default_model(session: Session, name: str, is_default: bool) -> bool:
+    """Mark or unmark the list preset; False when another model already holds it
+    (the partial unique index `uq_agent_models_single_default` keeps one)."""
+    current = session.execute(
+        select(AgentModel.name).where(AgentModel.is_default.is_(True))
+    ).scalar_one_or_none()
+    if is_default and current not in (None, name):
+        return False
+    session.execute(update(AgentModel).where(AgentModel.name == name).values(is_default=is_default))
+    return True
+
+
+def default_model_name(session: Session) -> str | None:
+    return session.execute(
+        select(AgentModel.name).where(AgentModel.is_default.is_(True))
+    ).scalar_one_or_none()
+
+
+def model_id_by_name(session: Session, name: str) -> int | None:
+    return session.execute(
+        select(AgentModel.id).where(AgentModel.name == name)
+    ).scalar_one_or_none()
+
+
+@dataclass(frozen=True)
+class AgentRef:
+    agent_id: int
+    uid: str | None
+    namespace: str | None
+    name: str | None
+
+
+def withdraw_model(session: Session, name: str) -> list[AgentRef]:
+    """Delete the model; its agents' `model_id` becomes NULL (FK SET NULL) and they stop.
+    Returns those agents so their CRs can be told (spec.model cleared)."""
+    model_id = model_id_by_name(session, name)
+    if model_id is None:
+        return []
+    rows = session.execute(
+        update(Agent)
+        .where(Agent.model_id == model_id)
+        .values(model_id=None, next_run_at=None)
+        .returning(Agent.id, Agent.cr_uid, Agent.cr_namespace, Agent.cr_name)
+    ).all()
+    session.execute(delete(AgentModel).where(AgentModel.id == model_id))
+    return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
+
+
+def upsert_tool(
+    session: Session, name: str, description: str | None, implementation: str, allowed: bool
+) -> int:
+    values = {
+        "description": description,
+        "implementation": implementation,
+        "agents_allowed": allowed,
+    }
+    return int(
+        session.execute(
+            insert(Tool)
+            .values(name=name, **values)
+            .on_conflict_do_update(index_elements=[Tool.name], set_=values)
+            .returning(Tool.id)
+        ).scalar_one()
+    )
+
+
+def delete_tool(session: Session, name: str) -> bool:
+    """Deleting a tool removes its agent links (FK CASCADE); agents keep the KS core."""
+    return (
+        session.execute(delete(Tool).where(Tool.name == name).returning(Tool.id)).first()
+        is not None
+    )
+
+
+@dataclass(frozen=True)
+class PlatformRow:
+    timezone: str
+    weekly_token_budget: int
+    max_iterations: int
+    max_concurrency: int
+    run_timeout_seconds: int
+    platform_prompt: str
+
+
+def write_platform_settings(session: Session, platform: PlatformRow) -> None:
+    session.execute(
+        update(PlatformSettings)
+        .where(PlatformSettings.id == 1)
+        .values(
+            timezone=platform.timezone,
+            agent_weekly_token_budget=platform.weekly_token_budget,
+            agent_max_iterations=platform.max_iterations,
+            agent_max_concurrency=platform.max_concurrency,
+            agent_run_timeout_seconds=platform.run_timeout_seconds,
+            agent_platform_prompt=platform.platform_prompt,
+        )
+    )

@@ -1,0 +1,177 @@
+"""Queries of the dispatcher and the Job watcher: FIFO runs under the cap, decided here.
+
+The cap (`agent_max_concurrency`) counts executing runs: `running`, or `queued` with
+a Job already made (`dispatched_at`). Taking runs holds a transaction-scoped
+advisory lock, so two operator replicas dispatch one after the other and can never
+exceed the cap together; the Job name is derived from the run id, so a retry after
+a crash finds its Job (AlreadyExists) instead of making a second one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from achilles.db.journal.models import Agent, AgentModel, AgentRun, User
+from achilles.domain.runs import RunState
+
+# One key for "dispatching now" across replicas (migrations use 0x4AC41).
+DISPATCH_LOCK_KEY = 0x4AC42
+
+
+@dataclass(frozen=True)
+class DispatchableRun:
+    run_id: int
+    agent_id: int
+    trigger: str
+    created_at: datetime
+    scheduled_for: datetime | None
+    agent_uid: str | None
+    agent_namespace: str | None
+    agent_name: str | None
+    startable: bool
+    model_secret_name: str | None
+    model_secret_key: str | None
+
+
+def executing_filter():  # type: ignore[no-untyped-def]
+    return or_(
+        AgentRun.state == RunState.RUNNING,
+        and_(AgentRun.state == RunState.QUEUED, AgentRun.dispatched_at.is_not(None)),
+    )
+
+
+def count_executing(session: Session) -> int:
+    return int(
+        session.execute(
+            select(func.count()).select_from(AgentRun).where(executing_filter())
+        ).scalar_one()
+    )
+
+
+def count_waiting(session: Session) -> int:
+    return int(
+        session.execute(
+            select(func.count())
+            .select_from(AgentRun)
+            .where(AgentRun.state == RunState.QUEUED, AgentRun.dispatched_at.is_(None))
+        ).scalar_one()
+    )
+
+
+def take_dispatchable_runs(session: Session, cap: int, batch: int) -> list[DispatchableRun]:
+    """Lock the dispatcher, then the oldest waiting runs that fit under `cap`."""
+    session.execute(select(func.pg_advisory_xact_lock(DISPATCH_LOCK_KEY)))
+    room = cap - count_executing(session)
+    if room <= 0:
+        return []
+    rows = session.execute(
+        select(
+            AgentRun.id,
+            AgentRun.agent_id,
+            AgentRun.trigger,
+            AgentRun.created_at,
+            AgentRun.scheduled_for,
+            Agent.cr_uid,
+            Agent.cr_namespace,
+            Agent.cr_name,
+            (
+                Agent.enabled
+                & ~Agent.admin_paused
+                & Agent.model_id.is_not(None)
+                & func.coalesce(User.active, False)
+            ).label("startable"),
+            AgentModel.api_key_secret_name,
+            AgentModel.api_key_secret_key,
+        )
+        .join(Agent, Agent.id == AgentRun.agent_id)
+        .outerjoin(User, User.id == Agent.user_id)
+        .outerjoin(AgentModel, AgentModel.id == Agent.model_id)
+        .where(AgentRun.state == RunState.QUEUED, AgentRun.dispatched_at.is_(None))
+        .order_by(AgentRun.created_at, AgentRun.id)
+        .limit(min(room, batch))
+        .with_for_update(of=AgentRun, skip_locked=True)
+    ).all()
+    return [
+        DispatchableRun(
+            run_id=row.id,
+            agent_id=row.agent_id,
+            trigger=row.trigger,
+            created_at=row.created_at,
+            scheduled_for=row.scheduled_for,
+            agent_uid=row.cr_uid,
+            agent_namespace=row.cr_namespace,
+            agent_name=row.cr_name,
+            startable=bool(row.startable),
+            model_secret_name=row.api_key_secret_name,
+            model_secret_key=row.api_key_secret_key,
+        )
+        for row in rows
+    ]
+
+
+def mark_dispatched(session: Session, run_ids: Sequence[int], now: datetime) -> None:
+    if run_ids:
+        session.execute(
+            update(AgentRun)
+            .where(AgentRun.id.in_(run_ids), AgentRun.state == RunState.QUEUED)
+            .values(dispatched_at=now)
+        )
+
+
+def release_dispatch(session: Session, run_ids: Iterable[int]) -> None:
+    """Back in the queue (its Job is gone before it ran); it keeps its FIFO place."""
+    ids = list(run_ids)
+    if ids:
+        session.execute(
+            update(AgentRun)
+            .where(AgentRun.id.in_(ids), AgentRun.state == RunState.QUEUED)
+            .values(dispatched_at=None)
+        )
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    run_id: int
+    agent_id: int
+    state: RunState
+    dispatched_at: datetime | None
+    started_at: datetime | None
+
+
+def active_runs(session: Session) -> list[ActiveRun]:
+    rows = session.execute(
+        select(
+            AgentRun.id,
+            AgentRun.agent_id,
+            AgentRun.state,
+            AgentRun.dispatched_at,
+            AgentRun.started_at,
+        ).where(AgentRun.state.in_([RunState.QUEUED, RunState.RUNNING]))
+    ).all()
+    return [
+        ActiveRun(
+            run_id=row.id,
+            agent_id=row.agent_id,
+            state=RunState(row.state),
+            dispatched_at=row.dispatched_at,
+            started_at=row.started_at,
+        )
+        for row in rows
+    ]
+
+
+def run_states(session: Session, run_ids: Iterable[int]) -> dict[int, RunState]:
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    rows = session.execute(select(AgentRun.id, AgentRun.state).where(AgentRun.id.in_(ids))).all()
+    return {row.id: RunState(row.state) for row in rows}
+
+
+def older_than(at: datetime | None, now: datetime, age: timedelta) -> bool:
+    return at is not None and at < now - age

@@ -1,0 +1,172 @@
+"""The scheduler's queries: due agents, agents whose next slot must be (re)computed.
+
+An agent has a `next_run_at` only while every durable lock is open and it has a
+schedule (DESIGN.md §4); `schedule_zone` records the zone the slot was computed in,
+so a changed owner or organisation zone is found here, not only on an Agent event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, func, select, update
+from sqlalchemy.orm import Session
+
+from achilles.db.journal.models import Agent, PlatformSettings, User
+from achilles.domain.schedule import load_timezone, next_slot_after, parse_schedule
+
+
+@dataclass(frozen=True)
+class ScheduledAgent:
+    agent_id: int
+    schedule: dict[str, Any]
+    next_run_at: datetime | None
+    zone: str
+    schedule_zone: str | None
+
+
+def _startable() -> ColumnElement[bool]:
+    return and_(
+        Agent.enabled.is_(True),
+        Agent.admin_paused.is_(False),
+        Agent.model_id.is_not(None),
+        User.active.is_(True),
+    )
+
+
+def _effective_zone() -> ColumnElement[str]:
+    return func.coalesce(User.timezone, PlatformSettings.timezone)
+
+
+def _select_scheduled():  # type: ignore[no-untyped-def]
+    return (
+        select(
+            Agent.id,
+            Agent.schedule,
+            Agent.next_run_at,
+            _effective_zone().label("zone"),
+            Agent.schedule_zone,
+        )
+        .join(User, User.id == Agent.user_id)
+        .join(PlatformSettings, PlatformSettings.id == 1)
+    )
+
+
+def _rows(rows: Any) -> list[ScheduledAgent]:
+    return [
+        ScheduledAgent(
+            agent_id=row.id,
+            schedule=row.schedule,
+            next_run_at=row.next_run_at,
+            zone=row.zone,
+            schedule_zone=row.schedule_zone,
+        )
+        for row in rows
+    ]
+
+
+def take_due_agents(session: Session, now: datetime, batch: int) -> list[ScheduledAgent]:
+    """Due agents, locked for this transaction; another replica skips them."""
+    return _rows(
+        session.execute(
+            _select_scheduled()
+            .where(Agent.next_run_at <= now, _startable(), Agent.schedule.is_not(None))
+            .order_by(Agent.next_run_at)
+            .limit(batch)
+            .with_for_update(of=Agent, skip_locked=True)
+        ).all()
+    )
+
+
+def take_agents_to_reschedule(session: Session, batch: int) -> list[ScheduledAgent]:
+    """Startable scheduled agents without a slot, or with one computed in another zone."""
+    return _rows(
+        session.execute(
+            _select_scheduled()
+            .where(
+                _startable(),
+                Agent.schedule.is_not(None),
+                (Agent.next_run_at.is_(None))
+                | (Agent.schedule_zone.is_distinct_from(_effective_zone())),
+            )
+            .limit(batch)
+            .with_for_update(of=Agent, skip_locked=True)
+        ).all()
+    )
+
+
+def schedule_of(session: Session, agent_id: int) -> ScheduledAgent | None:
+    """The agent's schedule inputs when it may be scheduled (startable, has a schedule)."""
+    found = _rows(
+        session.execute(
+            _select_scheduled().where(
+                Agent.id == agent_id, _startable(), Agent.schedule.is_not(None)
+            )
+        ).all()
+    )
+    return found[0] if found else None
+
+
+def clear_closed_schedules(session: Session) -> int:
+    """No slot for an agent that cannot start or has no schedule (locks closed)."""
+    blocked = (
+        select(Agent.id)
+        .join(User, User.id == Agent.user_id)
+        .where(Agent.next_run_at.is_not(None), ~_startable())
+    )
+    result = session.execute(
+        update(Agent)
+        .where(
+            Agent.next_run_at.is_not(None),
+            Agent.id.in_(blocked) | Agent.schedule.is_(None),
+        )
+        .values(next_run_at=None, schedule_zone=None)
+        .returning(Agent.id)
+    )
+    return len(result.all())
+
+
+def set_next_run(
+    session: Session, agent_id: int, next_run_at: datetime | None, zone: str | None
+) -> None:
+    session.execute(
+        update(Agent)
+        .where(Agent.id == agent_id)
+        .values(next_run_at=next_run_at, schedule_zone=zone if next_run_at else None)
+    )
+
+
+def nearest_next_run(session: Session) -> datetime | None:
+    value: datetime | None = session.execute(
+        select(func.min(Agent.next_run_at)).where(Agent.next_run_at.is_not(None))
+    ).scalar_one()
+    return value
+
+
+def refresh_next_run(session: Session, agent_id: int, now: datetime, *, reset: bool) -> None:
+    """Give a startable scheduled agent its next slot; no slot for any other.
+
+    `reset` (the schedule itself changed) starts over from now; otherwise a slot
+    computed in the current zone stays, and an interval keeps its grid (anchor = the
+    previous `next_run_at`).
+    """
+    scheduled = schedule_of(session, agent_id)
+    if scheduled is None:
+        set_next_run(session, agent_id, None, None)
+        return
+    if (
+        not reset
+        and scheduled.next_run_at is not None
+        and scheduled.schedule_zone == scheduled.zone
+    ):
+        return
+    schedule = parse_schedule(scheduled.schedule)
+    tz = load_timezone(scheduled.zone)
+    anchor = None if reset else scheduled.next_run_at
+    if anchor is not None and anchor > now and schedule.type == "interval":
+        next_run_at = anchor  # the grid's next slot is still ahead
+    else:
+        next_run_at = next_slot_after(schedule, now, tz, anchor)
+    set_next_run(session, agent_id, next_run_at, scheduled.zone)

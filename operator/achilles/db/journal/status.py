@@ -1,0 +1,149 @@
+"""What an Agent's status shows, read from the journal in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from achilles.db.journal.models import Agent, AgentRun, User
+from achilles.db.journal.settings import database_now, load_settings
+from achilles.db.journal.usage import weekly_tokens_used
+from achilles.domain.budget import week_window
+from achilles.domain.gates import DurableLocks
+
+
+@dataclass(frozen=True)
+class LastRunRow:
+    run_id: int
+    trigger: str
+    state: str
+    reason: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    tokens_used: int
+
+
+@dataclass(frozen=True)
+class AgentStatusRow:
+    agent_id: int
+    uid: str | None
+    namespace: str | None
+    cr_name: str | None
+    schedule: dict[str, Any] | None
+    next_run_at: datetime | None
+    zone: str
+    locks: DurableLocks
+    last_run: LastRunRow | None
+    tokens_used: int
+    token_limit: int
+    window_start: datetime
+
+
+def agent_status_rows(session: Session, agent_ids: Iterable[int]) -> list[AgentStatusRow]:
+    ids = sorted(set(agent_ids))
+    if not ids:
+        return []
+    settings = load_settings(session)
+    window = week_window(database_now(session), settings.zone)
+    agents = session.execute(
+        select(Agent, User.active, User.timezone).join(User).where(Agent.id.in_(ids))
+    ).all()
+    last_ids = (
+        select(AgentRun.agent_id, AgentRun.id)
+        .where(AgentRun.agent_id.in_(ids))
+        .distinct(AgentRun.agent_id)
+        .order_by(AgentRun.agent_id, AgentRun.id.desc())
+        .subquery()
+    )
+    last_runs = {
+        run.agent_id: run
+        for run in session.execute(select(AgentRun).join(last_ids, last_ids.c.id == AgentRun.id))
+        .scalars()
+        .all()
+    }
+    used_by_owner: dict[int, int] = {}
+    rows: list[AgentStatusRow] = []
+    for agent, active, owner_zone in agents:
+        if agent.user_id not in used_by_owner:
+            used_by_owner[agent.user_id] = weekly_tokens_used(session, agent.user_id, window)
+        run = last_runs.get(agent.id)
+        rows.append(
+            AgentStatusRow(
+                agent_id=agent.id,
+                uid=agent.cr_uid,
+                namespace=agent.cr_namespace,
+                cr_name=agent.cr_name,
+                schedule=agent.schedule,
+                next_run_at=agent.next_run_at,
+                zone=owner_zone or settings.timezone,
+                locks=DurableLocks(
+                    enabled=agent.enabled,
+                    admin_paused=agent.admin_paused,
+                    has_model=agent.model_id is not None,
+                    owner_present=True,
+                    owner_active=bool(active),
+                ),
+                last_run=None
+                if run is None
+                else LastRunRow(
+                    run_id=run.id,
+                    trigger=run.trigger,
+                    state=run.state,
+                    reason=run.reason,
+                    started_at=run.started_at,
+                    finished_at=run.finished_at,
+                    tokens_used=run.tokens_used,
+                ),
+                tokens_used=used_by_owner[agent.user_id],
+                token_limit=settings.weekly_token_budget,
+                window_start=window.start,
+            )
+        )
+    return rows
+
+
+def agents_of_owners(session: Session, agent_ids: Iterable[int]) -> list[int]:
+    """Every agent sharing an owner with one of `agent_ids` (they share a budget)."""
+    owners = select(Agent.user_id).where(Agent.id.in_(list(agent_ids)))
+    return list(session.execute(select(Agent.id).where(Agent.user_id.in_(owners))).scalars())
+
+
+def inactive_owner_agents(session: Session) -> list[tuple[int, str | None, str | None]]:
+    """Agents of inactive owners (their CRs must show `enabled: false`)."""
+    rows = session.execute(
+        select(Agent.id, Agent.cr_namespace, Agent.cr_name)
+        .join(User)
+        .where(User.active.is_(False), Agent.cr_uid.is_not(None))
+    ).all()
+    return [(row.id, row.cr_namespace, row.cr_name) for row in rows]
+
+
+@dataclass(frozen=True)
+class RunOwner:
+    run_id: int
+    agent_id: int
+    uid: str | None
+    namespace: str | None
+    cr_name: str | None
+
+
+def run_owners(session: Session, run_ids: Iterable[int]) -> dict[int, RunOwner]:
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(
+            AgentRun.id, Agent.id.label("agent_id"), Agent.cr_uid, Agent.cr_namespace, Agent.cr_name
+        )
+        .join(Agent, Agent.id == AgentRun.agent_id)
+        .where(AgentRun.id.in_(ids))
+    ).all()
+    return {
+        row.id: RunOwner(row.id, row.agent_id, row.cr_uid, row.cr_namespace, row.cr_name)
+        for row in rows
+    }

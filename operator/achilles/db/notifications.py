@@ -1,0 +1,43 @@
+"""LISTEN for the journal's NOTIFYs (migration 0005): a run inserted or changing state
+(payload: its agent id) and a `next_run_at` changing. Wakes the operator's loops at
+once; they still tick on their own, so a lost connection delays, never loses, work."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from sqlalchemy.engine import URL
+
+log = logging.getLogger(__name__)
+
+RUNS_CHANNEL = "achilles_runs"
+SCHEDULE_CHANNEL = "achilles_schedule"
+
+
+def libpq_dsn(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def listen(
+    url: URL,
+    on_notify: Callable[[str, str], None],
+    stop: threading.Event,
+    *,
+    on_connected: Callable[[], None] = lambda: None,
+) -> None:
+    """Call `on_notify(channel, payload)` for every notification until `stop` is set."""
+    while not stop.is_set():
+        try:
+            with psycopg.connect(libpq_dsn(url), autocommit=True, connect_timeout=10) as conn:
+                conn.execute(f"LISTEN {RUNS_CHANNEL}")
+                conn.execute(f"LISTEN {SCHEDULE_CHANNEL}")
+                on_connected()
+                while not stop.is_set():
+                    for note in conn.notifies(timeout=1.0):
+                        on_notify(note.channel, note.payload)
+        except psycopg.Error as exc:
+            log.warning("notification listener lost the database: %s; retrying", exc)
+            stop.wait(2.0)

@@ -1,0 +1,66 @@
+"""The operator's settings, from the environment the chart's Deployment sets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass
+from datetime import timedelta
+
+from achilles.domain.runs import STALE_AFTER
+from achilles.errors import ConfigurationError
+from achilles.k8s.jobs import JobTemplate, SecretKey
+
+
+def _env(name: str, default: str | None = None) -> str:
+    value = os.environ.get(name, default)
+    if value is None or value == "":
+        raise ConfigurationError(f"{name} is not set")
+    return value
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    database_url: str
+    job_template: JobTemplate
+    metrics_port: int
+    # The reaper's threshold; STALE_AFTER unless a test or an installation shortens it.
+    stale_after: timedelta
+
+    @classmethod
+    def from_env(cls) -> OperatorConfig:
+        command = os.environ.get("ACHILLES_RUNNER_COMMAND")
+        extra_env = json.loads(os.environ.get("ACHILLES_RUNNER_ENV", "{}") or "{}")
+        resources = json.loads(os.environ.get("ACHILLES_RUNNER_RESOURCES", "{}") or "{}")
+        template = JobTemplate(
+            namespace=_env("ACHILLES_RUNS_NAMESPACE", "achilles-runs"),
+            image=_env("ACHILLES_RUNNER_IMAGE", "achilles-runner:latest"),
+            database_secret=SecretKey(
+                _env("ACHILLES_RUNNER_DATABASE_SECRET", "achilles-runner-database"),
+                _env("ACHILLES_RUNNER_DATABASE_SECRET_KEY", "url"),
+            ),
+            command=tuple(shlex.split(command)) if command else ("achilles", "runner"),
+            image_pull_policy=_env("ACHILLES_RUNNER_IMAGE_PULL_POLICY", "IfNotPresent"),
+            ttl_seconds_after_finished=_int("ACHILLES_RUNNER_TTL_SECONDS", 3600),
+            resources=resources,
+            extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
+        )
+        return cls(
+            database_url=_env("ACHILLES_DATABASE_URL"),
+            job_template=template,
+            metrics_port=_int("ACHILLES_METRICS_PORT", 9090),
+            stale_after=timedelta(
+                seconds=_int("ACHILLES_STALE_AFTER_SECONDS", int(STALE_AFTER.total_seconds()))
+            ),
+        )

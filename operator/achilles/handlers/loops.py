@@ -1,0 +1,327 @@
+"""The operator's cluster-wide loops, each a thread beside kopf's event loop.
+
+kopf runs the per-object handlers; what is not about one object runs here: the
+scheduler, the dispatcher, the pod/Job watchers, the reaper sweep and the status
+writer. Every loop is safe with two replicas because the database decides (row locks,
+SKIP LOCKED, the dispatch advisory lock, the one-active-run and request-key indexes).
+Loops wake on NOTIFY from the journal and on their own tick; an error ends one pass
+(logged, counted), never the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from achilles.db.database import Database
+from achilles.db.journal.status import agent_status_rows, agents_of_owners, run_owners
+from achilles.db.notifications import RUNS_CHANNEL, SCHEDULE_CHANNEL, listen
+from achilles.domain.runs import RunState
+from achilles.domain.timestamps import iso_utc
+from achilles.handlers import metrics
+from achilles.handlers.config import OperatorConfig
+from achilles.k8s.jobs import RunJobs
+from achilles.k8s.objects import ObjectRef, Resources
+from achilles.k8s.resources.kinds import AGENT
+from achilles.services import dispatch, outcomes, scheduler
+
+log = logging.getLogger("achilles.operator")
+
+SCHEDULER_MAX_SLEEP = 10.0
+DISPATCH_TICK = 5.0
+SWEEP_TICK = 10.0
+WATCH_TIMEOUT_SECONDS = 300
+MAX_BACKOFF = 30.0
+
+
+@dataclass
+class Wake:
+    """A level-triggered wake-up: set by anyone, cleared by the loop that waits on it."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def set(self) -> None:
+        self.event.set()
+
+    def wait(self, timeout: float) -> None:
+        self.event.wait(timeout)
+        self.event.clear()
+
+
+@dataclass
+class Engine:
+    config: OperatorConfig
+    database: Database
+    resources: Resources
+    jobs: RunJobs
+    stop: threading.Event = field(default_factory=threading.Event)
+    schedule_wake: Wake = field(default_factory=Wake)
+    dispatch_wake: Wake = field(default_factory=Wake)
+    status_wake: Wake = field(default_factory=Wake)
+    dirty_agents: set[int] = field(default_factory=set)
+    dirty_lock: threading.Lock = field(default_factory=threading.Lock)
+    last_pass: dict[str, float] = field(default_factory=dict)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        loops: dict[str, Callable[[], None]] = {
+            "listener": self._listen,
+            "scheduler": self._scheduler,
+            "dispatcher": self._dispatcher,
+            "pod-watch": self._watch_pods,
+            "job-watch": self._watch_jobs,
+            "sweeper": self._sweeper,
+            "status": self._status_writer,
+        }
+        for name, target in loops.items():
+            thread = threading.Thread(target=target, name=f"achilles-{name}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        for wake in (self.schedule_wake, self.dispatch_wake, self.status_wake):
+            wake.set()
+        for thread in self.threads:
+            thread.join(timeout=5)
+
+    def mark_dirty(self, agent_ids: Iterable[int]) -> None:
+        with self.dirty_lock:
+            self.dirty_agents.update(agent_ids)
+        self.status_wake.set()
+
+    def health(self) -> dict[str, float]:
+        now = time.monotonic()
+        return {loop: round(now - at, 1) for loop, at in self.last_pass.items()}
+
+    def _pass(self, loop: str, work: Callable[[], None]) -> bool:
+        started = time.monotonic()
+        try:
+            work()
+        except Exception:
+            metrics.LOOP_ERRORS.labels(loop).inc()
+            log.exception("%s pass failed", loop)
+            return False
+        finally:
+            metrics.LOOP_SECONDS.labels(loop).observe(time.monotonic() - started)
+        self.last_pass[loop] = time.monotonic()
+        return True
+
+    # --- loops ---
+
+    def _listen(self) -> None:
+        def on_notify(channel: str, payload: str) -> None:
+            if channel == RUNS_CHANNEL:
+                self.dispatch_wake.set()
+                if payload.isdigit():
+                    self.mark_dirty([int(payload)])
+            elif channel == SCHEDULE_CHANNEL:
+                self.schedule_wake.set()
+
+        listen(self.database.url, on_notify, self.stop, on_connected=self.dispatch_wake.set)
+
+    def _scheduler(self) -> None:
+        while not self.stop.is_set():
+            sleep = SCHEDULER_MAX_SLEEP
+            result: list[scheduler.TickResult] = []
+            if self._pass(
+                "scheduler", lambda: result.append(scheduler.schedule_due_agents(self.database))
+            ):
+                tick = result[0]
+                for (agent_id, outcome), late in zip(
+                    tick.enqueued, tick.lateness_seconds, strict=True
+                ):
+                    metrics.RUNS_ENQUEUED.labels(
+                        "scheduled", outcome.state, outcome.reason or ""
+                    ).inc()
+                    if outcome.state is RunState.SKIPPED:
+                        self._agent_event(
+                            agent_id,
+                            "Normal",
+                            "RunSkipped",
+                            f"scheduled run {outcome.run_id} skipped: {outcome.reason}",
+                        )
+                    del late
+                if tick.enqueued:
+                    self.dispatch_wake.set()
+                    self.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
+                if tick.nearest_next_run is not None and tick.now is not None:
+                    sleep = min(sleep, max(0.0, (tick.nearest_next_run - tick.now).total_seconds()))
+            self.schedule_wake.wait(sleep)
+
+    def _dispatcher(self) -> None:
+        backoff = 0.0
+        while not self.stop.is_set():
+            result: list[dispatch.DispatchResult] = []
+            ok = self._pass(
+                "dispatcher",
+                lambda: result.append(
+                    dispatch.dispatch_queued_runs(
+                        self.database, self.jobs, self.config.job_template
+                    )
+                ),
+            )
+            wait = DISPATCH_TICK
+            if ok:
+                done = result[0]
+                now = datetime.now(UTC)
+                for run in done.created:
+                    metrics.JOBS_CREATED.inc()
+                    if run.scheduled_for is not None:
+                        metrics.SLOT_TO_JOB.observe(
+                            max(0.0, (now - run.scheduled_for).total_seconds())
+                        )
+                for run in done.cancelled:
+                    self._run_event(
+                        run.run_id,
+                        "Warning",
+                        "RunCancelled",
+                        "queued run not started: a durable lock closed",
+                    )
+                metrics.EXECUTING.set(done.executing)
+                metrics.QUEUE_DEPTH.set(done.waiting)
+                if done.rejected is not None:
+                    backoff = min(MAX_BACKOFF, max(1.0, backoff * 2))
+                    log.warning(
+                        "Job creation refused (%s); retrying in %.0f s", done.rejected, backoff
+                    )
+                    wait = backoff
+                else:
+                    backoff = 0.0
+                    if done.created and done.waiting:
+                        wait = 0.0  # more to do right away (a full batch)
+            else:
+                backoff = min(MAX_BACKOFF, max(1.0, backoff * 2))
+                wait = backoff
+            if wait > 0:
+                self.dispatch_wake.wait(wait)
+
+    def _report_failures(self, failed: Iterable[outcomes.FailedRun], reason: str) -> None:
+        for run in failed:
+            metrics.RUNS_FINISHED.labels(run.reason).inc()
+            self._run_event(run.run_id, "Warning", reason, f"run {run.run_id} failed: {run.error}")
+
+    def _watch_pods(self) -> None:
+        while not self.stop.is_set():
+
+            def work() -> None:
+                self._report_failures(outcomes.fold_listing(self.database, self.jobs), "RunFailed")
+                for pod in self.jobs.watch_pods(WATCH_TIMEOUT_SECONDS):
+                    if self.stop.is_set():
+                        return
+                    failed = outcomes.fold_pod(self.database, self.jobs, pod)
+                    if failed is not None:
+                        self._report_failures([failed], "RunFailed")
+
+            if not self._pass("pod-watch", work):
+                self.stop.wait(2.0)
+
+    def _watch_jobs(self) -> None:
+        while not self.stop.is_set():
+
+            def work() -> None:
+                for job in self.jobs.watch_jobs(WATCH_TIMEOUT_SECONDS):
+                    if self.stop.is_set():
+                        return
+                    failed = outcomes.fold_job(self.database, job)
+                    if failed is not None:
+                        self._report_failures([failed], "RunFailed")
+
+            if not self._pass("job-watch", work):
+                self.stop.wait(2.0)
+
+    def _sweeper(self) -> None:
+        while not self.stop.is_set():
+            result: list[outcomes.SweepResult] = []
+            if self._pass(
+                "sweeper",
+                lambda: result.append(
+                    outcomes.sweep(self.database, self.jobs, stale_after=self.config.stale_after)
+                ),
+            ):
+                swept = result[0]
+                for run_id in swept.reaped:
+                    metrics.RUNS_REAPED.inc()
+                    self._run_event(
+                        run_id,
+                        "Warning",
+                        "RunReaped",
+                        f"run {run_id} reaped: no heartbeat for {int(self.config.stale_after.total_seconds())} s; its Job was deleted",
+                    )
+                self._report_failures(swept.failed, "RunFailed")
+                if swept.requeued:
+                    self.dispatch_wake.set()
+            self.stop.wait(SWEEP_TICK)
+
+    def _status_writer(self) -> None:
+        while not self.stop.is_set():
+            self.status_wake.wait(SWEEP_TICK)
+            with self.dirty_lock:
+                dirty, self.dirty_agents = self.dirty_agents, set()
+            if dirty:
+                if not self._pass("status", lambda: self._write_statuses(dirty)):
+                    self.mark_dirty(dirty)  # try again on the next pass
+                    self.stop.wait(1.0)
+
+    def _write_statuses(self, agent_ids: set[int]) -> None:
+        with self.database.transaction() as session:
+            ids = agents_of_owners(session, agent_ids)  # they share the weekly budget
+            rows = agent_status_rows(session, ids)
+        for row in rows:
+            if row.namespace is None or row.cr_name is None:
+                continue
+            last = row.last_run
+            status = {
+                "nextRunAt": iso_utc(row.next_run_at),
+                "lastRun": None
+                if last is None
+                else {
+                    "id": last.run_id,
+                    "trigger": last.trigger,
+                    "state": last.state,
+                    "reason": last.reason,
+                    "startedAt": iso_utc(last.started_at),
+                    "finishedAt": iso_utc(last.finished_at),
+                    "tokensUsed": last.tokens_used,
+                },
+                "weeklyTokens": {
+                    "used": row.tokens_used,
+                    "limit": row.token_limit,
+                    "windowStart": iso_utc(row.window_start),
+                },
+            }
+            self.resources.patch_status(
+                ObjectRef(AGENT.kind, AGENT.plural, row.cr_name, row.namespace, row.uid), status
+            )
+
+    # --- Events ---
+
+    def _agent_event(self, agent_id: int, event_type: str, reason: str, message: str) -> None:
+        with self.database.transaction() as session:
+            rows = agent_status_rows(session, [agent_id])
+        for row in rows:
+            if row.namespace and row.cr_name:
+                self.resources.post_event(
+                    ObjectRef(AGENT.kind, AGENT.plural, row.cr_name, row.namespace, row.uid),
+                    event_type,
+                    reason,
+                    message,
+                )
+
+    def _run_event(self, run_id: int, event_type: str, reason: str, message: str) -> None:
+        with self.database.transaction() as session:
+            owner = run_owners(session, [run_id]).get(run_id)
+        if owner is not None and owner.namespace and owner.cr_name:
+            self.resources.post_event(
+                ObjectRef(AGENT.kind, AGENT.plural, owner.cr_name, owner.namespace, owner.uid),
+                event_type,
+                reason,
+                message,
+            )
+            self.mark_dirty([owner.agent_id])

@@ -1,0 +1,341 @@
+"""Run Jobs: the pure manifest builder and the few API calls the operator makes on them.
+
+DESIGN.md §4: one Job per run, named from the run id (a retry finds its Job instead of
+making a second), `backoffLimit: 0`, an active deadline from `runTimeoutSeconds`, a
+TTL after it finishes, no service-account token, the restricted security context,
+labels linking it to its agent and run. The operator watches only what carries
+`MANAGED_BY_LABEL` in the runs namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from achilles.domain.pod_outcome import ContainerObservation, JobObservation, PodObservation
+from achilles.domain.timestamps import iso_utc
+from achilles.errors import ClusterUnavailable
+from achilles.k8s.resources.common import API_GROUP
+
+JOB_NAME_PREFIX = "achilles-run-"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "achilles-operator"
+RUN_ID_LABEL = f"{API_GROUP}/run-id"
+AGENT_ID_LABEL = f"{API_GROUP}/agent-id"
+AGENT_UID_LABEL = f"{API_GROUP}/agent-uid"
+TRIGGER_LABEL = f"{API_GROUP}/trigger"
+AGENT_ANNOTATION = f"{API_GROUP}/agent"
+SLOT_ANNOTATION = f"{API_GROUP}/scheduled-for"
+RUNNER_CONTAINER = "runner"
+RUN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+
+
+def job_name(run_id: int) -> str:
+    return f"{JOB_NAME_PREFIX}{run_id}"
+
+
+def run_id_of(name: str) -> int | None:
+    suffix = name.removeprefix(JOB_NAME_PREFIX)
+    return int(suffix) if suffix != name and suffix.isdigit() else None
+
+
+@dataclass(frozen=True)
+class SecretKey:
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """Installation-wide settings of run Jobs (the chart's values, via the environment)."""
+
+    namespace: str
+    image: str
+    database_secret: SecretKey
+    command: tuple[str, ...] = ("achilles", "runner")
+    image_pull_policy: str = "IfNotPresent"
+    ttl_seconds_after_finished: int = 3600
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RunJobSpec:
+    run_id: int
+    agent_id: int
+    agent_uid: str | None
+    agent_namespace: str | None
+    agent_name: str | None
+    trigger: str
+    scheduled_for: datetime | None
+    run_timeout_seconds: int
+    model_secret: SecretKey | None
+
+
+def _label_safe(value: str | None) -> str:
+    return "" if value is None else value[:63]
+
+
+def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
+    """The Job of one run, as the API's JSON."""
+    labels = {
+        MANAGED_BY_LABEL: MANAGED_BY,
+        "app.kubernetes.io/name": "achilles",
+        "app.kubernetes.io/component": "run",
+        RUN_ID_LABEL: str(run.run_id),
+        AGENT_ID_LABEL: str(run.agent_id),
+        TRIGGER_LABEL: run.trigger,
+    }
+    if run.agent_uid:
+        labels[AGENT_UID_LABEL] = _label_safe(run.agent_uid)
+    annotations = {}
+    if run.agent_namespace and run.agent_name:
+        annotations[AGENT_ANNOTATION] = f"{run.agent_namespace}/{run.agent_name}"
+    if run.scheduled_for is not None:
+        annotations[SLOT_ANNOTATION] = iso_utc(run.scheduled_for)
+    env: list[dict[str, Any]] = [
+        {
+            "name": "ACHILLES_DATABASE_URL",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": template.database_secret.name,
+                    "key": template.database_secret.key,
+                }
+            },
+        }
+    ]
+    if run.model_secret is not None:
+        env.append(
+            {
+                "name": "ACHILLES_MODEL_API_KEY",
+                "valueFrom": {
+                    "secretKeyRef": {"name": run.model_secret.name, "key": run.model_secret.key}
+                },
+            }
+        )
+    env += [{"name": name, "value": value} for name, value in template.extra_env]
+    container: dict[str, Any] = {
+        "name": RUNNER_CONTAINER,
+        "image": template.image,
+        "imagePullPolicy": template.image_pull_policy,
+        "command": list(template.command),
+        "args": ["--run-id", str(run.run_id)],
+        "env": env,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108 - the pod's own
+    }
+    if template.resources:
+        container["resources"] = template.resources
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(run.run_id),
+            "namespace": template.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": run.run_timeout_seconds,
+            "ttlSecondsAfterFinished": template.ttl_seconds_after_finished,
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 10001,
+                        "runAsGroup": 10001,
+                        "fsGroup": 10001,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                },
+            },
+        },
+    }
+
+
+class JobRejected(Exception):
+    """The API server refused a Job (quota, admission, overload); retry later."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+def _unreachable(exc: Exception) -> ClusterUnavailable:
+    return ClusterUnavailable(f"the Kubernetes API server is unreachable: {exc}")
+
+
+class RunJobs:
+    """The operator's calls on run Jobs and pods, in the runs namespace only."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        """True when created now, False when it already existed (dispatched before)."""
+        try:
+            self.batch.create_namespaced_job(self.namespace, manifest)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise JobRejected(
+                exc.status, f"{exc.status} {exc.reason}: {_body_message(exc)}"
+            ) from exc
+        except (HTTPError, OSError) as exc:
+            raise JobRejected(None, str(exc)) from exc
+        return True
+
+    def delete(self, run_id: int) -> bool:
+        """Delete the run's Job and its pods (a reaped or removed run); False if absent."""
+        try:
+            self.batch.delete_namespaced_job(
+                job_name(run_id), self.namespace, propagation_policy="Background"
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def delete_for_agent(self, agent_id: int) -> int:
+        """Delete every Job of an agent (the agent is gone)."""
+        jobs = self.batch.list_namespaced_job(
+            self.namespace, label_selector=f"{RUN_SELECTOR},{AGENT_ID_LABEL}={agent_id}"
+        )
+        for job in jobs.items:
+            self.batch.delete_namespaced_job(
+                job.metadata.name, self.namespace, propagation_policy="Background"
+            )
+        return len(jobs.items)
+
+    def list_run_ids(self) -> set[int]:
+        """Run ids of the Jobs that exist now."""
+        try:
+            jobs = self.batch.list_namespaced_job(self.namespace, label_selector=RUN_SELECTOR)
+        except (HTTPError, OSError) as exc:
+            raise _unreachable(exc) from exc
+        return {
+            run_id for job in jobs.items if (run_id := run_id_of(job.metadata.name)) is not None
+        }
+
+    def list_pods(self) -> list[PodObservation]:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=RUN_SELECTOR)
+        return [obs for pod in pods.items if (obs := observe_pod(pod)) is not None]
+
+    def list_jobs(self) -> list[JobObservation]:
+        jobs = self.batch.list_namespaced_job(self.namespace, label_selector=RUN_SELECTOR)
+        return [obs for job in jobs.items if (obs := observe_job(job)) is not None]
+
+    def watch_pods(self, timeout_seconds: int) -> Iterator[PodObservation]:
+        """Pod changes for `timeout_seconds` (then the caller lists and watches again)."""
+        stream = watch.Watch().stream(
+            self.core.list_namespaced_pod,
+            self.namespace,
+            label_selector=RUN_SELECTOR,
+            timeout_seconds=timeout_seconds,
+        )
+        for event in stream:
+            obs = observe_pod(event["object"], deleted=event["type"] == "DELETED")
+            if obs is not None:
+                yield obs
+
+    def watch_jobs(self, timeout_seconds: int) -> Iterator[JobObservation]:
+        stream = watch.Watch().stream(
+            self.batch.list_namespaced_job,
+            self.namespace,
+            label_selector=RUN_SELECTOR,
+            timeout_seconds=timeout_seconds,
+        )
+        for event in stream:
+            if event["type"] == "DELETED":
+                continue
+            obs = observe_job(event["object"])
+            if obs is not None:
+                yield obs
+
+
+def _body_message(exc: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(exc.body or "{}").get("message", exc.body))
+    except ValueError:
+        return str(exc.body)
+
+
+def observe_pod(pod: Any, *, deleted: bool = False) -> PodObservation | None:
+    labels = pod.metadata.labels or {}
+    run_id = labels.get(RUN_ID_LABEL)
+    if run_id is None or not str(run_id).isdigit():
+        return None
+    status = pod.status
+    runner = None
+    for container in status.container_statuses or []:
+        if container.name != RUNNER_CONTAINER:
+            continue
+        state = container.state
+        runner = ContainerObservation(
+            waiting_reason=state.waiting.reason if state and state.waiting else None,
+            waiting_message=state.waiting.message if state and state.waiting else None,
+            terminated_reason=state.terminated.reason if state and state.terminated else None,
+            terminated_message=state.terminated.message if state and state.terminated else None,
+            exit_code=state.terminated.exit_code if state and state.terminated else None,
+        )
+    unschedulable = None
+    for condition in status.conditions or []:
+        if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+            unschedulable = condition.message or "Unschedulable"
+    return PodObservation(
+        run_id=int(run_id),
+        name=pod.metadata.name,
+        phase=status.phase or "Unknown",
+        reason=status.reason,
+        message=status.message,
+        created_at=pod.metadata.creation_timestamp,
+        runner=runner,
+        unschedulable_message=unschedulable,
+        deleted=deleted,
+    )
+
+
+def observe_job(job: Any) -> JobObservation | None:
+    run_id = run_id_of(job.metadata.name or "")
+    if run_id is None:
+        return None
+    failed_reason = failed_message = None
+    succeeded = False
+    for condition in (job.status.conditions if job.status else None) or []:
+        if condition.type == "Failed" and condition.status == "True":
+            failed_reason, failed_message = condition.reason, condition.message
+        if condition.type == "Complete" and condition.status == "True":
+            succeeded = True
+    return JobObservation(
+        run_id=run_id,
+        name=job.metadata.name,
+        failed_reason=failed_reason,
+        failed_message=failed_message,
+        succeeded=succeeded,
+        active_deadline_seconds=job.spec.active_deadline_seconds if job.spec else None,
+    )

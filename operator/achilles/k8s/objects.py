@@ -1,0 +1,111 @@
+"""The operator's writes on its own custom resources and the Events it posts about them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from achilles.k8s.resources.common import API_GROUP, API_VERSION, API_VERSION_NAME
+from achilles.k8s.resources.kinds import AGENT
+
+COMPONENT = "achilles-operator"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str
+    plural: str
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+
+
+class Resources:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    def patch_status(self, ref: ObjectRef, status: dict[str, Any]) -> bool:
+        """Merge-patch `status`; False when the object is gone."""
+        try:
+            if ref.namespace is None:
+                self.custom.patch_cluster_custom_object_status(
+                    API_GROUP, API_VERSION_NAME, ref.plural, ref.name, {"status": status}
+                )
+            else:
+                self.custom.patch_namespaced_custom_object_status(
+                    API_GROUP,
+                    API_VERSION_NAME,
+                    ref.namespace,
+                    ref.plural,
+                    ref.name,
+                    {"status": status},
+                )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def patch_agent_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> bool:
+        try:
+            self.custom.patch_namespaced_custom_object(
+                API_GROUP, API_VERSION_NAME, namespace, AGENT.plural, name, {"spec": spec}
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def agent_uids(self) -> set[str] | None:
+        """The uids of every Agent in the cluster (metadata only); None on failure."""
+        try:
+            response = self.custom.list_cluster_custom_object(
+                API_GROUP,
+                API_VERSION_NAME,
+                AGENT.plural,
+                _preload_content=False,
+                _request_timeout=60,
+            )
+        except ApiException:
+            return None
+        items = json.loads(response.data).get("items", [])
+        return {item["metadata"]["uid"] for item in items}
+
+    def post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the object, as `kubectl describe` shows them."""
+        now = datetime.now(UTC)
+        namespace = ref.namespace or "default"
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{ref.name}.", namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=API_VERSION,
+                kind=ref.kind,
+                name=ref.name,
+                namespace=ref.namespace,
+                uid=ref.uid,
+            ),
+            type=event_type,
+            reason=reason,
+            message=message[:1024],
+            source=client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
+            reporting_instance=COMPONENT,
+            first_timestamp=now,
+            last_timestamp=now,
+            event_time=None,
+            count=1,
+            action=reason,
+        )
+        try:
+            self.core.create_namespaced_event(namespace, body)
+        except ApiException:
+            # An Event is a courtesy; losing one must not stop the operator.
+            pass

@@ -1,0 +1,117 @@
+"""Agents: an Agent custom resource reconciled into its `agents` row, and its status.
+
+Level-triggered: every event of an Agent (and every periodic resync) makes the row say
+what the CR says and recomputes the status from the journal; doing it twice changes
+nothing. The row is keyed by the CR's uid, so a re-created CR of the same name is a
+new agent with a journal of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from achilles.db.database import Database
+from achilles.db.journal import agents as agent_rows
+from achilles.db.journal import catalogue
+from achilles.db.journal.schedule import refresh_next_run
+from achilles.db.journal.settings import database_now
+from achilles.db.journal.status import agent_status_rows
+from achilles.db.journal.users import find_user
+from achilles.domain.schedule import schedule_to_db
+from achilles.k8s.resources.agent import AgentSpec
+from achilles.services.status import agent_status
+
+
+@dataclass(frozen=True)
+class AgentObject:
+    """The parts of an Agent CR the operator reads."""
+
+    uid: str
+    namespace: str
+    name: str
+    generation: int | None
+    spec: AgentSpec
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AgentReconciled:
+    agent_id: int | None
+    status: dict[str, Any]
+    # Spec fields the operator must write back onto the CR (owner deactivated; the
+    # default model given to a new agent).
+    spec_patch: dict[str, Any]
+
+
+def definition_of(agent: AgentObject, model_name: str | None) -> agent_rows.AgentDefinition:
+    spec = agent.spec
+    return agent_rows.AgentDefinition(
+        uid=agent.uid,
+        namespace=agent.namespace,
+        cr_name=agent.name,
+        name=spec.display_name or agent.name,
+        description=spec.description,
+        prompt=spec.prompt,
+        schedule=schedule_to_db(spec.schedule) if spec.schedule is not None else None,
+        model_name=model_name,
+        tool_names=tuple(spec.tools),
+        enabled=spec.enabled,
+        admin_paused=spec.admin_paused,
+    )
+
+
+def reconcile_agent(
+    database: Database, agent: AgentObject, *, is_new: bool = False
+) -> AgentReconciled:
+    spec_patch: dict[str, Any] = {}
+    with database.transaction() as session:
+        now = database_now(session)
+        owner = find_user(session, agent.spec.owner)
+        model_name = agent.spec.model
+        if model_name is None and is_new:
+            # DESIGN §2: the list's preset is offered to a new agent, at creation only.
+            model_name = catalogue.default_model_name(session)
+            if model_name is not None:
+                spec_patch["model"] = model_name
+        if owner is None:
+            # No user, no row (agents.user_id is NOT NULL); a row from before the
+            # owner's deletion went with it (CASCADE).
+            agent_rows.delete_agent_by_uid(session, agent.uid)
+            status = agent_status(
+                None,
+                owner_missing=True,
+                unknown_tools=(),
+                schedule=None,
+                previous=agent.status,
+                generation=agent.generation,
+                now=now,
+            )
+            return AgentReconciled(None, status, spec_patch)
+        definition = definition_of(agent, model_name)
+        if not owner.active and definition.enabled:
+            # Owner deactivation writes the owner's own switch (seed 000: no third lock).
+            definition = agent_rows.AgentDefinition(**{**definition.__dict__, "enabled": False})
+            spec_patch["enabled"] = False
+        agent_id, _created, schedule_changed = agent_rows.upsert_agent(
+            session, definition, owner.user_id
+        )
+        unknown_tools = agent_rows.link_tools(session, agent_id, definition.tool_names)
+        refresh_next_run(session, agent_id, now, reset=schedule_changed)
+        rows = agent_status_rows(session, [agent_id])
+    status = agent_status(
+        rows[0],
+        owner_missing=False,
+        unknown_tools=unknown_tools,
+        schedule=definition.schedule,
+        previous=agent.status,
+        generation=agent.generation,
+        now=now,
+    )
+    return AgentReconciled(agent_id, status, spec_patch)
+
+
+def forget_agent(database: Database, uid: str) -> int | None:
+    """The CR is gone: remove the row; its runs and links cascade. The old id, if any."""
+    with database.transaction() as session:
+        return agent_rows.delete_agent_by_uid(session, uid)

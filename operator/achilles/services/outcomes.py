@@ -1,0 +1,98 @@
+"""Folding what Kubernetes says about run pods and Jobs into the journal, and reaping.
+
+Nothing is left `queued` or `running` forever: a pod that failed, was evicted or
+OOM-killed, a Job stopped at its deadline, a pod that never starts, a runner silent
+past `STALE_AFTER`, a Job that vanished — each ends its run `failed` with a precise
+error. Every write is the journal's guarded transition, so a runner that wakes up
+after being reaped cannot write again, and folding the same observation twice is a
+no-op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from achilles.db.database import Database
+from achilles.db.journal import dispatch as queue
+from achilles.db.journal.runs import fail_run, reap_stale_runs
+from achilles.db.journal.settings import database_now
+from achilles.domain.pod_outcome import JobObservation, PodObservation, job_verdict, pod_verdict
+from achilles.domain.runs import STALE_AFTER, FailReason, RunState
+from achilles.k8s.jobs import RunJobs
+
+# How long a dispatched run may have no Job before we believe it is really gone (the
+# Job list and the journal are read at different instants).
+MISSING_JOB_GRACE = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    run_id: int
+    error: str
+    reason: FailReason = FailReason.ERROR
+
+
+@dataclass
+class SweepResult:
+    failed: list[FailedRun] = field(default_factory=list)
+    reaped: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+
+
+def fold_pod(database: Database, jobs: RunJobs, pod: PodObservation) -> FailedRun | None:
+    with database.transaction() as session:
+        verdict = pod_verdict(pod, database_now(session))
+        if verdict is None:
+            return None
+        failed = fail_run(session, pod.run_id, FailReason.ERROR, verdict.error, from_queued=True)
+    if failed and not verdict.ended:
+        jobs.delete(pod.run_id)  # a pod stuck before starting would hold a slot
+    return FailedRun(pod.run_id, verdict.error) if failed else None
+
+
+def fold_job(database: Database, job: JobObservation) -> FailedRun | None:
+    verdict = job_verdict(job)
+    if verdict is None:
+        return None
+    with database.transaction() as session:
+        failed = fail_run(session, job.run_id, FailReason.ERROR, verdict.error, from_queued=True)
+    return FailedRun(job.run_id, verdict.error) if failed else None
+
+
+def sweep(
+    database: Database, jobs: RunJobs, *, stale_after: timedelta = STALE_AFTER
+) -> SweepResult:
+    """Reap stale runs, then repair runs whose Job is missing."""
+    result = SweepResult()
+    with database.transaction() as session:
+        reaped = reap_stale_runs(session, stale_after=stale_after)
+    for run in reaped:
+        jobs.delete(run.run_id)
+        result.reaped.append(run.run_id)
+    existing = jobs.list_run_ids()
+    with database.transaction() as session:
+        now = database_now(session)
+        lost_queued: list[int] = []
+        for run in queue.active_runs(session):
+            if run.run_id in existing or run.dispatched_at is None:
+                continue
+            if not queue.older_than(run.dispatched_at, now, MISSING_JOB_GRACE):
+                continue
+            if run.state is RunState.QUEUED:
+                lost_queued.append(run.run_id)  # never created, or deleted before it ran
+                continue
+            error = f"Job achilles-run-{run.run_id} disappeared while the run was running"
+            if fail_run(session, run.run_id, FailReason.ERROR, error, now=now):
+                result.failed.append(FailedRun(run.run_id, error))
+        queue.release_dispatch(session, lost_queued)
+        result.requeued = lost_queued
+    return result
+
+
+def fold_listing(database: Database, jobs: RunJobs, now: datetime | None = None) -> list[FailedRun]:
+    """One pass over every run pod and Job (after a watch restarts, nothing is missed)."""
+    del now
+    failed = [f for pod in jobs.list_pods() if (f := fold_pod(database, jobs, pod)) is not None]
+    failed += [f for job in jobs.list_jobs() if (f := fold_job(database, job)) is not None]
+    return failed

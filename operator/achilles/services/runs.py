@@ -1,0 +1,41 @@
+"""Manual runs: a new `achilles.io/run-requested-at` value is one request, honoured once.
+
+The request's value is recorded with the row it caused (`agent_runs.request_key`,
+unique per agent), so two replicas that both see it, or one that retries after a
+crash, write one row between them. A closed durable lock refuses the request with
+no row (DESIGN.md §4); budget and overlap write a skipped row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from achilles.db.database import Database
+from achilles.db.journal.agents import agent_id_by_uid
+from achilles.db.journal.runs import EnqueueResult, enqueue_run
+from achilles.domain.gates import LockReason
+from achilles.domain.runs import RunTrigger
+from achilles.errors import StartRefused
+from achilles.services.status import LOCK_MESSAGES
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    request: str
+    result: EnqueueResult | None  # None: refused
+    refusal: str | None = None
+
+
+def handle_run_request(database: Database, agent_uid: str, request: str) -> RequestOutcome:
+    with database.transaction() as session:
+        agent_id = agent_id_by_uid(session, agent_uid)
+        if agent_id is None:
+            return RequestOutcome(
+                request, None, "run refused: " + LOCK_MESSAGES[LockReason.OWNER_MISSING]
+            )
+        try:
+            result = enqueue_run(session, agent_id, RunTrigger.MANUAL, request_key=request)
+        except StartRefused as refused:
+            messages = [LOCK_MESSAGES[LockReason(code)] for code in refused.reasons]
+            return RequestOutcome(request, None, "run refused: " + "; ".join(messages))
+    return RequestOutcome(request, result)

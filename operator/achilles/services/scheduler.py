@@ -1,0 +1,79 @@
+"""The scheduler: one cluster-wide pass over the database, not a timer per agent.
+
+Due agents (`next_run_at <= now()`) are taken in batches with `FOR UPDATE SKIP LOCKED`;
+each gets one scheduled run (through the start gates) and its `next_run_at` advanced
+in the same transaction, so two operator replicas can never enqueue one slot twice
+and missed slots collapse into one run (DESIGN.md §4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from achilles.db.database import Database
+from achilles.db.journal import schedule as schedule_rows
+from achilles.db.journal.runs import EnqueueResult, enqueue_run
+from achilles.db.journal.settings import database_now
+from achilles.domain.runs import RunTrigger
+from achilles.domain.schedule import collapse_missed_slots, load_timezone, parse_schedule
+from achilles.errors import StartRefused
+
+BATCH = 500
+
+
+@dataclass
+class TickResult:
+    enqueued: list[tuple[int, EnqueueResult]] = field(default_factory=list)
+    lateness_seconds: list[float] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+    nearest_next_run: datetime | None = None
+    now: datetime | None = None
+
+
+def schedule_due_agents(database: Database, *, batch: int = BATCH) -> TickResult:
+    """Enqueue every due agent (in batches), then keep every slot up to date."""
+    result = TickResult()
+    while True:
+        with database.transaction() as session:
+            now = database_now(session)
+            due = schedule_rows.take_due_agents(session, now, batch)
+            for agent in due:
+                assert agent.next_run_at is not None
+                advance = collapse_missed_slots(
+                    parse_schedule(agent.schedule),
+                    agent.next_run_at,
+                    now,
+                    load_timezone(agent.zone),
+                    anchor=agent.next_run_at,
+                )
+                try:
+                    outcome = enqueue_run(
+                        session,
+                        agent.agent_id,
+                        RunTrigger.SCHEDULED,
+                        now=now,
+                        scheduled_for=agent.next_run_at,
+                    )
+                except StartRefused:
+                    # A lock closed since the slot was set: no row, no slot.
+                    schedule_rows.set_next_run(session, agent.agent_id, None, None)
+                    result.refused.append(agent.agent_id)
+                    continue
+                result.enqueued.append((agent.agent_id, outcome))
+                result.lateness_seconds.append((now - agent.next_run_at).total_seconds())
+                schedule_rows.set_next_run(session, agent.agent_id, advance.next_run_at, agent.zone)
+        if len(due) < batch:
+            break
+    with database.transaction() as session:
+        now = database_now(session)
+        schedule_rows.clear_closed_schedules(session)
+        while True:
+            stale = schedule_rows.take_agents_to_reschedule(session, batch)
+            for agent in stale:
+                schedule_rows.refresh_next_run(session, agent.agent_id, now, reset=False)
+            if len(stale) < batch:
+                break
+        result.nearest_next_run = schedule_rows.nearest_next_run(session)
+        result.now = now
+    return result

@@ -1,0 +1,167 @@
+"""Status documents of the four kinds, built from what the journal says.
+
+Conditions keep their `lastTransitionTime` while their status stays the same, so a
+status written again is byte-identical and the operator can skip the API call.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from achilles.db.journal.status import AgentStatusRow
+from achilles.domain.gates import LockReason, closed_locks
+from achilles.domain.schedule import CalendarSchedule, IntervalSchedule, parse_schedule
+from achilles.domain.timestamps import iso_utc
+from achilles.errors import InvalidInputError
+
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+# Condition reasons (CamelCase, as kubectl shows them) for each closed durable lock.
+LOCK_REASONS = {
+    LockReason.DISABLED: "Disabled",
+    LockReason.ADMIN_PAUSED: "AdminPaused",
+    LockReason.NO_MODEL: "NoModel",
+    LockReason.OWNER_MISSING: "OwnerMissing",
+    LockReason.OWNER_INACTIVE: "OwnerInactive",
+}
+LOCK_MESSAGES = {
+    LockReason.DISABLED: "the owner switched the agent off (spec.enabled: false)",
+    LockReason.ADMIN_PAUSED: "an admin paused the agent (spec.adminPaused: true)",
+    LockReason.NO_MODEL: "no model: set spec.model to an AgentModel",
+    LockReason.OWNER_MISSING: "the owner is not a known user",
+    LockReason.OWNER_INACTIVE: "the owner's account is deactivated",
+}
+
+
+def condition(
+    kind: str,
+    ok: bool,
+    reason: str,
+    message: str,
+    previous: list[dict[str, Any]] | None,
+    now: datetime,
+    generation: int | None = None,
+) -> dict[str, Any]:
+    status = "True" if ok else "False"
+    since = now
+    for old in previous or []:
+        if (
+            old.get("type") == kind
+            and old.get("status") == status
+            and old.get("lastTransitionTime")
+        ):
+            since = datetime.fromisoformat(str(old["lastTransitionTime"]).replace("Z", "+00:00"))
+    document: dict[str, Any] = {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": iso_utc(since.replace(microsecond=0)),
+    }
+    if generation is not None:
+        document["observedGeneration"] = generation
+    return document
+
+
+def schedule_summary(schedule: dict[str, Any] | None, zone: str | None) -> str:
+    if schedule is None:
+        return "manual"
+    try:
+        parsed = parse_schedule(schedule)
+    except InvalidInputError:
+        return "invalid schedule"
+    if isinstance(parsed, IntervalSchedule):
+        return f"every {parsed.every_hours}h"
+    assert isinstance(parsed, CalendarSchedule)
+    where = f" {zone}" if zone else ""
+    if parsed.cadence == "weekly" and parsed.weekday is not None:
+        return f"weekly {WEEKDAYS[parsed.weekday]} {parsed.time}{where}"
+    return f"daily {parsed.time}{where}"
+
+
+def agent_status(
+    row: AgentStatusRow | None,
+    *,
+    owner_missing: bool,
+    unknown_tools: tuple[str, ...],
+    schedule: dict[str, Any] | None,
+    previous: dict[str, Any] | None,
+    generation: int | None,
+    now: datetime,
+    refusal: str | None = None,
+) -> dict[str, Any]:
+    """The Agent's whole status (without lastHandledRunRequest, which the caller owns)."""
+    previous = previous or {}
+    old_conditions = previous.get("conditions")
+    closed = (
+        (LockReason.OWNER_MISSING,) if owner_missing or row is None else closed_locks(row.locks)
+    )
+    if closed:
+        ready = condition(
+            "Ready",
+            False,
+            LOCK_REASONS[closed[0]],
+            "; ".join(LOCK_MESSAGES[lock] for lock in closed),
+            old_conditions,
+            now,
+            generation,
+        )
+    else:
+        ready = condition(
+            "Ready",
+            True,
+            "Startable",
+            "all durable locks are open",
+            old_conditions,
+            now,
+            generation,
+        )
+    tools = condition(
+        "ToolsResolved",
+        not unknown_tools,
+        "UnknownTools" if unknown_tools else "AllKnown",
+        f"not in the tool catalogue: {', '.join(unknown_tools)}" if unknown_tools else "",
+        old_conditions,
+        now,
+        generation,
+    )
+    conditions = [ready, tools]
+    if refusal is not None:
+        conditions.append(
+            condition("RunRequestAccepted", False, "Refused", refusal, old_conditions, now)
+        )
+    status: dict[str, Any] = {
+        "phase": LOCK_REASONS[closed[0]] if closed else "Ready",
+        "conditions": conditions,
+        "scheduleSummary": schedule_summary(schedule, row.zone if row else None),
+        "observedGeneration": generation,
+        "databaseId": row.agent_id if row else None,
+        "nextRunAt": iso_utc(row.next_run_at) if row else None,
+        "lastRun": None,
+        "weeklyTokens": None,
+    }
+    if row is not None and row.last_run is not None:
+        run = row.last_run
+        status["lastRun"] = {
+            "id": run.run_id,
+            "trigger": run.trigger,
+            "state": run.state,
+            "reason": run.reason,
+            "startedAt": iso_utc(run.started_at),
+            "finishedAt": iso_utc(run.finished_at),
+            "tokensUsed": run.tokens_used,
+        }
+    if row is not None:
+        status["weeklyTokens"] = {
+            "used": row.tokens_used,
+            "limit": row.token_limit,
+            "windowStart": iso_utc(row.window_start),
+        }
+    return status
+
+
+def needs_patch(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
+    """Whether writing `desired` would change anything the status shows."""
+    current = current or {}
+    return any(current.get(key) != value for key, value in desired.items())
