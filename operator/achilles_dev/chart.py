@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from achilles_dev.stack import LocalStack
 
 # operator/achilles/local/chart.py -> the repository root (an editable checkout).
-CHART_DIR = Path(__file__).resolve().parents[3] / "charts" / "achilles"
+CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "achilles"
 RELEASE = "achilles"
 RELEASE_NAMESPACE = "achilles-system"
 # Names of the Secrets (the chart's defaults) that carry database URLs; not secrets.
@@ -169,7 +169,7 @@ def _ensure_namespace(kubeconfig: Path, name: str) -> None:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from achilles_dev.kube import api_client
+    from achilles.k8s.client import api_client
 
     with api_client(kubeconfig) as api:
         try:
@@ -186,7 +186,7 @@ def _ensure_secret(kubeconfig: Path, namespace: str, name: str, url: str) -> Non
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from achilles_dev.kube import api_client
+    from achilles.k8s.client import api_client
 
     secret = client.V1Secret(
         metadata=client.V1ObjectMeta(name=name, namespace=namespace),
