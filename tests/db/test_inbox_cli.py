@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
-from sqlalchemy.orm import Session
 
 from achilles.domain.inbox import ItemState, ReplyChannel
-from achilles.inbox import service
 from tests.db import inbox_support as box
 from tests.db.factories import make_agent, make_owner
 
@@ -244,8 +242,7 @@ def test_parallel_reply_processes_lose_nothing(db: Engine, database_url: str) ->
     # Nobody took anything, so a chat reply can only have been the very first reply.
     chat_accepted = [r for r in accepted if r["item"]["reply"]["channel"] == "chat"]
     assert all(r["item"]["reply_serial"] == 1 for r in chat_accepted)
-    with Session(db) as session, session.begin():
-        assert [i.id for i in service.pending_replies(session, agent_id)] == [item.id]
+    assert box.unprocessed(db, agent_id) == [item.id]
 
 
 def test_race_command_checks_the_rules_from_outside(db: Engine, database_url: str) -> None:

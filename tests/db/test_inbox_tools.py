@@ -15,14 +15,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
 from achilles.domain.inbox import ReplyChannel
-from achilles.inbox import service
 from achilles.services.run_journal import RunJournal
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
+from achilles.tools.inbox import run_start_note
 from tests.db import inbox_support as box
 from tests.db.factories import make_agent
 
@@ -190,17 +189,17 @@ def test_run_start_offers_pending_replies_until_acknowledged(
     db: Engine, run_db: RunJournal
 ) -> None:
     agent_id = make_agent(db)
-    assert service.offer_pending_replies(run_db.database.transaction, agent_id) is None
+    ctx = _ctx(run_db, agent_id)
+    assert run_start_note(ctx) is None
     item = box.ask(db, agent_id, key="db", question="Which database?").item
     box.reply(db, item.id, "Postgres 16", channel=ReplyChannel.CHAT)
 
-    note = service.offer_pending_replies(run_db.database.transaction, agent_id)
+    note = run_start_note(ctx)
     assert note is not None
     assert f"item_id={item.id} key='db' reply_serial=1" in note
     assert "reply: Postgres 16" in note
     assert "inbox_acknowledge" in note
     # The run that saw it crashed: the next run is offered the same reply.
-    assert service.offer_pending_replies(run_db.database.transaction, agent_id) == note
-    with Session(db) as session, session.begin():
-        service.acknowledge(session, item.id, 1, "configured Postgres 16")
-    assert service.offer_pending_replies(run_db.database.transaction, agent_id) is None
+    assert run_start_note(ctx) == note
+    box.acknowledge(db, item.id, 1, "configured Postgres 16")
+    assert run_start_note(ctx) is None

@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
+from achilles.db.inbox import board, replies
 from achilles.db.journal.models import AgentRun, Tool
-from achilles.inbox import service as inbox_service
+from achilles.domain.inbox import ReplyChannel, ReplyKind
 from achilles.modelserver.script import load_script
 from tests.db.factories import set_settings
 from tests.db.ks_fixtures import KnowledgeFixture, load_demo_knowledge
@@ -286,8 +287,10 @@ def test_an_inbox_agent_starts_with_the_replies_people_gave(
             agent_id = session.execute(
                 select(AgentRun.agent_id).where(AgentRun.id == run_id)
             ).scalar_one()
-            item = inbox_service.ask(session, agent_id, "db", "Which database?").item
-            inbox_service.reply(session, item.id, "Postgres 16")
+            item = board.ask(session, agent_id, "db", "Which database?").item
+            replies.write_reply(
+                session, item.id, "Postgres 16", ReplyKind.ANSWER, ReplyChannel.INBOX
+            )
         code, log = run_to_end(database_url, run_id)
     assert code == 0, log
     output = run_row(db, run_id).output

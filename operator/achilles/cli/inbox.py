@@ -5,6 +5,8 @@ the chat rule (the agent has not taken the current reply yet: nothing was
 written, and that is not an error); 1 the request failed (no such item,
 database unreachable); 2 malformed input. A wake request that cannot reach the
 cluster is reported but does not change the exit code: the reply is committed.
+
+Each command parses, calls one function of `achilles.services.inbox`, and prints.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from achilles.cli.inbox_race import race
 from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
 
 if TYPE_CHECKING:
-    from achilles.inbox.service import ItemListing, ReplyReceipt
+    from achilles.db.inbox.board import ItemListing
+    from achilles.services.inbox import ReplyReceipt, WakeOutcome
 
 # `reply`: a chat reply refused by the chat rule (nothing written; not an error).
 EXIT_CHAT_REFUSED = 3
@@ -43,7 +46,7 @@ inbox.add_command(race)
 
 
 def _listing_record(listing: ItemListing) -> dict[str, Any]:
-    from achilles.inbox.presentation import item_record
+    from achilles.domain.inbox_records import item_record
 
     return {**item_record(listing.item), "agent": listing.agent_name, "owner": listing.owner_key}
 
@@ -81,19 +84,16 @@ def list_items(
 ) -> None:
     """List inbox items, oldest first."""
     from achilles.cli.common import open_database
-    from achilles.db.journal.agents import find_agent_id
-    from achilles.inbox import service
+    from achilles.services import inbox as service
 
-    with open_database(database_url).transaction() as session:
-        agent_id = find_agent_id(session, agent_ref) if agent_ref else None
-        listings = service.list_items(
-            session,
-            owner_key=owner,
-            agent_id=agent_id,
-            states=[ItemState(s) for s in states],
-            unprocessed_only=unprocessed,
-            limit=limit,
-        )
+    listings = service.list_items(
+        open_database(database_url),
+        owner_key=owner,
+        agent_ref=agent_ref,
+        states=[ItemState(s) for s in states],
+        unprocessed_only=unprocessed,
+        limit=limit,
+    )
     records = [_listing_record(listing) for listing in listings]
     if as_json:
         echo_json(records)
@@ -124,13 +124,15 @@ def list_items(
 def show_item(database_url: str | None, item_id: int, as_json: bool) -> None:
     """One item in full: the question, its context, the reply and what the agent did."""
     from achilles.cli.common import open_database
-    from achilles.inbox import service
+    from achilles.services import inbox as service
 
-    with open_database(database_url).transaction() as session:
-        listing = service.get_listing(session, item_id)
-        _, board_version = service.get_item(session, item_id)
-        wake = service.wake_settings(session, listing.item.agent_id).wake_on_reply
-    record = {**_listing_record(listing), "board_version": board_version, "wake_on_reply": wake}
+    details = service.item_details(open_database(database_url), item_id)
+    wake = details.wake_on_reply
+    record = {
+        **_listing_record(details.listing),
+        "board_version": details.board_version,
+        "wake_on_reply": wake,
+    }
     if as_json:
         echo_json(record)
         return
@@ -185,56 +187,47 @@ def reply(
 ) -> None:
     """Reply to an item as a person. Exit 3 (not an error): a chat reply was refused."""
     from achilles.cli.common import open_database
-    from achilles.inbox import service
+    from achilles.services import inbox as service
+    from achilles.services.run_requests import KubernetesRunRequester
 
     body = sys.stdin.read() if text == "-" else text
-    kind = ReplyKind.CLARIFY if clarify else ReplyKind.ANSWER
-    with open_database(database_url).transaction() as session:
-        receipt = service.reply(session, item_id, body, kind=kind, channel=ReplyChannel(channel))
-    # Committed: whatever happens to the wake request, the reply stands.
-    wake = _deliver_wake(receipt, kubeconfig)
-    _report_reply(receipt, wake, as_json)
+    receipt = service.reply(
+        open_database(database_url),
+        item_id,
+        body,
+        kind=ReplyKind.CLARIFY if clarify else ReplyKind.ANSWER,
+        channel=ReplyChannel(channel),
+        requester=KubernetesRunRequester(kubeconfig),
+    )
+    _report_reply(receipt, as_json)
     if not receipt.accepted:
         sys.exit(EXIT_CHAT_REFUSED)
 
 
-def _deliver_wake(receipt: ReplyReceipt, kubeconfig: Path | None) -> dict[str, Any]:
-    """Ask for a run when the owner allows replies to wake the agent."""
-    wake: dict[str, Any] = {"requested": receipt.wake_requested, "delivered": False}
-    if not receipt.wake_requested:
-        return wake
-    resource = receipt.agent_resource
-    if resource is None:
-        wake["detail"] = (
-            "the agent has no Agent resource on record; start a run with `achilles runs enqueue`"
-        )
-        return wake
-    from achilles.errors import ClusterUnavailable, NotFound
-    from achilles.k8s.run_request import RUN_REQUESTED_AT, request_run
+def _wake_record(wake: WakeOutcome) -> dict[str, Any]:
+    record: dict[str, Any] = {"requested": wake.requested, "delivered": wake.delivered}
+    if wake.agent_resource is not None:
+        record["agent_resource"] = wake.agent_resource
+    if wake.request is not None:
+        from achilles.k8s.run_request import RUN_REQUESTED_AT
 
-    assert receipt.item.reply is not None
-    wake["agent_resource"] = f"{resource.namespace}/{resource.name}"
-    try:
-        value = request_run(
-            resource.namespace, resource.name, receipt.item.reply.handled_at, kubeconfig=kubeconfig
-        )
-    except (ClusterUnavailable, NotFound) as exc:
-        wake["detail"] = f"run not requested: {exc}"
-        return wake
-    wake.update(delivered=True, annotation={RUN_REQUESTED_AT: value})
-    return wake
+        record["annotation"] = {RUN_REQUESTED_AT: wake.request}
+    if wake.detail is not None:
+        record["detail"] = wake.detail
+    return record
 
 
-def _report_reply(receipt: ReplyReceipt, wake: dict[str, Any], as_json: bool) -> None:
-    from achilles.inbox.presentation import item_record
+def _report_reply(receipt: ReplyReceipt, as_json: bool) -> None:
+    from achilles.domain.inbox_records import item_record
 
+    wake = receipt.wake
     if as_json:
         echo_json(
             {
                 "accepted": receipt.accepted,
                 "item": item_record(receipt.item, board_version=receipt.board_version),
                 "board_version": receipt.board_version,
-                "wake": wake,
+                "wake": _wake_record(wake),
             }
         )
         return
@@ -251,10 +244,10 @@ def _report_reply(receipt: ReplyReceipt, wake: dict[str, Any], as_json: bool) ->
         f" via {current.channel.value}); revision {item.revision},"
         f" board version {receipt.board_version}"
     )
-    if wake["delivered"]:
-        click.echo(f"run requested: Agent {wake['agent_resource']} annotated")
-    elif wake["requested"]:
-        click.echo(f"warning: wake-on-reply is on but {wake['detail']}", err=True)
+    if wake.delivered:
+        click.echo(f"run requested: Agent {wake.agent_resource} annotated")
+    elif wake.requested:
+        click.echo(f"warning: wake-on-reply is on but {wake.detail}", err=True)
 
 
 @inbox.command("wake-on-reply")
@@ -265,13 +258,9 @@ def _report_reply(receipt: ReplyReceipt, wake: dict[str, Any], as_json: bool) ->
 def wake_on_reply(database_url: str | None, agent_ref: str, enabled: bool | None) -> None:
     """Show or set whether a reply to a blocked item asks for a run of AGENT (owner's choice)."""
     from achilles.cli.common import open_database
-    from achilles.db.journal.agents import find_agent_id
-    from achilles.inbox import service
+    from achilles.services import inbox as service
 
-    with open_database(database_url).transaction() as session:
-        agent_id = find_agent_id(session, agent_ref)
-        if enabled is None:
-            settings = service.wake_settings(session, agent_id)
-        else:
-            settings = service.set_wake_on_reply(session, agent_id, enabled)
-    click.echo(f"agent {agent_id}: wake on reply {'on' if settings.wake_on_reply else 'off'}")
+    setting = service.wake_on_reply(open_database(database_url), agent_ref, enabled)
+    click.echo(
+        f"agent {setting.agent_id}: wake on reply {'on' if setting.wake_on_reply else 'off'}"
+    )

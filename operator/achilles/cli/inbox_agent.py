@@ -2,8 +2,8 @@
 
 Agents normally act through their inbox tools during a run; operators need
 the same acts for demos, repairs and checks from outside (setting up
-questions, draining replies, racing the rules). Each command is one call of
-`achilles.inbox.service` in one transaction.
+questions, draining replies). Each command is one call of `achilles.services.inbox`,
+which owns its transaction.
 
 Exit codes: 0 written (or already so); 3 the rules refused the write and
 nothing changed (a compare-and-swap conflict, a forbidden move, a reply still
@@ -70,14 +70,13 @@ def ask(
 ) -> None:
     """Ask a question on AGENT's board, or update the one under KEY."""
     from achilles.cli.common import open_database
-    from achilles.db.journal.agents import find_agent_id
-    from achilles.inbox import service
-    from achilles.inbox.presentation import item_record
+    from achilles.domain.inbox_records import item_record
+    from achilles.services import inbox as service
 
     try:
-        with open_database(database_url).transaction() as session:
-            agent_id = find_agent_id(session, agent_ref)
-            result = service.ask(session, agent_id, key, question, context, ItemState(state))
+        result = service.ask(
+            open_database(database_url), agent_ref, key, question, context, ItemState(state)
+        )
     except _REFUSALS as refused:
         _refused(refused, as_json)
         return
@@ -98,11 +97,10 @@ def ask(
 def take(database_url: str | None, item_id: int, as_json: bool) -> None:
     """Take ITEM's unprocessed reply (marks it seen; idempotent)."""
     from achilles.cli.common import open_database
-    from achilles.inbox import service
-    from achilles.inbox.presentation import item_record
+    from achilles.domain.inbox_records import item_record
+    from achilles.services import inbox as service
 
-    with open_database(database_url).transaction() as session:
-        item = service.take_reply(session, item_id)
+    item = service.take_reply(open_database(database_url), item_id)
     if item is None or item.reply is None:
         _emit({"taken": False, "item_id": item_id}, f"item {item_id}: nothing to take", as_json)
         return
@@ -123,11 +121,10 @@ def take(database_url: str | None, item_id: int, as_json: bool) -> None:
 def ack(database_url: str | None, item_id: int, serial: int, outcome: str, as_json: bool) -> None:
     """Acknowledge reply SERIAL of ITEM with an outcome."""
     from achilles.cli.common import open_database
-    from achilles.inbox import service
-    from achilles.inbox.presentation import item_record
+    from achilles.domain.inbox_records import item_record
+    from achilles.services import inbox as service
 
-    with open_database(database_url).transaction() as session:
-        result = service.acknowledge(session, item_id, serial, outcome)
+    result = service.acknowledge(open_database(database_url), item_id, serial, outcome)
     _emit(
         {"status": result.status.value, "item": item_record(result.item)},
         f"item {item_id}, reply #{serial}: {result.status.value}",
@@ -157,19 +154,18 @@ def advance(
 ) -> None:
     """`board_advance`: move ITEM iff its revision and the board version are unchanged."""
     from achilles.cli.common import open_database
-    from achilles.inbox import service
-    from achilles.inbox.presentation import item_record
+    from achilles.domain.inbox_records import item_record
+    from achilles.services import inbox as service
 
     try:
-        with open_database(database_url).transaction() as session:
-            result = service.advance(
-                session,
-                item_id,
-                expected_revision=revision,
-                board_version=board_version,
-                target=ItemState(state),
-                context=context,
-            )
+        result = service.advance(
+            open_database(database_url),
+            item_id,
+            expected_revision=revision,
+            board_version=board_version,
+            target=ItemState(state),
+            context=context,
+        )
     except _REFUSALS as refused:
         _refused(refused, as_json)
         return

@@ -38,7 +38,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from achilles.inbox import service as inbox_service
 from achilles.tools import clock, inbox, ks
 from achilles.tools.base import Tool, ToolContext
 from achilles.tools.toolbox import Toolbox
@@ -54,14 +53,9 @@ OPTIONAL_TOOLSETS: Mapping[str, tuple[Tool[Any], ...]] = {
 
 RunStartNote = Callable[[ToolContext], str | None]
 
-
-def _inbox_replies_note(ctx: ToolContext) -> str | None:
-    return inbox_service.offer_pending_replies(ctx.transaction, ctx.agent_id)
-
-
 # implementation name -> the note its toolset adds when a run starts (or None)
 RUN_START_NOTES: Mapping[str, RunStartNote] = {
-    "inbox": _inbox_replies_note,
+    "inbox": inbox.run_start_note,
 }
 
 

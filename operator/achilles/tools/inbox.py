@@ -5,30 +5,35 @@ reads the replies they gave, acknowledges each with an outcome once it acted
 on it, and moves items along with a compare-and-swap on the versions it read.
 An agent only ever sees and touches its own board: ids of other agents'
 items are reported as not found.
+
+Each tool is one transaction of the run (`ctx.transaction`) around the guarded
+statements of `achilles.db.inbox`. The toolset also has something to say when a run
+starts: the replies people gave since the last one (`run_start_note`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import Field
 
+from achilles.db.inbox import board, replies
 from achilles.domain.inbox import (
     MAX_KEY_LENGTH,
     MAX_QUESTION_LENGTH,
     MAX_TEXT_LENGTH,
     AckStatus,
+    InboxItem,
     ItemState,
 )
+from achilles.domain.inbox_records import item_record
 from achilles.errors import (
     AchillesError,
     InboxConflict,
     NotFound,
     ToolError,
 )
-from achilles.inbox import service
-from achilles.inbox.presentation import item_record
 from achilles.tools.base import NoArgs, ToolArgs, ToolContext, tool
 
 if TYPE_CHECKING:
@@ -95,7 +100,7 @@ def _as_tool_error(action: Callable[[], T]) -> T:
 
 
 def _own_item(session: Session, item_id: int, ctx: ToolContext) -> None:
-    item, _ = service.get_item(session, item_id)
+    item = board.get_item(session, item_id)
     if item.agent_id != ctx.agent_id:
         raise NotFound(f"inbox item {item_id} does not exist")
 
@@ -111,7 +116,7 @@ def inbox_ask(args: AskArgs, ctx: ToolContext) -> dict[str, Any]:
 
     def act() -> dict[str, Any]:
         with ctx.transaction() as session:
-            result = service.ask(
+            result = board.ask(
                 session, ctx.agent_id, args.key, args.question, args.context, ItemState(args.state)
             )
         return {
@@ -131,7 +136,7 @@ def inbox_answered(args: NoArgs, ctx: ToolContext) -> dict[str, Any]:
     with its item_id and reply_serial.
     """
     with ctx.transaction() as session:
-        items = service.take_pending_replies(session, ctx.agent_id)
+        items = replies.take_unprocessed(session, ctx.agent_id)
     return {"answered": [item_record(item) for item in items]}
 
 
@@ -142,7 +147,7 @@ def inbox_acknowledge(args: AcknowledgeArgs, ctx: ToolContext) -> dict[str, Any]
     def act() -> dict[str, Any]:
         with ctx.transaction() as session:
             _own_item(session, args.item_id, ctx)
-            result = service.acknowledge(session, args.item_id, args.reply_serial, args.outcome)
+            result = replies.acknowledge(session, args.item_id, args.reply_serial, args.outcome)
         return {
             "status": result.status.value,
             "hint": _ACK_HINTS[result.status],
@@ -159,10 +164,10 @@ def inbox_board(args: NoArgs, ctx: ToolContext) -> dict[str, Any]:
     Pass an item's revision and the board_version to inbox_advance.
     """
     with ctx.transaction() as session:
-        board = service.board(session, ctx.agent_id)
+        current = board.read_board(session, ctx.agent_id)
     return {
-        "board_version": board.version,
-        "items": [item_record(item) for item in board.items],
+        "board_version": current.version,
+        "items": [item_record(item) for item in current.items],
     }
 
 
@@ -178,7 +183,7 @@ def inbox_advance(args: AdvanceArgs, ctx: ToolContext) -> dict[str, Any]:
     def act() -> dict[str, Any]:
         with ctx.transaction() as session:
             _own_item(session, args.item_id, ctx)
-            result = service.advance(
+            result = board.board_advance(
                 session,
                 args.item_id,
                 expected_revision=args.expected_revision,
@@ -192,3 +197,38 @@ def inbox_advance(args: AdvanceArgs, ctx: ToolContext) -> dict[str, Any]:
 
 
 INBOX_TOOLS = (inbox_ask, inbox_answered, inbox_acknowledge, inbox_board, inbox_advance)
+
+
+def run_start_note(ctx: ToolContext) -> str | None:
+    """At run start: take the unprocessed replies (in their own committed transaction)
+    and return the note that tells the agent about them, or None when there are none.
+
+    Taking before the model sees them is safe: until the agent acknowledges a reply,
+    it stays unprocessed and the next run is offered it again.
+    """
+    with ctx.transaction() as session:
+        items = replies.take_unprocessed(session, ctx.agent_id)
+    return unprocessed_replies_note(items)
+
+
+def unprocessed_replies_note(items: Sequence[InboxItem]) -> str | None:
+    """The note a run starts with when people answered; None when nobody did."""
+    if not items:
+        return None
+    lines = [
+        f"Since your last run, people answered {len(items)} of your inbox question(s)."
+        " For each one, act on the reply, then call inbox_acknowledge with its item_id,"
+        " reply_serial and a short outcome; a reply of kind 'clarify' asks you to explain"
+        " or rephrase the question (update it with inbox_ask under the same key)."
+    ]
+    for item in items:
+        reply = item.reply
+        if reply is None:
+            continue
+        lines.append(
+            f"- item_id={item.id} key={item.key!r} reply_serial={reply.serial}"
+            f" kind={reply.kind.value} state={item.state.value}\n"
+            f"  question: {item.question}\n"
+            f"  reply: {reply.text}"
+        )
+    return "\n".join(lines)

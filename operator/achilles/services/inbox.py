@@ -1,0 +1,202 @@
+"""The Agent Inbox's use cases from outside a run: people (the CLI now, the portal later)
+and operators acting as an agent.
+
+Each function is one act in one transaction of the given `Database`; the decisions are
+the guarded statements of `achilles.db.inbox` (one each). What this layer adds is what
+sits around them — above all that a human's reply may wake the agent: the reply is
+committed first, then a run is requested through a `RunRequester`, and a request that
+cannot be delivered is reported, never undoes the reply.
+
+Agents act on their board through their tools (`achilles.tools.inbox`), inside the run's
+own transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from achilles.db.database import Database
+from achilles.db.inbox import board, replies
+from achilles.db.inbox import settings as inbox_settings
+from achilles.db.inbox.board import AdvanceResult, AskResult, ItemListing
+from achilles.db.inbox.replies import AckResult
+from achilles.db.inbox.settings import AgentInboxSettings
+from achilles.db.journal.agents import find_agent_id
+from achilles.domain.inbox import InboxItem, ItemState, ReplyChannel, ReplyKind
+from achilles.domain.inbox_wake import should_request_run
+from achilles.errors import ClusterUnavailable, NotFound
+from achilles.services.run_requests import RunRequester
+
+# --- people ---
+
+
+def list_items(
+    database: Database,
+    *,
+    owner_key: str | None = None,
+    agent_ref: str | None = None,
+    states: Sequence[ItemState] = (),
+    unprocessed_only: bool = False,
+    limit: int = 200,
+) -> list[ItemListing]:
+    """Items oldest first, optionally of one owner or agent (id or name)."""
+    with database.transaction() as session:
+        agent_id = find_agent_id(session, agent_ref) if agent_ref else None
+        return board.list_items(
+            session,
+            owner_key=owner_key,
+            agent_id=agent_id,
+            states=states,
+            unprocessed_only=unprocessed_only,
+            limit=limit,
+        )
+
+
+@dataclass(frozen=True)
+class ItemDetails:
+    listing: ItemListing
+    board_version: int
+    wake_on_reply: bool
+
+
+def item_details(database: Database, item_id: int) -> ItemDetails:
+    """One item with its agent and owner, its board's version and the wake setting."""
+    with database.transaction() as session:
+        found = board.list_items(session, item_id=item_id, limit=1)
+        if not found:
+            raise NotFound(f"inbox item {item_id} does not exist")
+        listing = found[0]
+        _, board_version = board.get_item_and_board_version(session, item_id)
+        agent = inbox_settings.load_inbox_settings(session, listing.item.agent_id)
+    return ItemDetails(
+        listing=listing, board_version=board_version, wake_on_reply=agent.settings.wake_on_reply
+    )
+
+
+@dataclass(frozen=True)
+class WakeOutcome:
+    """What became of waking the agent after a reply."""
+
+    # The owner allows replies to wake the agent, and this reply unblocked it.
+    requested: bool
+    delivered: bool = False
+    agent_resource: str | None = None  # "namespace/name" of the Agent asked to run
+    request: str | None = None  # the run request's value, when delivered
+    detail: str | None = None  # why a requested wake was not delivered
+
+
+@dataclass(frozen=True)
+class ReplyReceipt:
+    accepted: bool  # False only when the chat rule refused the reply
+    item: InboxItem
+    board_version: int
+    wake: WakeOutcome
+
+
+def reply(
+    database: Database,
+    item_id: int,
+    text: str,
+    *,
+    kind: ReplyKind = ReplyKind.ANSWER,
+    channel: ReplyChannel = ReplyChannel.INBOX,
+    requester: RunRequester,
+) -> ReplyReceipt:
+    """A human's reply (inbox replies always land; chat replies only over a taken reply),
+    then, when the owner allows it and the reply unblocked the agent, a run request."""
+    with database.transaction() as session:
+        written = replies.write_reply(session, item_id, text, kind, channel)
+        agent = inbox_settings.load_inbox_settings(session, written.item.agent_id)
+    # Committed: whatever happens to the wake request, the reply stands.
+    wake = WakeOutcome(requested=False)
+    if written.accepted and should_request_run(written.item.state, agent.settings):
+        assert written.item.reply is not None  # accepted: the item holds this reply
+        wake = _wake(agent, written.item.reply.handled_at, requester)
+    return ReplyReceipt(
+        accepted=written.accepted,
+        item=written.item,
+        board_version=written.board_version,
+        wake=wake,
+    )
+
+
+def _wake(agent: AgentInboxSettings, at: datetime, requester: RunRequester) -> WakeOutcome:
+    if not (agent.cr_namespace and agent.cr_name):
+        return WakeOutcome(
+            requested=True,
+            detail="the agent has no Agent resource on record;"
+            " start a run with `achilles runs enqueue`",
+        )
+    resource = f"{agent.cr_namespace}/{agent.cr_name}"
+    try:
+        value = requester.request(agent.cr_namespace, agent.cr_name, at)
+    except (ClusterUnavailable, NotFound) as exc:
+        return WakeOutcome(
+            requested=True, agent_resource=resource, detail=f"run not requested: {exc}"
+        )
+    return WakeOutcome(requested=True, delivered=True, agent_resource=resource, request=value)
+
+
+@dataclass(frozen=True)
+class WakeSetting:
+    agent_id: int
+    wake_on_reply: bool
+
+
+def wake_on_reply(database: Database, agent_ref: str, enabled: bool | None = None) -> WakeSetting:
+    """The owner's wake-on-reply switch of an agent: set it (`enabled`), or only read it."""
+    with database.transaction() as session:
+        agent_id = find_agent_id(session, agent_ref)
+        if enabled is None:
+            settings = inbox_settings.load_inbox_settings(session, agent_id).settings
+        else:
+            settings = inbox_settings.set_wake_on_reply(session, agent_id, enabled)
+    return WakeSetting(agent_id=agent_id, wake_on_reply=settings.wake_on_reply)
+
+
+# --- acting as an agent, from outside a run (operators, demos, checks) ---
+
+
+def ask(
+    database: Database,
+    agent_ref: str,
+    key: str,
+    question: str,
+    context: str | None = None,
+    state: ItemState = ItemState.BLOCKED,
+) -> AskResult:
+    with database.transaction() as session:
+        agent_id = find_agent_id(session, agent_ref)
+        return board.ask(session, agent_id, key, question, context, state)
+
+
+def take_reply(database: Database, item_id: int) -> InboxItem | None:
+    with database.transaction() as session:
+        return replies.take_reply(session, item_id)
+
+
+def acknowledge(database: Database, item_id: int, reply_serial: int, outcome: str) -> AckResult:
+    with database.transaction() as session:
+        return replies.acknowledge(session, item_id, reply_serial, outcome)
+
+
+def advance(
+    database: Database,
+    item_id: int,
+    *,
+    expected_revision: int,
+    board_version: int,
+    target: ItemState,
+    context: str | None = None,
+) -> AdvanceResult:
+    with database.transaction() as session:
+        return board.board_advance(
+            session,
+            item_id,
+            expected_revision=expected_revision,
+            board_version=board_version,
+            target=target,
+            context=context,
+        )
