@@ -1,0 +1,147 @@
+"""The operator under test: `achilles operator` as a real process on the session cluster
+and database (the chart's release), plus the offline model server its runs talk to."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from achilles.k8s.jobs import RUN_SELECTOR
+from tests.cluster.conftest import Cluster
+from tests.cluster.install.conftest import Release
+from tests.waiting import wait_for
+
+RUNS_NAMESPACE = "achilles-runs"
+RUNNER_SECRET = "achilles-runner-database"
+
+
+def ensure_runner_secret(cluster: Cluster, database_url: str) -> None:
+    core = cluster.core
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=RUNNER_SECRET), string_data={"url": database_url}
+    )
+    try:
+        core.create_namespaced_secret(RUNS_NAMESPACE, body)
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_secret(RUNNER_SECRET, RUNS_NAMESPACE, body)
+
+
+@dataclass
+class OperatorProcess:
+    cluster: Cluster
+    release: Release
+    log_path: Path
+    env_overrides: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    def environment(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "ACHILLES_DATABASE_URL": self.release.database_url,
+            "ACHILLES_RUNS_NAMESPACE": RUNS_NAMESPACE,
+            "ACHILLES_RUNNER_IMAGE": "achilles-runner:local",
+            "ACHILLES_METRICS_PORT": "0",
+            "ACHILLES_RUNNER_ENV": json.dumps({"ACHILLES_HEARTBEAT_INTERVAL": "2"}),
+            **self.env_overrides,
+        }
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "achilles", "operator", "--liveness", ""],
+            env=self.environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+
+@contextmanager
+def running_operator(
+    cluster: Cluster, release: Release, log_path: Path, **env: str
+) -> Iterator[OperatorProcess]:
+    ensure_runner_secret(cluster, release.database_url)
+    operator = OperatorProcess(cluster, release, log_path, env_overrides=env)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+
+
+@dataclass
+class ModelServerProcess:
+    process: subprocess.Popen[str]
+    base_url: str
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+@contextmanager
+def model_server() -> Iterator[ModelServerProcess]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "achilles", "model-server", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    url = line.split("listening on ")[1].split()[0]
+    server = ModelServerProcess(process, url)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run_jobs(cluster: Cluster) -> list[Any]:
+    return list(
+        cluster.batch.list_namespaced_job(RUNS_NAMESPACE, label_selector=RUN_SELECTOR).items
+    )
+
+
+def agent_status(api: Any, name: str, namespace: str) -> dict[str, Any]:
+    status: dict[str, Any] = api.get("Agent", name, namespace).get("status") or {}
+    return status
+
+
+def wait_status(
+    api: Any, name: str, namespace: str, predicate: Any, what: str, timeout: float = 90
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        status = agent_status(api, name, namespace)
+        return status if predicate(status) else None
+
+    result: dict[str, Any] = wait_for(check, timeout, what=what)
+    return result

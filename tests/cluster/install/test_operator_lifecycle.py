@@ -1,0 +1,180 @@
+"""The operator end to end on the real control plane and PostgreSQL: an Agent applied
+like kubectl does becomes a row, a status, and runs that execute as real Jobs (the
+kubelet stand-in runs the runner, which talks to the offline model server)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from kubernetes import client
+from sqlalchemy import create_engine, text
+
+from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
+from tests.cluster.conftest import Cluster
+from tests.cluster.install.api import Achilles
+from tests.cluster.install.conftest import Release
+from tests.cluster.install.operator_support import (
+    OperatorProcess,
+    model_server,
+    run_jobs,
+    running_operator,
+    wait_status,
+)
+from tests.crd_cases import agent, agent_model
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Cluster, achilles_release: Release, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    with running_operator(
+        cluster, achilles_release, tmp_path_factory.mktemp("operator") / "operator.log"
+    ) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def model(admin_api: Achilles, achilles_release: Release) -> Iterator[str]:
+    name = f"m-{uuid.uuid4().hex[:6]}"
+    with model_server() as server:
+        admin_api.create(agent_model(name, baseURL=server.base_url))
+        yield name
+        admin_api.delete("AgentModel", name)
+
+
+def _sql(release: Release, statement: str, **params: object) -> list[tuple[object, ...]]:
+    engine = create_engine(release.database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(statement), params)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def _user(release: Release, key: str, *, active: bool = True) -> None:
+    _sql(
+        release,
+        "INSERT INTO users (key, active) VALUES (:k, :a)"
+        " ON CONFLICT (key) DO UPDATE SET active = :a",
+        k=key,
+        a=active,
+    )
+
+
+def _request(admin_api: Achilles, name: str, namespace: str) -> str:
+    value = format_run_request(datetime.now(UTC))
+    admin_api.patch(
+        "Agent", name, {"metadata": {"annotations": {RUN_REQUESTED_AT: value}}}, namespace
+    )
+    return value
+
+
+def test_applied_agent_runs_to_succeeded_through_a_job(
+    cluster: Cluster,
+    achilles_release: Release,
+    admin_api: Achilles,
+    operator: OperatorProcess,
+    model: str,
+    namespace: str,
+) -> None:
+    _user(achilles_release, "alice")
+    admin_api.create(
+        agent("digest", model=model, schedule={"type": "interval", "everyHours": 6}), namespace
+    )
+    status = wait_status(
+        admin_api,
+        "digest",
+        namespace,
+        lambda s: s.get("phase") == "Ready" and s.get("nextRunAt"),
+        "the agent to be Ready with a next slot",
+    )
+    assert status["databaseId"] >= 1
+    assert status["scheduleSummary"] == "every 6h"
+
+    request = _request(admin_api, "digest", namespace)
+    status = wait_status(
+        admin_api,
+        "digest",
+        namespace,
+        lambda s: (s.get("lastRun") or {}).get("state") == "succeeded",
+        "the manual run to succeed",
+        timeout=120,
+    )
+    assert status["lastHandledRunRequest"] == request
+    assert status["lastRun"]["trigger"] == "manual"
+    assert status["lastRun"]["tokensUsed"] > 0
+    assert status["weeklyTokens"]["used"] >= status["lastRun"]["tokensUsed"]
+    run_id = status["lastRun"]["id"]
+    rows = _sql(
+        achilles_release, "SELECT state, request_key FROM agent_runs WHERE id = :i", i=run_id
+    )
+    assert rows == [("succeeded", request)]
+    jobs = [job.metadata.name for job in run_jobs(cluster)]
+    assert f"achilles-run-{run_id}" in jobs, operator.log()
+
+
+def test_closed_lock_refuses_a_manual_run_without_a_row(
+    achilles_release: Release,
+    admin_api: Achilles,
+    operator: OperatorProcess,
+    model: str,
+    namespace: str,
+) -> None:
+    _user(achilles_release, "alice")
+    admin_api.create(agent("off", model=model, enabled=False), namespace)
+    status = wait_status(
+        admin_api, "off", namespace, lambda s: s.get("phase") == "Disabled", "phase Disabled"
+    )
+    request = _request(admin_api, "off", namespace)
+    status = wait_status(
+        admin_api,
+        "off",
+        namespace,
+        lambda s: s.get("lastHandledRunRequest") == request,
+        "the request to be handled",
+    )
+    accepted = {c["type"]: c for c in status["conditions"]}["RunRequestAccepted"]
+    assert accepted["status"] == "False"
+    assert "switched the agent off" in accepted["message"]
+    rows = _sql(
+        achilles_release,
+        "SELECT count(*) FROM agent_runs WHERE agent_id = :a",
+        a=status["databaseId"],
+    )
+    assert rows == [(0,)]
+    wait_for(
+        lambda: [
+            e
+            for e in admin_api_events(admin_api, namespace)
+            if e.reason == "RunRefused" and e.involved_object.name == "off"
+        ],
+        30,
+        what="a RunRefused Event",
+    )
+
+
+def admin_api_events(admin_api: Achilles, namespace: str) -> list[Any]:
+    return list(
+        client.CoreV1Api(admin_api.custom.api_client).list_namespaced_event(namespace).items
+    )
+
+
+def test_missing_owner_is_a_condition_not_a_crash(
+    admin_api: Achilles, operator: OperatorProcess, model: str, namespace: str
+) -> None:
+    admin_api.create(
+        agent("orphan", owner=f"nobody-{uuid.uuid4().hex[:6]}", model=model), namespace
+    )
+    status = wait_status(
+        admin_api, "orphan", namespace, lambda s: s.get("phase") == "OwnerMissing", "OwnerMissing"
+    )
+    assert "databaseId" not in status
+    assert operator.process is not None and operator.process.poll() is None
