@@ -176,7 +176,7 @@ class LocalStack:
         ]  # fmt: skip
 
     def _admin_client(self) -> Any:
-        from achilles_dev.kube import api_client
+        from achilles.k8s.client import api_client
 
         return api_client(self.config.kubeconfig)
 

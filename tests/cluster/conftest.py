@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from achilles.k8s.client import api_client
 from achilles_dev.build import ensure_built, missing_binaries
 from achilles_dev.config import Ports, StackConfig
-from achilles_dev.kube import api_client
 from achilles_dev.stack import LocalStack
 
 

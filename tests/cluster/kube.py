@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
-from achilles_dev.kube import to_dict
+from achilles.k8s.client import to_dict
 from achilles_dev.processes import reference
 from tests.waiting import wait_for
 

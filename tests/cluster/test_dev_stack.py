@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from achilles.cli.main import cli
+from achilles.k8s.client import api_client
 from achilles_dev import postgres
 from achilles_dev.config import Ports, StackConfig
-from achilles_dev.kube import api_client
 from achilles_dev.processes import read_pidfile
 from achilles_dev.stack import COMPONENTS, LocalStack
 from tests.cluster.kube import create_pod, gated_program, pid_from, pod_phase, process_is_gone

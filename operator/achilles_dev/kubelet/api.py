@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from achilles_dev.kube import json_body, to_dict
+from achilles.k8s.client import json_body, to_dict
 from achilles_dev.kubelet.environment import decode_secret
 from achilles_dev.kubelet.node import node_manifest, node_status
 

@@ -21,8 +21,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.informer import ADDED, DELETED, MODIFIED, SharedInformer
 
+from achilles.k8s.client import api_client as make_api_client
 from achilles_dev.config import DEFAULT_NODE_NAME
-from achilles_dev.kube import api_client as make_api_client
 from achilles_dev.kubelet.agent import StandIn
 from achilles_dev.kubelet.api import PodApi
 from achilles_dev.kubelet.logserver import serve_logs

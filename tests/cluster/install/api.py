@@ -15,10 +15,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from achilles.k8s.client import api_client, json_body
 from achilles.k8s.resources import KINDS
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import Scope
-from achilles_dev.kube import api_client, json_body
 
 PLURALS = {kind.kind: kind.plural for kind in KINDS}
 NAMESPACED = {kind.kind for kind in KINDS if kind.scope is Scope.NAMESPACED}

@@ -17,8 +17,8 @@ from kubernetes import client
 
 from achilles.db import migrate
 from achilles.db.database import Database
+from achilles.k8s.client import to_dict
 from achilles_dev.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE
-from achilles_dev.kube import to_dict
 from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
