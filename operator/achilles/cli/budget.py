@@ -21,11 +21,9 @@ def budget() -> None:
 def show(database_url: str | None, owner: str, as_json: bool) -> None:
     """This week's usage of OWNER (all their agents) against the weekly limit."""
     from achilles.cli.common import open_database
-    from achilles.db.journal.settings import database_now
-    from achilles.db.journal.usage import owner_budget
+    from achilles.services.journal_queries import weekly_budget
 
-    with open_database(database_url).transaction() as session:
-        status = owner_budget(session, owner, database_now(session))
+    status = weekly_budget(open_database(database_url), owner)
     record = {
         "owner": status.owner,
         "used": status.used,

@@ -1,4 +1,4 @@
-"""`achilles db`: schema migrations."""
+"""`achilles db`: schema migrations (`achilles.services.schema`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import click
 from achilles.cli.common import database_url_option, reports_errors
 
 
-def _names(revisions: set[str]) -> str:
+def _names(revisions: frozenset[str]) -> str:
     return ", ".join(sorted(revisions)) or "base"
 
 
@@ -23,18 +23,13 @@ def db() -> None:
 def upgrade(database_url: str | None, revision: str) -> None:
     """Apply migrations up to REVISION (a no-op when already there)."""
     from achilles.cli.common import open_database
-    from achilles.db import migrate
+    from achilles.services import schema
 
-    database = open_database(database_url)
-    engine = database.engine
-    with database.connection_errors():
-        before = migrate.current_revisions(engine)
-        migrate.upgrade(engine, revision)
-        after = migrate.current_revisions(engine)
-    if before == after:
-        click.echo(f"schema already at {_names(after)}; nothing to do")
+    change = schema.upgrade(open_database(database_url), revision)
+    if change.before == change.after:
+        click.echo(f"schema already at {_names(change.after)}; nothing to do")
     else:
-        click.echo(f"schema upgraded: {_names(before)} -> {_names(after)}")
+        click.echo(f"schema upgraded: {_names(change.before)} -> {_names(change.after)}")
 
 
 @db.command()
@@ -44,13 +39,10 @@ def upgrade(database_url: str | None, revision: str) -> None:
 def downgrade(database_url: str | None, revision: str) -> None:
     """Revert migrations down to REVISION (`base` drops the schema and its data)."""
     from achilles.cli.common import open_database
-    from achilles.db import migrate
+    from achilles.services import schema
 
-    database = open_database(database_url)
-    engine = database.engine
-    with database.connection_errors():
-        migrate.downgrade(engine, revision)
-        click.echo(f"schema at {_names(migrate.current_revisions(engine))}")
+    applied = schema.downgrade(open_database(database_url), revision)
+    click.echo(f"schema at {_names(applied)}")
 
 
 @db.command()
@@ -59,12 +51,8 @@ def downgrade(database_url: str | None, revision: str) -> None:
 def current(database_url: str | None) -> None:
     """Show the applied revisions and whether the schema is up to date."""
     from achilles.cli.common import open_database
-    from achilles.db import migrate
+    from achilles.services import schema
 
-    database = open_database(database_url)
-    engine = database.engine
-    with database.connection_errors():
-        applied = migrate.current_revisions(engine)
-    heads = migrate.head_revisions()
-    status = "up to date" if applied == heads else f"behind (heads: {_names(heads)})"
-    click.echo(f"{_names(applied)}: {status}")
+    found = schema.status(open_database(database_url))
+    status = "up to date" if found.is_current else f"behind (heads: {_names(found.heads)})"
+    click.echo(f"{_names(found.applied)}: {status}")

@@ -28,8 +28,8 @@ def load(database_url: str | None, file: Path) -> None:
     from pydantic import ValidationError
 
     from achilles.cli.common import open_database
-    from achilles.db.knowledge.load import load_bundle
     from achilles.ks.bundle import KnowledgeBundle
+    from achilles.services.knowledge import load_bundle
 
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
@@ -41,26 +41,13 @@ def load(database_url: str | None, file: Path) -> None:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "file"
         raise click.UsageError(f"{file}: {where}: {first['msg']}") from exc
-    with open_database(database_url).transaction() as session:
-        summary = load_bundle(session, bundle)
+    summary = load_bundle(open_database(database_url), bundle)
     click.echo(
         f"loaded {file}: {summary.documents_created} document(s) created, "
         f"{summary.documents_updated} updated, {summary.documents_unchanged} unchanged; "
         f"{summary.grants} grant(s), {summary.groups} group(s), {summary.links} link(s), "
         f"{summary.users_created} user(s) created"
     )
-
-
-def _user_id(database_url: str | None, key: str) -> int:
-    from achilles.cli.common import open_database
-    from achilles.db.knowledge.store import user_id_by_key
-    from achilles.errors import NotFound
-
-    with open_database(database_url).transaction() as session:
-        user_id = user_id_by_key(session, key)
-    if user_id is None:
-        raise NotFound(f"user {key!r} does not exist")
-    return user_id
 
 
 @ks.command()
@@ -72,13 +59,9 @@ def _user_id(database_url: str | None, key: str) -> int:
 def search(database_url: str | None, user: str, limit: int, query: str) -> None:
     """Search as USER would through an agent (prints JSON)."""
     from achilles.cli.common import open_database
-    from achilles.db.knowledge.store import PostgresKnowledgeStore
+    from achilles.services.knowledge import search_as
 
-    user_id = _user_id(database_url, user)
-    with open_database(database_url).connection_errors():
-        hits = PostgresKnowledgeStore(open_database(database_url).sessions).search(
-            user_id, query, limit=limit
-        )
+    hits = search_as(open_database(database_url), user, query, limit=limit)
     echo_json([{"id": h.document_id, "title": h.title, "snippet": h.snippet} for h in hits])
 
 
@@ -90,16 +73,9 @@ def search(database_url: str | None, user: str, limit: int, query: str) -> None:
 def read(database_url: str | None, user: str, document_id: int) -> None:
     """Read a document as USER would through an agent (prints JSON; exit 1 if not visible)."""
     from achilles.cli.common import open_database
-    from achilles.db.knowledge.store import PostgresKnowledgeStore
-    from achilles.errors import NotFound
+    from achilles.services.knowledge import read_as
 
-    user_id = _user_id(database_url, user)
-    with open_database(database_url).connection_errors():
-        document = PostgresKnowledgeStore(open_database(database_url).sessions).read(
-            user_id, document_id
-        )
-    if document is None:
-        raise NotFound(f"document {document_id} not found for {user!r}")
+    document = read_as(open_database(database_url), user, document_id)
     echo_json(
         {
             "id": document.document_id,

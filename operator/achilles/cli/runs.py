@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from achilles.cli.common import (
-    CommandFailed,
-    database_url_option,
-    echo_json,
-    echo_table,
-    reports_errors,
-)
+from achilles.cli.common import database_url_option, echo_json, echo_table, reports_errors
 from achilles.domain.runs import RunState, RunTrigger
 from achilles.domain.timestamps import iso_utc
 
 if TYPE_CHECKING:
-    from achilles.db.journal.models import AgentRun
+    from achilles.services.journal_queries import RunRecord
 
 
 @click.group()
@@ -25,22 +20,8 @@ def runs() -> None:
     """The run journal (agent_runs)."""
 
 
-def _as_dict(run: AgentRun, agent_name: str) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "agent_id": run.agent_id,
-        "agent": agent_name,
-        "trigger": run.trigger,
-        "state": run.state,
-        "reason": run.reason,
-        "tokens_used": run.tokens_used,
-        "error": run.error,
-        "output": run.output,
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "heartbeat_at": run.heartbeat_at,
-    }
+def _as_dict(run: RunRecord) -> dict[str, Any]:
+    return dataclasses.asdict(run)
 
 
 @runs.command("list")
@@ -65,18 +46,15 @@ def list_runs(
 ) -> None:
     """List runs, newest first."""
     from achilles.cli.common import open_database
-    from achilles.db.journal import runs as journal
-    from achilles.db.journal.agents import find_agent_id
+    from achilles.services.journal_queries import list_runs
 
-    with open_database(database_url).transaction() as session:
-        agent_id = find_agent_id(session, agent_ref) if agent_ref else None
-        rows = journal.list_runs(
-            session,
-            agent_id=agent_id,
-            states=tuple(RunState(s) for s in states),
-            limit=limit,
-        )
-        records = [_as_dict(run, name) for run, name in rows]
+    runs = list_runs(
+        open_database(database_url),
+        agent_ref=agent_ref,
+        states=tuple(RunState(s) for s in states),
+        limit=limit,
+    )
+    records = [_as_dict(run) for run in runs]
     if as_json:
         echo_json(records)
         return
@@ -106,13 +84,9 @@ def list_runs(
 def show_run(database_url: str | None, run_id: int, as_json: bool) -> None:
     """One run with its output and error."""
     from achilles.cli.common import open_database
-    from achilles.db.journal import runs as journal
+    from achilles.services.journal_queries import get_run
 
-    with open_database(database_url).transaction() as session:
-        found = journal.list_run(session, run_id)
-        if found is None:
-            raise CommandFailed(f"run {run_id} does not exist")
-        record = _as_dict(*found)
+    record = _as_dict(get_run(open_database(database_url), run_id))
     if as_json:
         echo_json(record)
         return
@@ -144,12 +118,9 @@ def enqueue(database_url: str | None, agent_ref: str, trigger: str, as_json: boo
     run skipped by a runtime gate is recorded and exits 0.
     """
     from achilles.cli.common import open_database
-    from achilles.db.journal import runs as journal
-    from achilles.db.journal.agents import find_agent_id
+    from achilles.services.run_requests import enqueue_run
 
-    with open_database(database_url).transaction() as session:
-        agent_id = find_agent_id(session, agent_ref)
-        result = journal.enqueue_run(session, agent_id, RunTrigger(trigger))
+    result = enqueue_run(open_database(database_url), agent_ref, RunTrigger(trigger))
     record = {"run_id": result.run_id, "state": result.state, "reason": result.reason}
     if as_json:
         echo_json(record)

@@ -27,15 +27,14 @@ def upsert(database_url: str | None, key: str, timezone: str | None, inactive: b
     reactivating does not switch them back on: that is the owner's choice.
     """
     from achilles.cli.common import open_database
-    from achilles.db.journal.users import upsert_user
     from achilles.domain.schedule.timezones import load_timezone
+    from achilles.services.users import upsert_user
 
     if not key.strip() or len(key) > 253:
         raise click.BadParameter("must be 1-253 characters", param_hint="USER")
     if timezone is not None:
         load_timezone(timezone, field="--timezone")
-    with open_database(database_url).transaction() as session:
-        result = upsert_user(session, key, timezone=timezone, active=not inactive)
+    result = upsert_user(open_database(database_url), key, timezone=timezone, active=not inactive)
     verb = "created" if result.created else "updated"
     status = "inactive" if inactive else "active"
     click.echo(f"user {key} {verb} ({status})")

@@ -5,6 +5,9 @@ run-request annotation (`achilles.k8s.annotations`); the operator turns each val
 one manual run. Whoever asks — the CLI's wake-on-reply, later the operator itself — goes
 through a `RunRequester`, so the asking code never knows about API clients and tests can
 pass a fake.
+
+Standalone installs (no cluster) and operations enqueue straight into the journal
+instead, through the same start gates (`enqueue_run`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,12 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
+
+from achilles.db.database import Database
+from achilles.db.journal import runs as journal
+from achilles.db.journal.agents import find_agent_id
+from achilles.db.journal.runs import EnqueueResult
+from achilles.domain.runs import RunTrigger
 
 
 class RunRequester(Protocol):
@@ -35,3 +44,13 @@ class KubernetesRunRequester:
         from achilles.k8s.run_request import request_run
 
         return request_run(namespace, name, at, kubeconfig=self.kubeconfig)
+
+
+def enqueue_run(database: Database, agent_ref: str, trigger: RunTrigger) -> EnqueueResult:
+    """A run of the agent (id or name) through the start gates, directly in the journal.
+
+    A closed durable lock raises `StartRefused` and writes no row; a run skipped by a
+    runtime gate (budget, another run active) is recorded as such.
+    """
+    with database.transaction() as session:
+        return journal.enqueue_run(session, find_agent_id(session, agent_ref), trigger)
