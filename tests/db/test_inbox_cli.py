@@ -245,20 +245,6 @@ def test_parallel_reply_processes_lose_nothing(db: Engine, database_url: str) ->
     assert box.unprocessed(db, agent_id) == [item.id]
 
 
-def test_race_command_checks_the_rules_from_outside(db: Engine, database_url: str) -> None:
-    result = achilles(database_url, "race", "--writers", "32", "--rounds", "3", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
-    summary = json.loads(result.stdout)
-    assert summary["problems"] == []
-    assert summary["operations"] >= 32 * 3
-    with db.connect() as conn:  # the throw-away owner is gone again
-        left = conn.execute(
-            text("SELECT count(*) FROM users WHERE key = :k"), {"k": summary["owner"]}
-        )
-        assert left.scalar_one() == 0
-    assert "race" not in achilles(database_url, "--help").stdout
-
-
 def test_agent_side_commands_for_operators(db: Engine, database_url: str) -> None:
     agent_id = make_agent(db, name="helper")
     asked = as_json(

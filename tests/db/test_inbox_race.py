@@ -3,15 +3,20 @@
 Each round every writer holds its own connection, waits at a barrier and then
 commits an inbox reply, a chat reply, a take (some "crash" and never
 acknowledge), an acknowledgement, a re-ask, a stale compare-and-swap advance,
-or an agent's process-and-advance loop. `achilles.domain.inbox_history`
+or an agent's process-and-advance loop. `tests.tools.inbox_history`
 checks what every writer was told and the final rows: no lost inbox reply,
 no chat reply over an untaken one, never two CAS winners for one revision,
-and crashed takes stay "answered but not processed".
+and crashed takes stay unprocessed replies.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
@@ -19,9 +24,9 @@ from sqlalchemy.orm import Session
 
 from achilles.db.inbox.board import get_item_and_board_version
 from achilles.db.inbox.replies import ReplyWrite
-from achilles.db.inbox_race import prepare_board, reply_event, run_race
 from achilles.domain.inbox import ReplyChannel
-from achilles.domain.inbox_history import Event, Op
+from tests.tools.inbox_history import Event, Op
+from tests.tools.inbox_writers import prepare_board, reply_event, run_race
 
 WRITERS = 36
 ROUNDS = 8
@@ -103,3 +108,55 @@ def test_the_checker_catches_a_chat_reply_that_ignores_the_rule(db: Engine) -> N
         db, agents, writers=WRITERS, rounds=4, seed=11, reply_writer=unconditional_chat
     )
     assert any("which nobody had taken" in problem for problem in report.problems)
+
+
+REPOSITORY = Path(__file__).parents[2]
+
+
+def _race_tool(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m tests.tools.inbox_race` as a person runs it, from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.tools.inbox_race", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPOSITORY,
+        env={**os.environ, "ACHILLES_DATABASE_URL": database_url},
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_race_tool_checks_the_rules_from_a_shell(db: Engine, database_url: str) -> None:
+    result = _race_tool(database_url, "--writers", "32", "--rounds", "3", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["problems"] == []
+    assert summary["operations"] >= 32 * 3
+    with db.connect() as conn:  # the throw-away owner is gone again
+        left = conn.execute(
+            text("SELECT count(*) FROM users WHERE key = :k"), {"k": summary["owner"]}
+        )
+        assert left.scalar_one() == 0
+
+
+@pytest.mark.parametrize("name", ["achilles", "production", "achilles_prod_test"])
+def test_the_race_tool_refuses_a_database_that_is_not_a_scratch_one(
+    database_url: str, name: str
+) -> None:
+    url = database_url.rsplit("/", 1)[0] + f"/{name}"
+    result = _race_tool(url)
+    assert result.returncode == 2
+    assert f"refusing to race database {name!r}" in result.stderr
+    assert "scratch" in result.stderr
+
+
+def test_the_product_has_no_race_command(database_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "achilles", "inbox", "race", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "No such command 'race'" in result.stderr

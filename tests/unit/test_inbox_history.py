@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from achilles.domain.inbox import InboxItem, ItemState, Reply, ReplyChannel, ReplyKind
-from achilles.domain.inbox_history import Event, Op, Snapshot, check_history
+from tests.tools.inbox_history import Event, Op, Snapshot, check_history
 
 T = datetime(2026, 11, 30, tzinfo=UTC)
 ITEM = InboxItem(

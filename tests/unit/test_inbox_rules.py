@@ -16,8 +16,6 @@ from achilles.domain.inbox import (
     ReplyChannel,
     ReplyKind,
     acknowledge_status,
-    acknowledged,
-    advanced,
     can_leave_blocked,
     can_transition,
     check_advance,
@@ -25,10 +23,7 @@ from achilles.domain.inbox import (
     has_unprocessed_reply,
     is_awaiting_human,
     is_chat_reply_allowed,
-    reasked,
-    replied,
     states_that_may_become,
-    taken,
     validate_key,
     validate_text,
 )
@@ -43,6 +38,7 @@ from achilles.errors import (
     InvalidInboxTransition,
     InvalidInputError,
 )
+from tests.tools.inbox_oracle import acknowledged, advanced, reasked, replied, taken
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 S = ItemState

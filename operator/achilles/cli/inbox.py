@@ -24,7 +24,6 @@ from achilles.cli.common import (
     reports_errors,
 )
 from achilles.cli.inbox_agent import agent
-from achilles.cli.inbox_race import race
 from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
 
 if TYPE_CHECKING:
@@ -42,7 +41,6 @@ def inbox() -> None:
 
 
 inbox.add_command(agent)
-inbox.add_command(race)
 
 
 def _listing_record(listing: ItemListing) -> dict[str, Any]:

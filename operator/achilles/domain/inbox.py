@@ -1,9 +1,10 @@
 """Agent Inbox rules (seed 003, DESIGN.md §5), pure.
 
 Each agent has a board of items, one row per question or dependency (the key
-is stable: one question, one row). Every rule the database layer enforces in
-SQL is written here once as a pure function over an `InboxItem`; the tests run
-the SQL and these functions side by side and require the same results.
+is stable: one question, one row). The rules the database layer enforces in SQL
+are stated here as pure predicates and checks over an `InboxItem`; the database
+layer uses them to explain a refusal after the fact, and the tests hold the SQL to
+a pure model of every act built on them (`tests/tools/inbox_oracle.py`).
 
 Versions, exactly:
 - `revision` (per item) is the item's compare-and-swap token. It grows by one
@@ -23,14 +24,14 @@ was already taken. Every accepted reply gets the next `reply_serial`, clears
 serial it processed, so a reply that arrived after the take is never marked
 processed by mistake.
 
-"Answered but not processed" = `handled_at` set and `outcome` NULL. An agent
+An *unprocessed reply* ("answered but not processed") = `handled_at` set and
+`outcome` NULL. An agent
 that crashed after taking a reply leaves the item there; it leaves `blocked`
 only after the reply was acknowledged (`can_leave_blocked`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -150,7 +151,7 @@ def can_leave_blocked(item: InboxItem) -> bool:
     return item.state is not ItemState.BLOCKED or not has_unprocessed_reply(item)
 
 
-# --- the rules as pure state changes (the model the SQL must agree with) ---
+# --- why a write must be refused (the SQL decides; these explain) ---
 
 
 def check_advance(
@@ -176,11 +177,6 @@ def check_advance(
         raise InboxReplyPending(item.id, item.reply_serial)
 
 
-def advanced(item: InboxItem, target: ItemState, context: str | None) -> InboxItem:
-    new_context = item.context if context is None else context
-    return dataclasses.replace(item, state=target, context=new_context, revision=item.revision + 1)
-
-
 def check_reask(item: InboxItem, target: ItemState) -> None:
     """Re-asking keeps the state or moves it like an advance would."""
     if target is item.state:
@@ -189,36 +185,6 @@ def check_reask(item: InboxItem, target: ItemState) -> None:
         raise InvalidInboxTransition(item.id, item.state.value, target.value)
     if not can_leave_blocked(item):
         raise InboxReplyPending(item.id, item.reply_serial)
-
-
-def reasked(item: InboxItem, question: str, context: str | None, state: ItemState) -> InboxItem:
-    """Same key, same row: a change bumps the revision, a repeat changes nothing."""
-    if (item.question, item.context, item.state) == (question, context, state):
-        return item
-    return dataclasses.replace(
-        item, question=question, context=context, state=state, revision=item.revision + 1
-    )
-
-
-def replied(
-    item: InboxItem, text: str, kind: ReplyKind, channel: ReplyChannel, now: datetime
-) -> InboxItem | None:
-    """The item after a human's reply, or None when the chat rule refuses it."""
-    if channel is ReplyChannel.CHAT and not is_chat_reply_allowed(item):
-        return None
-    reply = Reply(
-        text=text, kind=kind, channel=channel, serial=item.reply_serial + 1, handled_at=now
-    )
-    return dataclasses.replace(item, reply=reply, revision=item.revision + 1)
-
-
-def taken(item: InboxItem, now: datetime) -> InboxItem | None:
-    """The item after the agent takes its unprocessed reply (idempotent), or None."""
-    if item.reply is None or not has_unprocessed_reply(item):
-        return None
-    if item.reply.seen_at is not None:
-        return item
-    return dataclasses.replace(item, reply=dataclasses.replace(item.reply, seen_at=now))
 
 
 class AckStatus(StrEnum):
@@ -242,13 +208,6 @@ def acknowledge_status(item: InboxItem, reply_serial: int) -> AckStatus:
     if reply.seen_at is None:
         return AckStatus.NOT_TAKEN
     return AckStatus.ACKNOWLEDGED
-
-
-def acknowledged(item: InboxItem, reply_serial: int, outcome: str) -> InboxItem:
-    if acknowledge_status(item, reply_serial) is not AckStatus.ACKNOWLEDGED:
-        return item
-    assert item.reply is not None
-    return dataclasses.replace(item, reply=dataclasses.replace(item.reply, outcome=outcome))
 
 
 # --- input validation (messages name the field) ---

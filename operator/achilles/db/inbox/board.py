@@ -36,7 +36,6 @@ from achilles.domain.inbox import (
     ReplyKind,
     check_advance,
     check_reask,
-    reasked,
     states_that_may_become,
     validate_key,
     validate_text,
@@ -209,7 +208,10 @@ def ask(
     ).one()
     current = item_from_row(current_row)
     check_reask(current, state)
-    assert reasked(current, question, context, state) == current, "re-ask refused unexplained"
+    # Not refused, so nothing changed: the same question asked again.
+    assert (current.question, current.context, current.state) == (question, context, state), (
+        "re-ask refused unexplained"
+    )
     return AskResult(
         item=current, board_version=current_row.board_version, created=False, changed=False
     )

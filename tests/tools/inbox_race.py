@@ -1,12 +1,18 @@
-"""`achilles inbox race` (hidden): the parallel-writers check, run from outside the test suite.
+"""The parallel-writers check of the inbox rules, run from a shell against a scratch database.
+
+    python -m tests.tools.inbox_race --database-url URL [--writers 32] [--rounds 5] ...
 
 It creates a throw-away owner with agents and blocked questions in the given
 database, runs rounds of simultaneous writers (inbox and chat replies, takes,
 crashes after a take, acknowledgements, re-asks, compare-and-swap advances),
 checks every writer's result and the final rows against the inbox rules
-(`achilles.domain.inbox_history`), removes the owner again, and exits 1 if any
-rule was broken. With `--replies-via-cli`, every human reply is a separate
+(`tests.tools.inbox_history`), removes the owner again, and exits 1 if any rule
+was broken. With `--replies-via-cli`, every human reply is a separate
 `achilles inbox reply --json` process, so the command line is raced too.
+
+It writes and deletes users, so it refuses (exit 2) any database whose name does not
+say it is a scratch one: the name must start with `achilles_test` or contain `scratch`.
+Run it from the repository root (it is test code, not part of the product).
 """
 
 from __future__ import annotations
@@ -22,13 +28,15 @@ import click
 
 from achilles.cli.common import CommandFailed, database_url_option, echo_json, reports_errors
 from achilles.domain.inbox import ItemState, ReplyChannel
-from achilles.domain.inbox_history import Event, Op
+from tests.tools.inbox_history import Event, Op
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from achilles.db.inbox_race import ReplyWriter
+    from tests.tools.inbox_writers import ReplyWriter
 
+SCRATCH_PREFIX = "achilles_test"
+SCRATCH_MARK = "scratch"
 _REPLY_TIMEOUT_S = 300
 
 
@@ -71,7 +79,24 @@ def cli_reply_writer(database_url: str) -> ReplyWriter:
     return write
 
 
-@click.command("race", hidden=True)
+def is_scratch_database(name: str | None) -> bool:
+    """Whether a database's name clearly marks it as disposable."""
+    return name is not None and (name.startswith(SCRATCH_PREFIX) or SCRATCH_MARK in name)
+
+
+def require_scratch_database(url: str) -> None:
+    from achilles.db.database import parse_url
+
+    name = parse_url(url).database
+    if not is_scratch_database(name):
+        raise click.UsageError(
+            f"refusing to race database {name!r}: the race creates and deletes users, so it"
+            f" runs only on a scratch database (its name must start with {SCRATCH_PREFIX!r}"
+            f" or contain {SCRATCH_MARK!r})"
+        )
+
+
+@click.command("inbox_race")
 @database_url_option
 @click.option("--writers", default=32, show_default=True, type=click.IntRange(2, 250))
 @click.option("--rounds", default=5, show_default=True, type=click.IntRange(1, 10_000))
@@ -93,11 +118,13 @@ def race(
     keep: bool,
     as_json: bool,
 ) -> None:
-    """Race parallel inbox writers against DATABASE and check the rules (exit 1: broken)."""
+    """Race parallel inbox writers against a scratch database and check the rules
+    (exit 1: a rule broke; exit 2: not a scratch database)."""
     from achilles.db.database import Database, database_url_from_env
-    from achilles.db.inbox_race import prepare_board, remove_owner, run_race
+    from tests.tools.inbox_writers import prepare_board, remove_owner, run_race
 
     url = database_url or database_url_from_env()
+    require_scratch_database(url)
     database = Database(url, pool_size=writers + 2)
     engine = database.engine
     with database.connection_errors():
@@ -124,7 +151,7 @@ def race(
         "rounds": rounds,
         "operations": len(report.events),
         "outcomes": dict(sorted(outcomes.items())),
-        "answered_not_processed": sorted(report.unprocessed),
+        "unprocessed_replies": sorted(report.unprocessed),
         "problems": report.problems,
     }
     if as_json:
@@ -154,3 +181,7 @@ def _outcome(event: Event) -> str:
             " then crashed" if "crash" in event.detail and event.ok else ""
         )
     return "written" if event.ok else "refused"
+
+
+if __name__ == "__main__":
+    race()

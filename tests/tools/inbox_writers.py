@@ -6,11 +6,11 @@ together, then commits one operation: an inbox reply, a chat reply, a take,
 a take by an agent that then "crashes" (never acknowledges), an
 acknowledgement of a reply it took earlier, a re-ask, or a `board_advance`.
 What each writer was told is recorded as an `Event`; at the end the final rows
-and the events go through `achilles.domain.inbox_history.check_history`.
+and the events go through `tests.tools.inbox_history.check_history`.
 
-Used by the test suite and by `achilles inbox race` (how the issue is checked
-from outside the tests). Human replies can be routed through another
-implementation (e.g. the `achilles inbox reply` command) via `reply_writer`.
+Used by `tests/db/test_inbox_race.py` and by `python -m tests.tools.inbox_race` (the
+same check from a shell). Human replies can be routed through another implementation
+(e.g. the `achilles inbox reply` command) via `reply_writer`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from achilles.domain.inbox import (
     ReplyKind,
     has_unprocessed_reply,
 )
-from achilles.domain.inbox_history import Event, Op, Snapshot, check_history
 from achilles.errors import InboxConflict, InboxReplyPending, InvalidInboxTransition
+from tests.tools.inbox_history import Event, Op, Snapshot, check_history
 
 # What a writer does in a round, and how often (crash = take and never acknowledge).
 # "advance" is one stale compare-and-swap; "process" is an agent's loop: re-read, take
@@ -288,11 +288,11 @@ def run_race(
     reply_writer: ReplyWriter | None = None,
 ) -> RaceReport:
     """Run `rounds` rounds of `writers` simultaneous operations and check the history."""
-    rng = random.Random(seed)  # noqa: S311 - a reproducible schedule, not a secret
+    rng = random.Random(seed)
     before, _ = snapshot(engine, agent_ids)
     targets = sorted((item.agent_id, item.id) for item in before.items.values())
     reply = reply_writer or in_process_reply
-    pool = [_Writer(i, engine, reply, random.Random(rng.random())) for i in range(writers)]  # noqa: S311
+    pool = [_Writer(i, engine, reply, random.Random(rng.random())) for i in range(writers)]
     names, weights = zip(*_OPS, strict=True)
     events: list[Event] = []
     with ThreadPoolExecutor(max_workers=writers) as executor:

@@ -13,7 +13,7 @@ checks the writers' own results and the final rows against the rules of
   the final reply is the one with the highest serial;
 - no chat reply was written over a reply nobody had taken;
 - outcomes belong to the reply that was taken and acknowledged; an unprocessed
-  reply (crashed agent) is exactly what "answered but not processed" finds.
+  reply (crashed agent) is exactly what the unprocessed-replies query finds.
 """
 
 from __future__ import annotations
