@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from achilles.cli.main import cli
 from achilles.errors import CrdGenerationError
-from achilles.k8s import crdgen
-from achilles.k8s.openapi import structural_schema
+from achilles.k8s.crd import generate as crdgen
+from achilles.k8s.crd.openapi import structural_schema
 from achilles.k8s.resources import KINDS
 from achilles.k8s.resources.cel import VALIDATIONS_KEY
 

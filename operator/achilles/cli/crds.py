@@ -40,7 +40,7 @@ def crds() -> None:
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if a generated file drifted.")
 def generate(root: Path | None, check: bool) -> None:
     """Write crds/*.yaml and charts/achilles/crds/*.yaml from the models."""
-    from achilles.k8s import crdgen
+    from achilles.k8s.crd import generate as crdgen
 
     base = root if root is not None else _repository_root(Path.cwd())
     if check:

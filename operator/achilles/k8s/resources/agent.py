@@ -18,10 +18,9 @@ from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
 from achilles.domain.schedule import SCHEDULE_ADAPTER, Schedule
 from achilles.k8s.resources.cel import PATH, CelRule, Reason, cel_rules
 from achilles.k8s.resources.common import (
-    KOPF_STATE_FIELD,
-    Conditions,
     CustomResource,
     ResourceName,
+    RowStatus,
     SpecModel,
     StatusModel,
     drop_nulls,
@@ -158,30 +157,27 @@ class WeeklyTokens(StatusModel):
     window_start: datetime = Field(description="Start of the budget week (Sunday 00:00).")
 
 
-class AgentStatus(StatusModel):
+class AgentStatus(RowStatus):
     """What the operator reports; owned by the operator, read by people and the portal."""
 
-    database_id: int | None = Field(default=None, ge=1, description="agents.id")
+    database_table = "agents"
     phase: str | None = Field(
         default=None,
         max_length=64,
         description="One word for why the agent can or cannot run "
         "(e.g. Ready, Disabled, AdminPaused, NoModel, OwnerMissing).",
     )
-    conditions: Conditions = Field(default_factory=list)
     schedule_summary: str | None = Field(
         default=None, max_length=256, description="The schedule in words, for kubectl get."
     )
     next_run_at: datetime | None = None
     last_run: LastRun | None = None
     weekly_tokens: WeeklyTokens | None = None
-    observed_generation: int | None = Field(default=None, ge=0)
     last_handled_run_request: str | None = Field(
         default=None,
         max_length=64,
         description="The achilles.io/run-requested-at value last turned into a run request.",
     )
-    kopf: dict[str, Any] | None = KOPF_STATE_FIELD
 
 
 class AgentResource(CustomResource):

@@ -9,17 +9,15 @@ partial unique index on `agent_models.is_default` is the final word.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from achilles.k8s.resources.common import (
-    KOPF_STATE_FIELD,
-    Conditions,
     CustomResource,
     ResourceName,
+    RowStatus,
     SpecModel,
-    StatusModel,
 )
 
 # OpenAI-compatible endpoint; any non-blank URL text after the scheme.
@@ -63,11 +61,8 @@ class AgentModelSpec(SpecModel):
     )
 
 
-class AgentModelStatus(StatusModel):
-    database_id: int | None = Field(default=None, ge=1, description="agent_models.id")
-    conditions: Conditions = Field(default_factory=list)
-    observed_generation: int | None = Field(default=None, ge=0)
-    kopf: dict[str, Any] | None = KOPF_STATE_FIELD
+class AgentModelStatus(RowStatus):
+    database_table = "agent_models"
 
 
 class AgentModelResource(CustomResource):

@@ -6,7 +6,7 @@ second object could only disagree with the first. Defaults equal the database's.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -15,12 +15,10 @@ from achilles.domain.schedule import load_timezone
 from achilles.errors import UnknownTimezoneError
 from achilles.k8s.resources.cel import PATH, CelRule, cel_rules
 from achilles.k8s.resources.common import (
-    KOPF_STATE_FIELD,
-    Conditions,
     CustomResource,
     ObjectMeta,
+    ResourceStatus,
     SpecModel,
-    StatusModel,
 )
 
 SINGLETON_NAME = "default"
@@ -95,10 +93,10 @@ class AgentPlatformSpec(SpecModel):
         return name
 
 
-class AgentPlatformStatus(StatusModel):
-    conditions: Conditions = Field(default_factory=list)
-    observed_generation: int | None = Field(default=None, ge=0)
-    kopf: dict[str, Any] | None = KOPF_STATE_FIELD
+# The platform is the `platform_settings` singleton: no row id to report. (No docstring:
+# a model's docstring becomes its schema description.)
+class AgentPlatformStatus(ResourceStatus):
+    pass
 
 
 class AgentPlatformResource(CustomResource):

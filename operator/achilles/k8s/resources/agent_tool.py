@@ -7,16 +7,14 @@ name's shape and the operator reports an unknown implementation in status.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from achilles.k8s.resources.common import (
-    KOPF_STATE_FIELD,
-    Conditions,
     CustomResource,
+    RowStatus,
     SpecModel,
-    StatusModel,
 )
 
 IMPLEMENTATION_PATTERN = r"^[a-z][a-z0-9_.-]*$"
@@ -44,11 +42,8 @@ class AgentToolSpec(SpecModel):
     )
 
 
-class AgentToolStatus(StatusModel):
-    database_id: int | None = Field(default=None, ge=1, description="tools.id")
-    conditions: Conditions = Field(default_factory=list)
-    observed_generation: int | None = Field(default=None, ge=0)
-    kopf: dict[str, Any] | None = KOPF_STATE_FIELD
+class AgentToolStatus(RowStatus):
+    database_table = "tools"
 
 
 class AgentToolResource(CustomResource):

@@ -7,13 +7,13 @@ two agree on every input (a cluster test holds them to it):
   which kubectl uses by default);
 - `null` means absent: the API server drops a null field that is not nullable before it
   validates (apiextensions `PruneNonNullableNullsWithoutDefaults`), so a default then
-  applies. Our CRDs declare nothing nullable; see `achilles.k8s.openapi`.
+  applies. Our CRDs declare nothing nullable; see `achilles.k8s.crd.openapi`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -115,13 +115,35 @@ Conditions = Annotated[
 ]
 
 
-# kopf keeps its own bookkeeping under status.kopf; its shape is kopf's business, so it
-# is the one place where unknown fields are preserved rather than pruned.
-KOPF_STATE_FIELD = Field(
-    default=None,
-    description="The kopf framework's own bookkeeping (opaque to users).",
-    json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-)
+class ResourceStatus(StatusModel):
+    """What every kind's status says: its conditions, the generation they describe, and
+    kopf's bookkeeping. A kind's status model adds its own fields after these."""
+
+    conditions: Conditions = Field(default_factory=list)
+    observed_generation: int | None = Field(default=None, ge=0)
+    # kopf keeps its own bookkeeping under status.kopf; its shape is kopf's business, so it
+    # is the one place where unknown fields are preserved rather than pruned.
+    kopf: dict[str, Any] | None = Field(
+        default=None,
+        description="The kopf framework's own bookkeeping (opaque to users).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+def _describe_database_id(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    table = getattr(model, "database_table", None)
+    if table is not None:
+        schema["properties"]["databaseId"]["description"] = f"{table}.id"
+
+
+class RowStatus(ResourceStatus):
+    """The status of a kind the operator reconciles into one database row: `databaseId` is
+    that row's id, described in the schema as `<database_table>.id`."""
+
+    model_config = ConfigDict(json_schema_extra=_describe_database_id)
+
+    database_table: ClassVar[str]
+    database_id: int | None = Field(default=None, ge=1)
 
 
 class ObjectMeta(BaseModel):

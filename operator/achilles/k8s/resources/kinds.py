@@ -1,7 +1,7 @@
 """The four kinds of the achilles.io API and how kubectl shows them.
 
 One entry per CRD: names, scope, the root pydantic model its schema is generated from,
-and the printer columns. `achilles.k8s.crdgen` turns these into `crds/*.yaml`.
+and the printer columns. `achilles.k8s.crd.generate` turns these into `crds/*.yaml`.
 """
 
 from __future__ import annotations

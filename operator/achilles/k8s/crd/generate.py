@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from achilles.k8s.openapi import structural_schema
+from achilles.k8s.crd.openapi import structural_schema
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import CATEGORY, KINDS, CustomResourceKind, PrinterColumn
 
