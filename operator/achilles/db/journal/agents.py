@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, insert, null, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -138,7 +138,8 @@ def upsert_agent(
         "name": definition.name,
         "description": definition.description,
         "prompt": definition.prompt,
-        "schedule": definition.schedule,
+        # SQL NULL, not JSON null: "no schedule" must read `schedule IS NULL`.
+        "schedule": definition.schedule if definition.schedule is not None else null(),
         "model_id": model_id,
         "enabled": definition.enabled,
         "admin_paused": definition.admin_paused,

@@ -1,0 +1,31 @@
+"""A stand-in for the runner where the LLM is not the point: claim the run, heartbeat,
+hold it for ACHILLES_TEST_HOLD_SECONDS, succeed. Run by the Job as
+`python slow_runner.py --run-id N` (the operator appends `--run-id N`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from achilles.db.database import Database
+from achilles.services.run_journal import RunJournal
+
+
+def main() -> int:
+    run_id = int(sys.argv[sys.argv.index("--run-id") + 1])
+    hold = float(os.environ.get("ACHILLES_TEST_HOLD_SECONDS", "3"))
+    journal = RunJournal(Database(os.environ["ACHILLES_DATABASE_URL"], pool_size=1))
+    if journal.claim(run_id) is None:
+        return 0
+    deadline = time.monotonic() + hold
+    while time.monotonic() < deadline:
+        if not journal.heartbeat(run_id):
+            return 0  # reaped: stop writing
+        time.sleep(0.5)
+    journal.succeed(run_id, f"held {hold} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
