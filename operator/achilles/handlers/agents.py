@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -22,13 +22,13 @@ from achilles.services.status import condition, needs_patch
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
 def agent_changed(
-    type: str | None,
+    type: str,
     body: kopf.Body,
     meta: kopf.Meta,
     spec: kopf.Spec,
     status: kopf.Status,
     memo: kopf.Memo,
-    logger: logging.Logger,
+    logger: kopf.Logger,
     **_: Any,
 ) -> None:
     engine = engine_of(memo)
@@ -148,7 +148,5 @@ def agent_changed(
         engine.resources.patch_status(ref, desired)
 
 
-def _now():  # type: ignore[no-untyped-def]
-    from datetime import UTC, datetime
-
+def _now() -> datetime:
     return datetime.now(UTC)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,12 +30,12 @@ def _write(engine: Any, ref: ObjectRef, previous: dict[str, Any], desired: dict[
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_MODEL.plural)
 def model_changed(
-    type: str | None,
+    type: str,
     meta: kopf.Meta,
     spec: kopf.Spec,
     status: kopf.Status,
     memo: kopf.Memo,
-    logger: logging.Logger,
+    logger: kopf.Logger,
     **_: Any,
 ) -> None:
     engine = engine_of(memo)
@@ -52,7 +51,8 @@ def model_changed(
                     ObjectRef(AGENT.kind, AGENT.plural, agent.name, agent.namespace, agent.uid),
                     "Warning",
                     "ModelWithdrawn",
-                    f"AgentModel {name} was deleted: spec.model cleared, the agent is stopped until its owner picks a model",
+                    f"AgentModel {name} was deleted: spec.model cleared; the agent is stopped"
+                    " until its owner picks a model",
                 )
         logger.info("model %s withdrawn from %d agent(s)", name, len(stopped))
         return
@@ -92,7 +92,10 @@ def model_changed(
         )
     ]
     if mirrored.default_conflict is not None:
-        message = f"two default models: {mirrored.default_conflict} already is the default; set spec.default: false on one of them"
+        message = (
+            f"two default models: {mirrored.default_conflict} already is the default;"
+            " set spec.default: false on one of them"
+        )
         conditions.append(
             condition(
                 "DefaultConflict", False, "TwoDefaults", message, previous.get("conditions"), now
@@ -129,7 +132,7 @@ def model_changed(
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_TOOL.plural)
 def tool_changed(
-    type: str | None,
+    type: str,
     meta: kopf.Meta,
     spec: kopf.Spec,
     status: kopf.Status,
@@ -190,7 +193,7 @@ def tool_changed(
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_PLATFORM.plural)
 def platform_changed(
-    type: str | None,
+    type: str,
     meta: kopf.Meta,
     spec: kopf.Spec,
     status: kopf.Status,

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from achilles.db.database import Database
 from achilles.db.journal.status import agent_status_rows, agents_of_owners, run_owners
@@ -30,6 +31,7 @@ from achilles.k8s.resources.kinds import AGENT
 from achilles.services import dispatch, outcomes, scheduler
 
 log = logging.getLogger("achilles.operator")
+T = TypeVar("T")
 
 SCHEDULER_MAX_SLEEP = 10.0
 DISPATCH_TICK = 5.0
@@ -100,18 +102,19 @@ class Engine:
         now = time.monotonic()
         return {loop: round(now - at, 1) for loop, at in self.last_pass.items()}
 
-    def _pass(self, loop: str, work: Callable[[], None]) -> bool:
+    def _pass(self, loop: str, work: Callable[[], T]) -> T | None:
+        """One pass of a loop: its result, or None when it raised (logged and counted)."""
         started = time.monotonic()
         try:
-            work()
+            result = work()
         except Exception:
             metrics.LOOP_ERRORS.labels(loop).inc()
             log.exception("%s pass failed", loop)
-            return False
+            return None
         finally:
             metrics.LOOP_SECONDS.labels(loop).observe(time.monotonic() - started)
         self.last_pass[loop] = time.monotonic()
-        return True
+        return result
 
     # --- loops ---
 
@@ -129,78 +132,54 @@ class Engine:
     def _scheduler(self) -> None:
         while not self.stop.is_set():
             sleep = SCHEDULER_MAX_SLEEP
-            result: list[scheduler.TickResult] = []
-            if self._pass(
-                "scheduler", lambda: result.append(scheduler.schedule_due_agents(self.database))
-            ):
-                tick = result[0]
-                for (agent_id, outcome), late in zip(
-                    tick.enqueued, tick.lateness_seconds, strict=True
-                ):
-                    metrics.RUNS_ENQUEUED.labels(
-                        "scheduled", outcome.state, outcome.reason or ""
-                    ).inc()
-                    if outcome.state is RunState.SKIPPED:
-                        self._agent_event(
-                            agent_id,
-                            "Normal",
-                            "RunSkipped",
-                            f"scheduled run {outcome.run_id} skipped: {outcome.reason}",
-                        )
-                    del late
-                if tick.enqueued:
-                    self.dispatch_wake.set()
-                    self.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
-                if tick.nearest_next_run is not None and tick.now is not None:
-                    sleep = min(sleep, max(0.0, (tick.nearest_next_run - tick.now).total_seconds()))
+            tick = self._pass("scheduler", self._schedule_once)
+            if tick is not None and tick.nearest_next_run is not None and tick.now is not None:
+                sleep = min(sleep, max(0.0, (tick.nearest_next_run - tick.now).total_seconds()))
             self.schedule_wake.wait(sleep)
+
+    def _schedule_once(self) -> scheduler.TickResult:
+        tick = scheduler.schedule_due_agents(self.database)
+        for agent_id, outcome in tick.enqueued:
+            metrics.RUNS_ENQUEUED.labels("scheduled", outcome.state, outcome.reason or "").inc()
+            if outcome.state is RunState.SKIPPED:
+                message = f"scheduled run {outcome.run_id} skipped: {outcome.reason}"
+                self._agent_event(agent_id, "Normal", "RunSkipped", message)
+        if tick.enqueued:
+            self.dispatch_wake.set()
+            self.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
+        return tick
 
     def _dispatcher(self) -> None:
         backoff = 0.0
         while not self.stop.is_set():
-            result: list[dispatch.DispatchResult] = []
-            ok = self._pass(
-                "dispatcher",
-                lambda: result.append(
-                    dispatch.dispatch_queued_runs(
-                        self.database, self.jobs, self.config.job_template
-                    )
-                ),
-            )
+            done = self._pass("dispatcher", self._dispatch_once)
             wait = DISPATCH_TICK
-            if ok:
-                done = result[0]
-                now = datetime.now(UTC)
-                for run in done.created:
-                    metrics.JOBS_CREATED.inc()
-                    if run.scheduled_for is not None:
-                        metrics.SLOT_TO_JOB.observe(
-                            max(0.0, (now - run.scheduled_for).total_seconds())
-                        )
-                for run in done.cancelled:
-                    self._run_event(
-                        run.run_id,
-                        "Warning",
-                        "RunCancelled",
-                        "queued run not started: a durable lock closed",
-                    )
-                metrics.EXECUTING.set(done.executing)
-                metrics.QUEUE_DEPTH.set(done.waiting)
-                if done.rejected is not None:
-                    backoff = min(MAX_BACKOFF, max(1.0, backoff * 2))
-                    log.warning(
-                        "Job creation refused (%s); retrying in %.0f s", done.rejected, backoff
-                    )
-                    wait = backoff
-                else:
-                    backoff = 0.0
-                    if done.created and done.waiting:
-                        wait = 0.0  # more to do right away (a full batch)
-            else:
+            if done is None or done.rejected is not None:
+                # The API server or the database refused: back off, the runs stay queued.
                 backoff = min(MAX_BACKOFF, max(1.0, backoff * 2))
                 wait = backoff
+            else:
+                backoff = 0.0
+                if done.created and done.waiting:
+                    wait = 0.0  # a full batch went out and more wait: go on at once
             if wait > 0:
                 self.dispatch_wake.wait(wait)
+
+    def _dispatch_once(self) -> dispatch.DispatchResult:
+        done = dispatch.dispatch_queued_runs(self.database, self.jobs, self.config.job_template)
+        now = datetime.now(UTC)
+        for run in done.created:
+            metrics.JOBS_CREATED.inc()
+            if run.scheduled_for is not None:
+                metrics.SLOT_TO_JOB.observe(max(0.0, (now - run.scheduled_for).total_seconds()))
+        for run in done.cancelled:
+            message = "queued run not started: a durable lock closed while it waited"
+            self._run_event(run.run_id, "Warning", "RunCancelled", message)
+        metrics.EXECUTING.set(done.executing)
+        metrics.QUEUE_DEPTH.set(done.waiting)
+        if done.rejected is not None:
+            log.warning("Job creation refused (%s); the runs stay queued", done.rejected)
+        return done
 
     def _report_failures(self, failed: Iterable[outcomes.FailedRun], reason: str) -> None:
         for run in failed:
@@ -209,67 +188,69 @@ class Engine:
 
     def _watch_pods(self) -> None:
         while not self.stop.is_set():
-
-            def work() -> None:
-                self._report_failures(outcomes.fold_listing(self.database, self.jobs), "RunFailed")
-                for pod in self.jobs.watch_pods(WATCH_TIMEOUT_SECONDS):
-                    if self.stop.is_set():
-                        return
-                    failed = outcomes.fold_pod(self.database, self.jobs, pod)
-                    if failed is not None:
-                        self._report_failures([failed], "RunFailed")
-
-            if not self._pass("pod-watch", work):
+            if self._pass("pod-watch", self._follow_pods) is None:
                 self.stop.wait(2.0)
+
+    def _follow_pods(self) -> bool:
+        """List (nothing is missed while no watch ran), then watch until it times out."""
+        self._report_failures(outcomes.fold_listing(self.database, self.jobs), "RunFailed")
+        for pod in self.jobs.watch_pods(WATCH_TIMEOUT_SECONDS):
+            if self.stop.is_set():
+                break
+            failed = outcomes.fold_pod(self.database, self.jobs, pod)
+            if failed is not None:
+                self._report_failures([failed], "RunFailed")
+        return True
 
     def _watch_jobs(self) -> None:
         while not self.stop.is_set():
-
-            def work() -> None:
-                for job in self.jobs.watch_jobs(WATCH_TIMEOUT_SECONDS):
-                    if self.stop.is_set():
-                        return
-                    failed = outcomes.fold_job(self.database, job)
-                    if failed is not None:
-                        self._report_failures([failed], "RunFailed")
-
-            if not self._pass("job-watch", work):
+            if self._pass("job-watch", self._follow_jobs) is None:
                 self.stop.wait(2.0)
+
+    def _follow_jobs(self) -> bool:
+        for job in self.jobs.watch_jobs(WATCH_TIMEOUT_SECONDS):
+            if self.stop.is_set():
+                break
+            failed = outcomes.fold_job(self.database, job)
+            if failed is not None:
+                self._report_failures([failed], "RunFailed")
+        return True
 
     def _sweeper(self) -> None:
         while not self.stop.is_set():
-            result: list[outcomes.SweepResult] = []
-            if self._pass(
-                "sweeper",
-                lambda: result.append(
-                    outcomes.sweep(self.database, self.jobs, stale_after=self.config.stale_after)
-                ),
-            ):
-                swept = result[0]
-                for run_id in swept.reaped:
-                    metrics.RUNS_REAPED.inc()
-                    self._run_event(
-                        run_id,
-                        "Warning",
-                        "RunReaped",
-                        f"run {run_id} reaped: no heartbeat for {int(self.config.stale_after.total_seconds())} s; its Job was deleted",
-                    )
-                self._report_failures(swept.failed, "RunFailed")
-                if swept.requeued:
-                    self.dispatch_wake.set()
+            self._pass("sweeper", self._sweep_once)
             self.stop.wait(SWEEP_TICK)
+
+    def _sweep_once(self) -> outcomes.SweepResult:
+        swept = outcomes.sweep(self.database, self.jobs, stale_after=self.config.stale_after)
+        silence = int(self.config.stale_after.total_seconds())
+        for run_id in swept.reaped:
+            metrics.RUNS_REAPED.inc()
+            message = f"run {run_id} reaped: no heartbeat for {silence} s; its Job was deleted"
+            self._run_event(run_id, "Warning", "RunReaped", message)
+        self._report_failures(swept.failed, "RunFailed")
+        if swept.requeued:
+            self.dispatch_wake.set()
+        return swept
 
     def _status_writer(self) -> None:
         while not self.stop.is_set():
             self.status_wake.wait(SWEEP_TICK)
-            with self.dirty_lock:
-                dirty, self.dirty_agents = self.dirty_agents, set()
-            if dirty:
-                if not self._pass("status", lambda: self._write_statuses(dirty)):
-                    self.mark_dirty(dirty)  # try again on the next pass
-                    self.stop.wait(1.0)
+            if self._pass("status", self._write_dirty_statuses) is None:
+                self.stop.wait(1.0)
 
-    def _write_statuses(self, agent_ids: set[int]) -> None:
+    def _write_dirty_statuses(self) -> bool:
+        with self.dirty_lock:
+            dirty, self.dirty_agents = self.dirty_agents, set()
+        if not dirty:
+            return True
+        try:
+            return self._write_statuses(dirty)
+        except Exception:
+            self.mark_dirty(dirty)  # try again on the next pass
+            raise
+
+    def _write_statuses(self, agent_ids: set[int]) -> bool:
         with self.database.transaction() as session:
             ids = agents_of_owners(session, agent_ids)  # they share the weekly budget
             rows = agent_status_rows(session, ids)
@@ -299,6 +280,7 @@ class Engine:
             self.resources.patch_status(
                 ObjectRef(AGENT.kind, AGENT.plural, row.cr_name, row.namespace, row.uid), status
             )
+        return True
 
     # --- Events ---
 

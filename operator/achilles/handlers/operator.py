@@ -23,7 +23,7 @@ ENGINE_KEY = "engine"
 
 @kopf.on.startup()
 def configure(
-    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     # Our own prefix for kopf's bookkeeping, so it never collides with another operator's.
     settings.persistence.finalizer = f"{API_GROUP}/finalizer"

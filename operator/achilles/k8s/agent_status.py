@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -31,5 +31,5 @@ def read_agent_status(
             ) from exc
         except (HTTPError, OSError) as exc:
             raise ClusterUnavailable(f"the Kubernetes API server is unreachable: {exc}") from exc
-    status: dict[str, Any] = body.get("status") or {}
+    status: dict[str, Any] = cast(dict[str, Any], body).get("status") or {}
     return status

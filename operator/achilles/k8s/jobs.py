@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -196,7 +196,8 @@ class RunJobs:
     def create(self, manifest: dict[str, Any]) -> bool:
         """True when created now, False when it already existed (dispatched before)."""
         try:
-            self.batch.create_namespaced_job(self.namespace, manifest)
+            # The client serialises plain dicts as they are (the API's JSON).
+            self.batch.create_namespaced_job(self.namespace, cast(Any, manifest))
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -224,11 +225,10 @@ class RunJobs:
         jobs = self.batch.list_namespaced_job(
             self.namespace, label_selector=f"{RUN_SELECTOR},{AGENT_ID_LABEL}={agent_id}"
         )
-        for job in jobs.items:
-            self.batch.delete_namespaced_job(
-                job.metadata.name, self.namespace, propagation_policy="Background"
-            )
-        return len(jobs.items)
+        names = [job.metadata.name for job in jobs.items if job.metadata and job.metadata.name]
+        for name in names:
+            self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background")
+        return len(names)
 
     def list_run_ids(self) -> set[int]:
         """Run ids of the Jobs that exist now."""
@@ -236,9 +236,8 @@ class RunJobs:
             jobs = self.batch.list_namespaced_job(self.namespace, label_selector=RUN_SELECTOR)
         except (HTTPError, OSError) as exc:
             raise _unreachable(exc) from exc
-        return {
-            run_id for job in jobs.items if (run_id := run_id_of(job.metadata.name)) is not None
-        }
+        names = [job.metadata.name for job in jobs.items if job.metadata and job.metadata.name]
+        return {run_id for name in names if (run_id := run_id_of(name)) is not None}
 
     def list_pods(self) -> list[PodObservation]:
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=RUN_SELECTOR)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -76,7 +77,7 @@ class Resources:
             )
         except ApiException:
             return None
-        items = json.loads(response.data).get("items", [])
+        items = json.loads(cast(Any, response).data).get("items", [])
         return {item["metadata"]["uid"] for item in items}
 
     def post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
@@ -104,8 +105,6 @@ class Resources:
             count=1,
             action=reason,
         )
-        try:
+        # An Event is a courtesy; losing one must not stop the operator.
+        with contextlib.suppress(ApiException):
             self.core.create_namespaced_event(namespace, body)
-        except ApiException:
-            # An Event is a courtesy; losing one must not stop the operator.
-            pass

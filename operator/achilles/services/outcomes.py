@@ -74,17 +74,17 @@ def sweep(
     with database.transaction() as session:
         now = database_now(session)
         lost_queued: list[int] = []
-        for run in queue.active_runs(session):
-            if run.run_id in existing or run.dispatched_at is None:
+        for active in queue.active_runs(session):
+            if active.run_id in existing or active.dispatched_at is None:
                 continue
-            if not queue.older_than(run.dispatched_at, now, MISSING_JOB_GRACE):
+            if not queue.older_than(active.dispatched_at, now, MISSING_JOB_GRACE):
                 continue
-            if run.state is RunState.QUEUED:
-                lost_queued.append(run.run_id)  # never created, or deleted before it ran
+            if active.state is RunState.QUEUED:
+                lost_queued.append(active.run_id)  # never created, or deleted before it ran
                 continue
-            error = f"Job achilles-run-{run.run_id} disappeared while the run was running"
-            if fail_run(session, run.run_id, FailReason.ERROR, error, now=now):
-                result.failed.append(FailedRun(run.run_id, error))
+            error = f"Job achilles-run-{active.run_id} disappeared while the run was running"
+            if fail_run(session, active.run_id, FailReason.ERROR, error, now=now):
+                result.failed.append(FailedRun(active.run_id, error))
         queue.release_dispatch(session, lost_queued)
         result.requeued = lost_queued
     return result

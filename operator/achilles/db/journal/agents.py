@@ -187,8 +187,5 @@ def agent_id_by_uid(session: Session, uid: str) -> int | None:
 
 
 def agent_uids(session: Session) -> dict[str, int]:
-    return dict(
-        session.execute(select(Agent.cr_uid, Agent.id).where(Agent.cr_uid.is_not(None)))
-        .tuples()
-        .all()
-    )
+    rows = session.execute(select(Agent.cr_uid, Agent.id).where(Agent.cr_uid.is_not(None)))
+    return {uid: agent_id for uid, agent_id in rows.tuples() if uid is not None}

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, User
@@ -38,7 +38,7 @@ class DispatchableRun:
     model_secret_key: str | None
 
 
-def executing_filter():  # type: ignore[no-untyped-def]
+def executing_filter() -> ColumnElement[bool]:
     return or_(
         AgentRun.state == RunState.RUNNING,
         and_(AgentRun.state == RunState.QUEUED, AgentRun.dispatched_at.is_not(None)),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, select, update
+from sqlalchemy import ColumnElement, Select, and_, func, select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, PlatformSettings, User
@@ -40,7 +40,7 @@ def _effective_zone() -> ColumnElement[str]:
     return func.coalesce(User.timezone, PlatformSettings.timezone)
 
 
-def _select_scheduled():  # type: ignore[no-untyped-def]
+def _select_scheduled() -> Select[Any]:
     return (
         select(
             Agent.id,
