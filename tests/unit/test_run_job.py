@@ -42,7 +42,7 @@ def _run(**overrides: Any) -> RunJobSpec:
     return RunJobSpec(**fields)
 
 
-def _get(document: dict[str, Any], path: str) -> Any:
+def _get(document: Any, path: str) -> Any:
     for part in path.split("."):
         document = document[int(part)] if part.isdigit() else document[part]
     return document
