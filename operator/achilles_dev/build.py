@@ -1,9 +1,10 @@
-"""Build the control-plane binaries from the official sources via the Go module proxy.
+"""Build the local stack's binaries from the official sources via the Go module proxy.
 
-There is no container runtime or binary download here, only Go and its proxy, so we
-compile etcd, kube-apiserver, kube-controller-manager, kubectl and helm ourselves, the
-way envtest users would with a source checkout. Each binary is built in a throwaway Go
-module that requires the upstream module at the pinned version:
+There is no binary download here, only Go and its proxy, so we compile the control plane
+(etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, helm) and the
+real node (kubelet, kube-proxy, containerd with its runc shim and ctr, crictl) ourselves,
+the way envtest users would with a source checkout. Each binary is built in a throwaway
+Go module that requires the upstream module at the pinned version:
 
 * k8s.io/kubernetes cannot be `go install`ed: its go.mod points the k8s.io/* staging
   modules at `./staging/...` directories, and `replace` directives of a dependency are
@@ -11,6 +12,8 @@ module that requires the upstream module at the pinned version:
 * etcd's server module has local `replace` directives for the same reason.
 * The version variables upstream's Makefiles stamp with `-ldflags -X` are stamped here
   too, so `kube-apiserver --version` and `/version` report the real release.
+* containerd is built as its release is, statically, without the btrfs, devmapper and
+  zfs snapshotters (they need C libraries); the node uses overlayfs.
 
 A manifest in the bin directory records what was built from which version; a warm run
 finds everything current and does nothing. A file lock serialises concurrent builds.
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles_dev.versions import Versions, build_root, load_versions
+from achilles_dev.versions import NODE_BINARIES, Versions, build_root, load_versions
 
 _MANIFEST = ".built.json"
 _PROGRESS_EVERY = 100  # packages between progress lines
@@ -54,6 +57,7 @@ class GoBinary:
     ldflags: tuple[str, ...]
     version_argv: tuple[str, ...]
     replaces_kubernetes_staging: bool = False
+    tags: tuple[str, ...] = ()
 
 
 def _kubernetes_ldflags(versions: Versions, build_date: str) -> tuple[str, ...]:
@@ -95,7 +99,10 @@ def components(versions: Versions, kubernetes_release_time: str) -> list[GoBinar
             for name, argv in (
                 ("kube-apiserver", ("--version",)),
                 ("kube-controller-manager", ("--version",)),
+                ("kube-scheduler", ("--version",)),
                 ("kubectl", ("version", "--client")),
+                ("kubelet", ("--version",)),
+                ("kube-proxy", ("--version",)),
             )
         ),
         GoBinary(
@@ -109,10 +116,36 @@ def components(versions: Versions, kubernetes_release_time: str) -> list[GoBinar
             ),
             version_argv=("version", "--short"),
         ),
+        *(
+            GoBinary(
+                name=name,
+                module="github.com/containerd/containerd/v2",
+                version=versions.containerd,
+                package=f"github.com/containerd/containerd/v2/cmd/{name}",
+                ldflags=(
+                    f"-X github.com/containerd/containerd/v2/version.Version={versions.containerd}",
+                ),
+                version_argv=argv,
+                tags=("no_btrfs", "no_devmapper", "no_zfs"),
+            )
+            for name, argv in (
+                ("containerd", ("--version",)),
+                ("containerd-shim-runc-v2", ("-v",)),
+                ("ctr", ("--version",)),
+            )
+        ),
+        GoBinary(
+            name="crictl",
+            module="sigs.k8s.io/cri-tools",
+            version=versions.cri_tools,
+            package="sigs.k8s.io/cri-tools/cmd/crictl",
+            ldflags=(f"-X sigs.k8s.io/cri-tools/pkg/version.Version={versions.cri_tools}",),
+            version_argv=("--version",),
+        ),
     ]
 
 
-def _go() -> str:
+def go_binary() -> str:
     found = shutil.which("go") or (
         "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
     )
@@ -133,7 +166,7 @@ def _go_env() -> dict[str, str]:
 
 def _run_go(argv: list[str], cwd: Path) -> str:
     result = subprocess.run(
-        [_go(), *argv], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+        [go_binary(), *argv], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
         raise LocalStackError(
@@ -178,9 +211,10 @@ def _prepare_module(binary: GoBinary, versions: Versions, src: Path) -> None:
 
 
 def _compile(binary: GoBinary, src: Path, target: Path, report: Report) -> None:
-    total = len(_run_go(["list", "-deps", binary.package], src).split())
+    tags = ["-tags", ",".join(binary.tags)] if binary.tags else []
+    total = len(_run_go(["list", *tags, "-deps", binary.package], src).split())
     tmp = target.with_name(f".{target.name}.tmp")
-    argv = [_go(), "build", "-v", "-ldflags", " ".join(("-s", "-w", *binary.ldflags))]
+    argv = [go_binary(), "build", "-v", *tags, "-ldflags", " ".join(("-s", "-w", *binary.ldflags))]
     argv += ["-o", str(tmp), binary.package]
     started = time.monotonic()
     process = subprocess.Popen(
@@ -236,39 +270,45 @@ def _is_current(name: str, version: str, bin_dir: Path, manifest: dict[str, str]
     return manifest.get(name) == version and (bin_dir / name).exists()
 
 
-def missing_binaries(versions: Versions | None = None) -> list[str]:
-    """Binaries not built at the pinned version (empty when the cache is warm)."""
+def missing_binaries(versions: Versions | None = None, *, node: bool = True) -> list[str]:
+    """Binaries not built at the pinned version (empty when the cache is warm).
+
+    `node=False` leaves out the real node's binaries (a stack with the process stand-in).
+    """
     versions = versions or load_versions()
     bin_dir = build_root(versions) / "bin"
     manifest = _read_manifest(bin_dir)
     return [
         name
-        for name, version in _pinned(versions).items()
+        for name, version in _pinned(versions, node=node).items()
         if not _is_current(name, version, bin_dir, manifest)
     ]
 
 
-def _pinned(versions: Versions) -> dict[str, str]:
+def _pinned(versions: Versions, *, node: bool) -> dict[str, str]:
     return {
-        "etcd": versions.etcd,
-        "kube-apiserver": versions.kubernetes,
-        "kube-controller-manager": versions.kubernetes,
-        "kubectl": versions.kubernetes,
-        "helm": versions.helm,
+        binary.name: binary.version
+        for binary in components(versions, "")
+        if node or binary.name not in NODE_BINARIES
     }
 
 
 def ensure_built(
-    versions: Versions | None = None, *, force: bool = False, report: Report = _print
+    versions: Versions | None = None,
+    *,
+    force: bool = False,
+    node: bool = True,
+    report: Report = _print,
 ) -> Path:
     """Build whatever is missing or outdated; return the bin directory. Idempotent."""
     versions = versions or load_versions()
     root = build_root(versions)
     bin_dir = root / "bin"
-    if not force and not missing_binaries(versions):
+    if not force and not missing_binaries(versions, node=node):
         report(
             f"already built: {bin_dir} (kubernetes {versions.kubernetes}, "
-            f"etcd {versions.etcd}, helm {versions.helm})"
+            f"etcd {versions.etcd}, helm {versions.helm}"
+            + (f", containerd {versions.containerd}, crictl {versions.cri_tools})" if node else ")")
         )
         return bin_dir
     with _build_lock(root):
@@ -280,7 +320,8 @@ def ensure_built(
         todo = [
             b
             for b in components(versions, release.get("Time", "1970-01-01T00:00:00Z"))
-            if force or not _is_current(b.name, b.version, bin_dir, manifest)
+            if (node or b.name not in NODE_BINARIES)
+            and (force or not _is_current(b.name, b.version, bin_dir, manifest))
         ]
         if not todo:  # another process finished the build while we waited for the lock
             report(f"already built: {bin_dir}")

@@ -3,8 +3,9 @@
 `achilles dev up` ends here, so the local stack has exactly what `helm install` gives a
 real cluster: the CRDs, RBAC, admission policies, the runs namespace with its quota,
 AgentPlatform/default, and the schema migrations, which run as the chart's pre-install
-hook Job (the kubelet stand-in runs it as a local process). Only the operator
-Deployment is left out: locally the operator runs as a process of its own.
+hook Job (from the engine image on a real node; the stand-in runs its command as a
+process). Only the operator Deployment is left out: locally the operator runs as a
+process of its own.
 
 Helm installs `crds/` on first install only, so CRDs are applied server-side first,
 every time: a developer who changed the models and ran `achilles crds generate` gets
@@ -63,9 +64,20 @@ class ChartInstall:
         return _run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args])
 
 
-def local_values(*, with_database: bool) -> dict[str, Any]:
-    """The chart's values for a local stack: no operator Deployment; migrations if a DB runs."""
-    return {"operator": {"enabled": False}, "migrations": {"enabled": with_database}}
+def local_values(*, with_database: bool, image: str | None = None) -> dict[str, Any]:
+    """The chart's values for a local stack: no operator Deployment; migrations if a DB runs.
+
+    `image` is the locally built engine image (`repository:tag`) a real node runs the
+    chart's Jobs from; the stand-in ignores images.
+    """
+    values: dict[str, Any] = {
+        "operator": {"enabled": False},
+        "migrations": {"enabled": with_database},
+    }
+    if image is not None:
+        repository, _, tag = image.rpartition(":")
+        values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
+    return values
 
 
 def apply_crds(install: ChartInstall) -> None:
@@ -131,16 +143,18 @@ def install_local_chart(
     *,
     database_url: str | None,
     report: Report,
+    image: str | None = None,
 ) -> None:
     """What `achilles dev up` installs: the chart without the operator Deployment.
 
-    With a database, its URL goes into the chart's Secrets (the migration hook Job and,
-    later, run Jobs read it) and the hook migrates the schema; without one, no hook.
+    With a database, its URL (as pods reach it) goes into the chart's Secrets (the
+    migration hook Job and, later, run Jobs read it) and the hook migrates the schema;
+    without one, no hook.
     """
     install = ChartInstall(
         kubeconfig=kubeconfig,
         bin_dir=bin_dir,
-        values=local_values(with_database=database_url is not None),
+        values=local_values(with_database=database_url is not None, image=image),
     )
     apply_crds(install)
     if database_url is not None:
@@ -206,11 +220,13 @@ def _ensure_secret(kubeconfig: Path, namespace: str, name: str, url: str) -> Non
 
 def install_into_stack(stack: LocalStack) -> None:
     """`achilles dev up`'s last step: the chart into the running stack."""
+    from achilles_dev.images import ENGINE_IMAGE
     from achilles_dev.versions import bin_dir
 
     install_local_chart(
         stack.config.kubeconfig,
         bin_dir(),
-        database_url=stack.config.database_url if stack.with_postgres else None,
+        database_url=stack.config.pod_database_url if stack.with_postgres else None,
         report=stack.report,
+        image=ENGINE_IMAGE if stack.config.real_node else None,
     )

@@ -1,8 +1,10 @@
 """`achilles dev`: the local stack on one machine (see docs/development.md).
 
-`build` compiles the control plane once; `up` starts PostgreSQL, etcd, kube-apiserver,
-kube-controller-manager and the kubelet stand-in and waits until they are ready;
-`env` prints the exports that point tools at them; `down` stops all of it.
+`build` compiles the control plane and the real node once and builds the images; `up`
+starts PostgreSQL, etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a
+real node (containerd, kubelet, kube-proxy), or the kubelet stand-in, and waits until
+they are ready; `env` prints the exports that point tools at them; `down` stops all of
+it and removes what the node left.
 """
 
 from __future__ import annotations
@@ -24,11 +26,22 @@ state_dir_option = click.option(
 )
 
 
-def _stack(state_dir: Path | None) -> Any:
-    from achilles_dev.config import StackConfig, default_state_dir
+def _stack(state_dir: Path | None, node: str | None = None) -> Any:
+    import dataclasses
+
+    from achilles.errors import LocalStackError
+    from achilles_dev.config import StackConfig, default_state_dir, parse_node_kind
     from achilles_dev.stack import LocalStack
 
-    return LocalStack(StackConfig.load(state_dir or default_state_dir()))
+    stack = LocalStack(StackConfig.load(state_dir or default_state_dir()))
+    if node is not None and node != stack.config.node:
+        if any(c.running for c in stack.components()):
+            raise LocalStackError(
+                f"the stack in {stack.config.state_dir} runs with a {stack.config.node} node; "
+                f"`achilles dev down` first to switch to {node}"
+            )
+        stack.config = dataclasses.replace(stack.config, node=parse_node_kind(node))
+    return stack
 
 
 @click.group()
@@ -38,20 +51,35 @@ def dev() -> None:
 
 @dev.command()
 @click.option("--force", is_flag=True, help="Rebuild even when the binaries are current.")
+@click.option(
+    "--no-images", is_flag=True, help="Only the binaries (enough for the process stand-in)."
+)
 @reports_errors
-def build(force: bool) -> None:
-    """Build etcd, kube-apiserver, kube-controller-manager, kubectl and helm (once)."""
+def build(force: bool, no_images: bool) -> None:
+    """Build the binaries (once) and the base, pause, engine and runner images (cached layers)."""
     from achilles_dev.build import ensure_built
 
-    ensure_built(force=force)
+    ensure_built(force=force, node=not no_images)
+    if not no_images:
+        from achilles_dev.images import ensure_images
+
+        ensure_images()
 
 
 @dev.command()
 @state_dir_option
+@click.option(
+    "--node",
+    type=click.Choice(["containerd", "process"]),
+    default=None,
+    help="containerd: a real node (kubelet, kube-proxy, containerd, runc; needs root); "
+    "process: the kubelet stand-in, pods as host processes  "
+    "[default: what the stack ran with last, else containerd]",
+)
 @reports_errors
-def up(state_dir: Path | None) -> None:
+def up(state_dir: Path | None, node: str | None) -> None:
     """Start the local stack, wait until it is ready, install the chart (no operator)."""
-    stack = _stack(state_dir)
+    stack = _stack(state_dir, node)
     if stack.up():
         from achilles_dev.chart import install_into_stack  # the chart: CRDs, RBAC, policies
 
@@ -92,6 +120,12 @@ def status(state_dir: Path | None) -> None:
     rows.insert(0, ["postgres", "running" if pg_running else "stopped", "-"])
     echo_table(["component", "state", "pid"], rows)
     click.echo(f"state: {stack.config.state_dir}")
+    if stack.config.real_node and stack.config.network_index:
+        net = stack.config.network
+        click.echo(
+            f"node: {stack.config.node_name}, {net.node_ip} in network namespace {net.netns}, "
+            f"pods on {net.pod_cidr}; API server on {stack.config.apiserver_url}"
+        )
 
 
 @dev.command(

@@ -1,24 +1,34 @@
-"""Where one local stack keeps its state and which loopback ports it listens on.
+"""Where one local stack keeps its state, which ports it listens on, and what its node is.
 
-A stack is fully described by a state directory and a set of ports, so two can run
-side by side: the developer's `achilles dev up` and the test suite's own stack.
+A stack is fully described by a state directory, a set of ports and its node's network
+index, so two can run side by side: the developer's `achilles dev up` and the test
+suite's own stack. Its node is either the real one (containerd, kubelet, kube-proxy in
+a network namespace of its own: `achilles_dev.node`) or the process stand-in
+(`achilles_dev.kubelet`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from achilles.errors import LocalStackError
+from achilles_dev.node.configs import NodeLayout
+from achilles_dev.node.network import NodeNetwork, stack_id
 from achilles_dev.postgres import default_data_root
 
 LOOPBACK = "127.0.0.1"
 DATABASE_NAME = "achilles"
 DEFAULT_NODE_NAME = "achilles-local"
 _SETTINGS = "stack.json"
+
+NodeKind = Literal["containerd", "process"]
+NODE_KINDS: tuple[NodeKind, ...] = ("containerd", "process")
 
 
 @dataclass(frozen=True)
@@ -28,12 +38,13 @@ class Ports:
     etcd_peer: int = 23791
     apiserver: int = 16443
     controller_manager: int = 16444
-    kubelet: int = 16450
+    kubelet: int = 16450  # the process stand-in's; a real node's kubelet is in its netns
+    scheduler: int = 16445
 
     @classmethod
     def free(cls) -> Ports:
         """Ports the kernel reports free right now (for a second, throw-away stack)."""
-        sockets = [socket.socket() for _ in range(6)]
+        sockets = [socket.socket() for _ in dataclasses.fields(cls)]
         try:
             for sock in sockets:
                 sock.bind((LOOPBACK, 0))
@@ -65,6 +76,10 @@ class StackConfig:
     kubelet_namespaces: tuple[str, ...] = ()
     # The cluster tests' stacks leave PostgreSQL to the database fixtures.
     with_postgres: bool = True
+    # "containerd": the real node; "process": the kubelet stand-in (pods as host processes).
+    node: NodeKind = "containerd"
+    # N of the real node's 10.213.N.0/24 and 10.214.N.0/24 networks; 0 until the first up.
+    network_index: int = 0
 
     def save(self) -> None:
         """Record this stack's settings, so later commands on its state dir describe it."""
@@ -76,6 +91,8 @@ class StackConfig:
             "node_name": self.node_name,
             "kubelet_namespaces": list(self.kubelet_namespaces),
             "with_postgres": self.with_postgres,
+            "node": self.node,
+            "network_index": self.network_index,
         }
         (self.state_dir / _SETTINGS).write_text(json.dumps(document, indent=2))
 
@@ -96,7 +113,35 @@ class StackConfig:
             node_name=str(document["node_name"]),
             kubelet_namespaces=tuple(document["kubelet_namespaces"]),
             with_postgres=bool(document["with_postgres"]),
+            # Stacks recorded before the real node existed ran the stand-in.
+            node=parse_node_kind(document.get("node", "process")),
+            network_index=int(document.get("network_index", 0)),
         )
+
+    @property
+    def real_node(self) -> bool:
+        return self.node == "containerd"
+
+    @property
+    def network(self) -> NodeNetwork:
+        """The real node's network (`network_index` is chosen by the first `up`)."""
+        if not self.network_index:
+            raise LocalStackError(f"the stack in {self.state_dir} has no node network yet")
+        return NodeNetwork(stack_id=stack_id(self.state_dir), index=self.network_index)
+
+    @property
+    def node_layout(self) -> NodeLayout:
+        return NodeLayout(self.state_dir / "node")
+
+    @property
+    def apiserver_host(self) -> str:
+        """Loopback, or for a real node the host's end of its veth (pods must reach it)."""
+        return self.network.host_ip if self.real_node else LOOPBACK
+
+    @property
+    def pod_database_url(self) -> str:
+        """The database URL as pods see it (Secrets for the chart's Jobs)."""
+        return self.database_url.replace(f"@{LOOPBACK}:", f"@{self.apiserver_host}:", 1)
 
     @property
     def pki_dir(self) -> Path:
@@ -134,8 +179,15 @@ class StackConfig:
 
     @property
     def apiserver_url(self) -> str:
-        return f"https://{LOOPBACK}:{self.ports.apiserver}"
+        return f"https://{self.apiserver_host}:{self.ports.apiserver}"
 
     @property
     def database_url(self) -> str:
         return f"postgresql+psycopg://postgres@{LOOPBACK}:{self.ports.postgres}/{DATABASE_NAME}"
+
+
+def parse_node_kind(value: object) -> NodeKind:
+    for kind in NODE_KINDS:
+        if value == kind:
+            return kind
+    raise LocalStackError(f"unknown node kind {value!r} (one of {', '.join(NODE_KINDS)})")

@@ -1,10 +1,13 @@
-"""Command lines, kubeconfigs and health probes of etcd, kube-apiserver and the controller-manager.
+"""Command lines, kubeconfigs and health probes of etcd, kube-apiserver, the controller-manager
+and kube-scheduler.
 
 The flags follow what kubeadm and envtest give these components, trimmed to one host:
-everything listens on loopback, the API server authorises with Node+RBAC and runs the
-default admission chain (ResourceQuota and ValidatingAdmissionPolicy included), and the
-controller-manager runs the controllers a cluster of Jobs needs, each under its own
-service account. There is no kube-scheduler: the kubelet stand-in binds pods itself.
+everything listens on loopback (with a real node, the API server listens on the host's
+end of the node's veth instead, which is also the `kubernetes` Service's endpoint), the
+API server authorises with Node+RBAC and runs the default admission chain
+(ResourceQuota and ValidatingAdmissionPolicy included), and the controller-manager runs
+the controllers a cluster of Jobs and Services needs, each under its own service
+account. kube-scheduler runs with a real node; the kubelet stand-in binds pods itself.
 """
 
 from __future__ import annotations
@@ -39,9 +42,16 @@ CONTROLLERS = (
     "pod-garbage-collector-controller",
     "deployment-controller",
     "replicaset-controller",
+    "endpoints-controller",
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
     "clusterrole-aggregation-controller",
     "validatingadmissionpolicy-status-controller",
 )
+# A real node registers tainted not-ready; this controller lifts the taint once it is
+# Ready (and taints it again when its kubelet stops reporting). The stand-in reports its
+# Node its own way, so it is left out there.
+REAL_NODE_CONTROLLERS = ("node-lifecycle-controller",)
 
 
 def etcd_argv(bin_dir: Path, config: StackConfig) -> list[str]:
@@ -65,11 +75,18 @@ def etcd_argv(bin_dir: Path, config: StackConfig) -> list[str]:
 
 
 def apiserver_argv(bin_dir: Path, config: StackConfig, pki: Pki) -> list[str]:
+    if config.real_node:
+        # Pods reach it through the `kubernetes` Service, whose endpoint this address is.
+        endpoints = "--endpoint-reconciler-type=lease"
+    else:
+        # Loopback is not a valid Endpoints address; nothing here routes to the
+        # `kubernetes` Service anyway (pods are host processes using the kubeconfig).
+        endpoints = "--endpoint-reconciler-type=none"
     return [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://{LOOPBACK}:{config.ports.etcd}",
-        f"--bind-address={LOOPBACK}",
-        f"--advertise-address={LOOPBACK}",
+        f"--bind-address={config.apiserver_host}",
+        f"--advertise-address={config.apiserver_host}",
         f"--secure-port={config.ports.apiserver}",
         f"--cert-dir={config.state_dir / 'apiserver-certs'}",
         f"--tls-cert-file={pki.apiserver.cert}",
@@ -81,10 +98,8 @@ def apiserver_argv(bin_dir: Path, config: StackConfig, pki: Pki) -> list[str]:
         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
         f"--service-account-key-file={pki.service_account_pub}",
         f"--service-account-signing-key-file={pki.service_account_key}",
-        # Loopback is not a valid Endpoints address; nothing here routes to the
-        # `kubernetes` Service anyway (pods are host processes using the kubeconfig).
-        "--endpoint-reconciler-type=none",
-        # `kubectl logs` is proxied to the stand-in's HTTPS endpoint, verified by our CA.
+        endpoints,
+        # `kubectl logs` is proxied to the kubelet's HTTPS endpoint, verified by our CA.
         f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
         f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
         f"--kubelet-certificate-authority={pki.ca.cert}",
@@ -96,6 +111,7 @@ def apiserver_argv(bin_dir: Path, config: StackConfig, pki: Pki) -> list[str]:
 
 def controller_manager_argv(bin_dir: Path, config: StackConfig, pki: Pki) -> list[str]:
     kubeconfig = config.component_kubeconfig("controller-manager")
+    controllers = CONTROLLERS + (REAL_NODE_CONTROLLERS if config.real_node else ())
     return [
         str(bin_dir / "kube-controller-manager"),
         f"--kubeconfig={kubeconfig}",
@@ -109,7 +125,24 @@ def controller_manager_argv(bin_dir: Path, config: StackConfig, pki: Pki) -> lis
         f"--service-account-private-key-file={pki.service_account_key}",
         f"--root-ca-file={pki.ca.cert}",
         "--use-service-account-credentials=true",
-        f"--controllers={','.join(CONTROLLERS)}",
+        f"--controllers={','.join(controllers)}",
+        "--leader-elect=false",
+        "--v=1",
+    ]
+
+
+def scheduler_argv(bin_dir: Path, config: StackConfig, pki: Pki) -> list[str]:
+    kubeconfig = config.component_kubeconfig("scheduler")
+    return [
+        str(bin_dir / "kube-scheduler"),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={LOOPBACK}",
+        f"--secure-port={config.ports.scheduler}",
+        f"--tls-cert-file={pki.scheduler_serving.cert}",
+        f"--tls-private-key-file={pki.scheduler_serving.key}",
+        f"--client-ca-file={pki.ca.cert}",
         "--leader-elect=false",
         "--v=1",
     ]
@@ -152,9 +185,23 @@ def write_kubeconfigs(config: StackConfig, pki: Pki) -> None:
         pki.controller_manager,
         "kube-controller-manager",
     )
-    write_kubeconfig(
-        config.component_kubeconfig("kubelet"), server, pki.ca.cert, pki.kubelet, "kubelet-standin"
-    )
+    if not config.real_node:
+        write_kubeconfig(
+            config.component_kubeconfig("kubelet"),
+            server,
+            pki.ca.cert,
+            pki.kubelet,
+            "kubelet-standin",
+        )
+        return
+    for component, pair in (
+        ("scheduler", pki.scheduler),
+        ("kubelet", pki.node),
+        ("kube-proxy", pki.kube_proxy),
+    ):
+        write_kubeconfig(
+            config.component_kubeconfig(component), server, pki.ca.cert, pair, component
+        )
 
 
 def _get(url: str, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
@@ -189,7 +236,15 @@ def apiserver_is_ready(config: StackConfig, pki: Pki) -> bool:
 
 
 def controller_manager_is_healthy(config: StackConfig, pki: Pki) -> bool:
-    url = f"https://{LOOPBACK}:{config.ports.controller_manager}/healthz"
+    return _loopback_healthz(config.ports.controller_manager, pki)
+
+
+def scheduler_is_healthy(config: StackConfig, pki: Pki) -> bool:
+    return _loopback_healthz(config.ports.scheduler, pki)
+
+
+def _loopback_healthz(port: int, pki: Pki) -> bool:
+    url = f"https://{LOOPBACK}:{port}/healthz"
     status, body = _get(url, ssl.create_default_context(cafile=str(pki.ca.cert)))
     return status == 200 and body.strip() == b"ok"
 

@@ -2,9 +2,11 @@
 
 The API server authenticates every client by a certificate signed by our own CA and
 authorises it with RBAC, exactly as on a real cluster, so the identities here matter:
-the admin is in `system:masters`, the controller-manager is
-`system:kube-controller-manager` (bound by the bootstrap RBAC policy), and the kubelet
-stand-in has its own user that `achilles_dev.rbac` grants just what it needs. The
+the admin is in `system:masters`, the controller-manager and the scheduler are
+`system:kube-controller-manager` and `system:kube-scheduler` (bound by the bootstrap RBAC
+policy), the real node is `system:node:<name>` in `system:nodes` (the Node authorizer and
+NodeRestriction admission govern it) with kube-proxy as `system:kube-proxy`, and the
+kubelet stand-in has its own user that `achilles_dev.rbac` grants just what it needs. The
 service-account key pair signs and verifies bound service-account tokens.
 
 Files are created once and reused, so a restarted stack keeps its identities and
@@ -30,7 +32,16 @@ _KUBERNETES_SERVICE_IP = "10.0.0.1"  # first address of the range: the `kubernet
 
 ADMIN_USER = "achilles:admin"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+SCHEDULER_USER = "system:kube-scheduler"
 KUBELET_USER = "achilles:kubelet-standin"
+# The real node's identities, as the bootstrap RBAC policy and the Node authorizer know them.
+KUBE_PROXY_USER = "system:kube-proxy"
+NODES_GROUP = "system:nodes"
+
+
+def node_user(node_name: str) -> str:
+    return f"system:node:{node_name}"
+
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
@@ -78,6 +89,28 @@ class Pki:
     def apiserver_kubelet_client(self) -> KeyPair:
         """How the API server authenticates to the stand-in's endpoint."""
         return self._pair("apiserver-kubelet-client")
+
+    @property
+    def scheduler(self) -> KeyPair:
+        return self._pair("scheduler")
+
+    @property
+    def scheduler_serving(self) -> KeyPair:
+        return self._pair("scheduler-serving")
+
+    @property
+    def node(self) -> KeyPair:
+        """The real kubelet's client identity: system:node:<name> in system:nodes."""
+        return self._pair("node")
+
+    @property
+    def node_serving(self) -> KeyPair:
+        """The real kubelet's HTTPS endpoint, valid for the node's IP."""
+        return self._pair("node-serving")
+
+    @property
+    def kube_proxy(self) -> KeyPair:
+        return self._pair("kube-proxy")
 
     @property
     def service_account_key(self) -> Path:
@@ -163,7 +196,16 @@ def _ensure_leaf(
     server_names: tuple[str, ...] = (),
     server_ips: tuple[str, ...] = (),
 ) -> None:
-    if pair.cert.exists() and pair.key.exists():
+    if (
+        pair.cert.exists()
+        and pair.key.exists()
+        and _is_issued_as(
+            x509.load_pem_x509_certificate(pair.cert.read_bytes()),
+            subject,
+            server_names,
+            server_ips,
+        )
+    ):
         return
     ca_cert, ca_key = ca
     key = ec.generate_private_key(ec.SECP256R1())
@@ -192,6 +234,29 @@ def _ensure_leaf(
     pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
+def _is_issued_as(
+    cert: x509.Certificate, subject: x509.Name, names: tuple[str, ...], ips: tuple[str, ...]
+) -> bool:
+    """Whether an existing certificate already names what is asked (else it is reissued)."""
+    if cert.subject != subject:
+        return False
+    try:
+        alternatives = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return not names and not ips
+    return set(alternatives.get_values_for_type(x509.DNSName)) == set(names) and set(
+        alternatives.get_values_for_type(x509.IPAddress)
+    ) == {ipaddress.ip_address(ip) for ip in ips}
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """A real node's name and address, for its client and serving certificates."""
+
+    name: str
+    ip: str
+
+
 def _ensure_service_account_keys(pki: Pki) -> None:
     if pki.service_account_key.exists() and pki.service_account_pub.exists():
         return
@@ -204,8 +269,15 @@ def _ensure_service_account_keys(pki: Pki) -> None:
     )
 
 
-def ensure_pki(directory: Path) -> Pki:
-    """Create (once) the CA, serving and client certificates and the service-account keys."""
+def ensure_pki(
+    directory: Path, *, apiserver_ips: tuple[str, ...] = (), node: NodeIdentity | None = None
+) -> Pki:
+    """Create (once) the CA, serving and client certificates and the service-account keys.
+
+    `apiserver_ips` are further addresses the API server serves on (a real node reaches it
+    on the host's end of its veth); `node` adds the real kubelet's and kube-proxy's
+    identities. A certificate that no longer names what is asked is reissued.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     pki = Pki(directory)
@@ -222,7 +294,7 @@ def ensure_pki(directory: Path) -> Pki:
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
         ),
-        server_ips=("127.0.0.1", _KUBERNETES_SERVICE_IP),
+        server_ips=("127.0.0.1", _KUBERNETES_SERVICE_IP, *apiserver_ips),
     )
     _ensure_leaf(
         pki.controller_manager_serving,
@@ -242,5 +314,23 @@ def ensure_pki(directory: Path) -> Pki:
     _ensure_leaf(pki.admin, ca, _name(ADMIN_USER, "system:masters"))
     _ensure_leaf(pki.controller_manager, ca, _name(CONTROLLER_MANAGER_USER))
     _ensure_leaf(pki.kubelet, ca, _name(KUBELET_USER))
+    _ensure_leaf(pki.scheduler, ca, _name(SCHEDULER_USER))
+    _ensure_leaf(
+        pki.scheduler_serving,
+        ca,
+        _name("kube-scheduler"),
+        server_names=loopback,
+        server_ips=("127.0.0.1",),
+    )
+    if node is not None:
+        _ensure_leaf(pki.node, ca, _name(node_user(node.name), NODES_GROUP))
+        _ensure_leaf(
+            pki.node_serving,
+            ca,
+            _name(node_user(node.name), NODES_GROUP),
+            server_names=(node.name,),
+            server_ips=(node.ip,),
+        )
+        _ensure_leaf(pki.kube_proxy, ca, _name(KUBE_PROXY_USER))
     _ensure_service_account_keys(pki)
     return pki

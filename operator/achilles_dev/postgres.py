@@ -100,10 +100,19 @@ def is_running(data_dir: Path) -> bool:
     return status.returncode == 0
 
 
-def ensure_running(data_dir: Path, port: int, *, durable: bool = True) -> LocalPostgres:
+def ensure_running(
+    data_dir: Path,
+    port: int,
+    *,
+    durable: bool = True,
+    listen: tuple[str, ...] = (),
+    trust: tuple[str, ...] = (),
+) -> LocalPostgres:
     """Initialise (once) and start (if stopped) a server; return when it accepts connections.
 
-    `durable=False` turns off fsync: right for throw-away test clusters only.
+    `durable=False` turns off fsync: right for throw-away test clusters only. `listen`
+    adds addresses besides 127.0.0.1 (the host's end of a real node's veth, for pods),
+    `trust` the networks whose clients are let in without a password (the pods').
     """
     server = LocalPostgres(data_dir=data_dir, port=port)
     bin_dir = pg_bin_dir()
@@ -123,10 +132,14 @@ def ensure_running(data_dir: Path, port: int, *, durable: bool = True) -> LocalP
                 "--locale=C.UTF-8",
             ]
         )
+    _ensure_trusted(data_dir, trust)
+    addresses = ",".join(("127.0.0.1", *listen))
+    if is_running(data_dir) and _listen_addresses(server) != addresses:
+        stop(data_dir)  # started before the node network existed: listen on it too
     if not is_running(data_dir):
         options = [
             f"-p {port}",
-            "-c listen_addresses=127.0.0.1",
+            f"-c listen_addresses={addresses}",
             f"-c unix_socket_directories={data_dir}",
             "-c max_connections=300",
         ]
@@ -149,6 +162,29 @@ def ensure_running(data_dir: Path, port: int, *, durable: bool = True) -> LocalP
         )
     _wait_accepting(server)
     return server
+
+
+def _ensure_trusted(data_dir: Path, networks: tuple[str, ...]) -> None:
+    hba = data_dir / "pg_hba.conf"
+    lines = hba.read_text().splitlines()
+    wanted = [f"host all all {network} trust" for network in networks]
+    missing = [line for line in wanted if line not in lines]
+    if not missing:
+        return
+    hba.write_text("\n".join([*lines, "# achilles dev: the real node's pods", *missing]) + "\n")
+    if is_running(data_dir):
+        _run([str(pg_bin_dir() / "pg_ctl"), "reload", "-D", str(data_dir)])
+
+
+def _listen_addresses(server: LocalPostgres) -> str | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(server.libpq_dsn(), connect_timeout=5) as connection:
+            row = connection.execute("SHOW listen_addresses").fetchone()
+    except psycopg.Error:
+        return None
+    return str(row[0]) if row else None
 
 
 def start_throwaway(data_dir: Path, *, attempts: int = 5) -> LocalPostgres:

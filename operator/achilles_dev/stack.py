@@ -1,14 +1,17 @@
-"""The whole local stack on one machine: Postgres, etcd, API server, controllers, kubelet stand-in.
+"""The whole local stack on one machine: Postgres, etcd, API server, controllers, scheduler,
+and a node: the real one (containerd, kubelet, kube-proxy) or the process stand-in.
 
-`achilles dev up/down/status/env` and the cluster tests' session fixture both drive a
+`achilles dev up/down/status/env` and the cluster tests' session fixtures drive a
 `LocalStack`, so what developers run is what the tests run. Every component is a
 process of its own, started detached with a pid file under the state directory and
-waited on through its health endpoint; `down` stops exactly those processes (and the
-pods' processes the stand-in left), then checks that nothing is left.
+waited on through its health endpoint; `down` stops exactly those processes, then
+removes what the node left (pod sandboxes, shims, cgroups, mounts, its network
+namespace; or the stand-in's pod processes) and checks that nothing is left.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -21,7 +24,9 @@ from achilles_dev import controlplane, postgres
 from achilles_dev.build import ensure_built
 from achilles_dev.config import DATABASE_NAME, StackConfig
 from achilles_dev.kubelet.runs import recorded_shims
-from achilles_dev.pki import Pki, ensure_pki
+from achilles_dev.node import network
+from achilles_dev.node.node import RealNode, require_root
+from achilles_dev.pki import NodeIdentity, Pki, ensure_pki
 from achilles_dev.processes import (
     ProcessRef,
     is_alive,
@@ -34,13 +39,25 @@ from achilles_dev.waiting import wait_until
 
 Report = Callable[[str], None]
 
-# Start order; `down` stops them in reverse.
+# Start order; `down` stops them in reverse. The stand-in binds pods itself (no scheduler).
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet")
+REAL_NODE_COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "containerd",
+    "kubelet",
+    "kube-proxy",
+)
 _START_TIMEOUT_S = {
     "etcd": 60.0,
     "kube-apiserver": 120.0,
     "kube-controller-manager": 60.0,
-    "kubelet": 60.0,
+    "kube-scheduler": 60.0,
+    "containerd": 60.0,
+    "kubelet": 120.0,
+    "kube-proxy": 60.0,
 }
 _SETTLE_TIMEOUT_S = 60.0
 
@@ -70,11 +87,26 @@ class LocalStack:
 
     # --- queries ------------------------------------------------------------------------
 
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        return REAL_NODE_COMPONENTS if self.config.real_node else COMPONENTS
+
     def components(self) -> list[ComponentState]:
         return [
             ComponentState(name, running_from_pidfile(self.config.pidfile(name)))
-            for name in COMPONENTS
+            for name in self.component_names
         ]
+
+    def node(self) -> RealNode:
+        """The real node of this stack (its network must have been chosen by `up`)."""
+        return RealNode(
+            name=self.config.node_name,
+            net=self.config.network,
+            layout=self.config.node_layout,
+            bin_dir=bin_dir(),
+            kubelet_kubeconfig=self.config.component_kubeconfig("kubelet"),
+            kube_proxy_kubeconfig=self.config.component_kubeconfig("kube-proxy"),
+        )
 
     def is_up(self) -> bool:
         return all(c.running for c in self.components())
@@ -94,11 +126,25 @@ class LocalStack:
         if self.is_up() and self._apiserver_ready():
             self.report(f"already running (state {self.config.state_dir}); nothing to do")
             return False
-        bin_dir = ensure_built(report=self.report)
+        real = self.config.real_node
+        if real:
+            require_root()
+        bin_dir = ensure_built(node=real, report=self.report)
+        images = None
+        if real:
+            from achilles_dev.images import ensure_images
+
+            images = ensure_images(report=self.report)
         for directory in (self.config.state_dir, self.config.logs_dir, self.config.run_dir):
             directory.mkdir(parents=True, exist_ok=True)
+        if real:
+            self._ensure_network()
         self.config.save()
-        pki = ensure_pki(self.config.pki_dir)
+        pki = ensure_pki(
+            self.config.pki_dir,
+            apiserver_ips=(self.config.apiserver_host,) if real else (),
+            node=NodeIdentity(self.config.node_name, self.config.network.node_ip) if real else None,
+        )
         controlplane.write_kubeconfigs(self.config, pki)
         if self.with_postgres:
             self._start_postgres()
@@ -118,7 +164,15 @@ class LocalStack:
             controlplane.controller_manager_argv(bin_dir, self.config, pki),
             lambda: controlplane.controller_manager_is_healthy(self.config, pki),
         )
-        self._start("kubelet", self._kubelet_argv(pki), self._node_is_ready)
+        if images is not None:
+            self._start(
+                "kube-scheduler",
+                controlplane.scheduler_argv(bin_dir, self.config, pki),
+                lambda: controlplane.scheduler_is_healthy(self.config, pki),
+            )
+            self._start_real_node(pki, images)
+        else:
+            self._start("kubelet", self._kubelet_argv(pki), self._node_is_ready)
         wait_until(
             self._default_service_account_exists,
             timeout=_SETTLE_TIMEOUT_S,
@@ -131,18 +185,53 @@ class LocalStack:
         )
         return True
 
+    def _ensure_network(self) -> None:
+        """The node's network, before anything listens on it: its index is chosen once
+        (again if another stack took it meanwhile)."""
+        index = self.config.network_index
+        if not index or (
+            index in network.used_indices() and not network.is_up(self.config.network)
+        ):
+            self.config = dataclasses.replace(self.config, network_index=network.choose_index())
+        network.ensure_up(self.config.network)
+
+    def _start_real_node(self, pki: Pki, images: Any) -> None:
+        node = self.node()
+        node.prepare(pki, images.pause)
+        self._start("containerd", node.argv("containerd"), node.containerd_is_ready, node.env())
+        node.load_images(images, self.report)
+        self._start("kubelet", node.argv("kubelet"), self._node_is_ready, node.env())
+        self._start("kube-proxy", node.argv("kube-proxy"), node.kube_proxy_is_ready, node.env())
+        self.report(
+            f"node {node.name}: {node.net.node_ip} in network namespace {node.net.netns}, "
+            f"pods on {node.net.pod_cidr}"
+        )
+
     def _start_postgres(self) -> None:
+        real = self.config.real_node
+        net = self.config.network if real else None
         server = postgres.ensure_running(
-            self.config.postgres_dir, self.config.ports.postgres, durable=self.config.durable
+            self.config.postgres_dir,
+            self.config.ports.postgres,
+            durable=self.config.durable,
+            listen=(net.host_ip,) if net else (),
+            trust=(net.pod_cidr, net.link_cidr) if net else (),
         )
         _ensure_database(server.libpq_dsn(), DATABASE_NAME)
-        self.report(f"postgres: ready on 127.0.0.1:{server.port}, database {DATABASE_NAME}")
+        where = f"127.0.0.1 and {net.host_ip}" if net else "127.0.0.1"
+        self.report(f"postgres: ready on {where}:{server.port}, database {DATABASE_NAME}")
 
-    def _start(self, name: str, argv: list[str], is_ready: Callable[[], bool]) -> None:
+    def _start(
+        self,
+        name: str,
+        argv: list[str],
+        is_ready: Callable[[], bool],
+        env: dict[str, str] | None = None,
+    ) -> None:
         pidfile, log = self.config.pidfile(name), self.config.log(name)
         process = running_from_pidfile(pidfile)
         if process is None:
-            process = spawn(argv, log=log, pidfile=pidfile)
+            process = spawn(argv, log=log, pidfile=pidfile, env=env)
         started = time.monotonic()
 
         def ready() -> bool:
@@ -184,10 +273,13 @@ class LocalStack:
         return controlplane.apiserver_is_ready(self.config, Pki(self.config.pki_dir))
 
     def _grant_kubelet_rbac(self) -> None:
-        from achilles_dev.rbac import ensure_kubelet_rbac
+        from achilles_dev.rbac import ensure_apiserver_kubelet_rbac, ensure_kubelet_rbac
 
         with self._admin_client() as api_client:
-            ensure_kubelet_rbac(api_client)
+            if self.config.real_node:
+                ensure_apiserver_kubelet_rbac(api_client)
+            else:
+                ensure_kubelet_rbac(api_client)
 
     def _node_is_ready(self) -> bool:
         from kubernetes import client
@@ -222,6 +314,9 @@ class LocalStack:
     # --- down ---------------------------------------------------------------------------
 
     def down(self) -> None:
+        if self.config.real_node:
+            self._down_real_node()
+            return
         stopped = []
         for component in reversed(self.components()):
             if component.process is not None:
@@ -245,6 +340,45 @@ class LocalStack:
             leftovers.append("postgres")
         if leftovers:
             raise LocalStackError(f"still running after down: {', '.join(leftovers)}")
+        self.report(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+    def _down_real_node(self) -> None:
+        """Stop the node first (kubelet, pods, kube-proxy, containerd), then the control plane."""
+        stopped = []
+        has_node = bool(self.config.network_index)
+        node = self.node() if has_node else None
+
+        def stop(name: str) -> None:
+            process = running_from_pidfile(self.config.pidfile(name))
+            if process is not None:
+                stop_group(process, what=name)
+                stopped.append(name)
+            self.config.pidfile(name).unlink(missing_ok=True)
+
+        stop("kubelet")  # first, so that it recreates nothing
+        if node is not None and node.containerd_is_ready():
+            pods = node.remove_pods()
+            if pods:
+                stopped.append(f"{pods} pod sandbox(es)")
+        for name in (
+            "kube-proxy",
+            "containerd",
+            "kube-scheduler",
+            "kube-controller-manager",
+            "kube-apiserver",
+            "etcd",
+        ):
+            stop(name)
+        if node is not None:
+            node.clean_host()
+        if self.with_postgres and postgres.stop(self.config.postgres_dir):
+            stopped.append("postgres")
+        leftovers = [c.name for c in self.components() if c.running]
+        leftovers += node.leftovers() if node is not None else []
+        if self.with_postgres and postgres.is_running(self.config.postgres_dir):
+            leftovers.append("postgres")
+        if leftovers:
+            raise LocalStackError(f"still there after down: {', '.join(leftovers)}")
         self.report(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
 

@@ -24,6 +24,9 @@ class Versions:
     kubernetes: str
     etcd: str
     helm: str
+    containerd: str
+    cri_tools: str
+    debian: str
 
     @property
     def kubernetes_staging(self) -> str:
@@ -44,6 +47,9 @@ def load_versions(path: Path = _VERSIONS_FILE) -> Versions:
             kubernetes=str(data["kubernetes"]["version"]),
             etcd=str(data["etcd"]["version"]),
             helm=str(data["helm"]["version"]),
+            containerd=str(data["containerd"]["version"]),
+            cri_tools=str(data["cri-tools"]["version"]),
+            debian=str(data["base-image"]["debian"]),
         )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as error:
         raise LocalStackError(f"cannot read component versions from {path}: {error}") from error
@@ -67,4 +73,22 @@ def bin_dir(versions: Versions | None = None) -> Path:
     return build_root(versions) / "bin"
 
 
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
+# The control plane, which every stack runs.
+CONTROL_PLANE_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "helm",
+)
+# The real node: kubelet, kube-proxy and the container runtime (runc is the distribution's).
+NODE_BINARIES = (
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "crictl",
+)
+BINARIES = CONTROL_PLANE_BINARIES + NODE_BINARIES

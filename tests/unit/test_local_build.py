@@ -9,9 +9,23 @@ import pytest
 
 from achilles.errors import LocalStackError
 from achilles_dev import build
-from achilles_dev.versions import BINARIES, Versions, bin_dir, load_versions
+from achilles_dev.versions import (
+    BINARIES,
+    CONTROL_PLANE_BINARIES,
+    NODE_BINARIES,
+    Versions,
+    bin_dir,
+    load_versions,
+)
 
-PINNED = Versions(kubernetes="v1.37.2", etcd="v3.6.16", helm="v4.3.2")
+PINNED = Versions(
+    kubernetes="v1.37.2",
+    etcd="v3.6.16",
+    helm="v4.3.2",
+    containerd="v2.3.7",
+    cri_tools="v1.37.0",
+    debian="bookworm",
+)
 
 
 def test_versions_file_pins_every_component() -> None:
@@ -19,12 +33,16 @@ def test_versions_file_pins_every_component() -> None:
     assert versions.kubernetes.startswith("v1.")
     assert versions.etcd.startswith(("v3.5.", "v3.6."))
     assert versions.helm.startswith(("v3.", "v4."))
+    assert versions.containerd.startswith("v2.")  # kubelet >= 1.36 needs containerd 2.x
+    assert versions.cri_tools.startswith("v1.")
 
 
 def test_staging_modules_follow_the_kubernetes_minor() -> None:
     assert PINNED.kubernetes_staging == "v0.37.2"
     with pytest.raises(LocalStackError, match=r"v1\.X\.Y"):
-        _ = Versions(kubernetes="2.0", etcd="", helm="").kubernetes_staging
+        _ = Versions(
+            kubernetes="2.0", etcd="", helm="", containerd="", cri_tools="", debian=""
+        ).kubernetes_staging
 
 
 def test_staging_replaces_are_read_from_the_kubernetes_go_mod(tmp_path: Path) -> None:
@@ -41,19 +59,44 @@ def test_staging_replaces_are_read_from_the_kubernetes_go_mod(tmp_path: Path) ->
 def test_warm_cache_builds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACHILLES_CACHE_DIR", str(tmp_path))
     target = bin_dir(PINNED)
-    assert build.missing_binaries(PINNED) == list(BINARIES)
+    assert sorted(build.missing_binaries(PINNED)) == sorted(BINARIES)
     target.mkdir(parents=True)
     for name in BINARIES:
         (target / name).write_text("binary")
-    pinned = {"etcd": "v3.6.16", "helm": "v4.3.2"} | dict.fromkeys(
-        ("kube-apiserver", "kube-controller-manager", "kubectl"), "v1.37.2"
+    pinned = (
+        {"etcd": "v3.6.16", "helm": "v4.3.2", "crictl": "v1.37.0"}
+        | dict.fromkeys(
+            ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"), "v1.37.2"
+        )
+        | dict.fromkeys(("kubelet", "kube-proxy"), "v1.37.2")
+        | dict.fromkeys(("containerd", "containerd-shim-runc-v2", "ctr"), "v2.3.7")
     )
+    assert set(pinned) == set(BINARIES)
     (target / ".built.json").write_text(json.dumps(pinned))
-    monkeypatch.setattr(build, "_go", lambda: pytest.fail("a warm run must not call go"))
+    monkeypatch.setattr(build, "go_binary", lambda: pytest.fail("a warm run must not call go"))
 
     lines: list[str] = []
     assert build.ensure_built(PINNED, report=lines.append) == target
-    assert lines == [f"already built: {target} (kubernetes v1.37.2, etcd v3.6.16, helm v4.3.2)"]
+    assert lines == [
+        f"already built: {target} (kubernetes v1.37.2, etcd v3.6.16, helm v4.3.2, "
+        "containerd v2.3.7, crictl v1.37.0)"
+    ]
+
+
+def test_the_stand_in_needs_only_the_control_plane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACHILLES_CACHE_DIR", str(tmp_path))
+    target = bin_dir(PINNED)
+    target.mkdir(parents=True)
+    for name in CONTROL_PLANE_BINARIES:
+        (target / name).write_text("binary")
+    versions = {b.name: b.version for b in build.components(PINNED, "")}
+    (target / ".built.json").write_text(
+        json.dumps({name: versions[name] for name in CONTROL_PLANE_BINARIES})
+    )
+    assert build.missing_binaries(PINNED, node=False) == []
+    assert sorted(build.missing_binaries(PINNED)) == sorted(NODE_BINARIES)
 
 
 def test_a_bumped_version_is_missing_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,4 +106,4 @@ def test_a_bumped_version_is_missing_again(tmp_path: Path, monkeypatch: pytest.M
     for name in BINARIES:
         (target / name).write_text("binary")
     (target / ".built.json").write_text(json.dumps(dict.fromkeys(BINARIES, "old")))
-    assert build.missing_binaries(PINNED) == list(BINARIES)
+    assert sorted(build.missing_binaries(PINNED)) == sorted(BINARIES)
