@@ -28,7 +28,7 @@ from achilles.handlers.config import OperatorConfig
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.kinds import AGENT
-from achilles.services import dispatch, outcomes, scheduler
+from achilles.services import agents, dispatch, outcomes, scheduler
 
 log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
@@ -36,6 +36,7 @@ T = TypeVar("T")
 SCHEDULER_MAX_SLEEP = 10.0
 DISPATCH_TICK = 5.0
 SWEEP_TICK = 10.0
+ORPHAN_SWEEP_EVERY = 6  # sweeps: about a minute
 WATCH_TIMEOUT_SECONDS = 300
 MAX_BACKOFF = 30.0
 
@@ -68,6 +69,8 @@ class Engine:
     dirty_lock: threading.Lock = field(default_factory=threading.Lock)
     last_pass: dict[str, float] = field(default_factory=dict)
     threads: list[threading.Thread] = field(default_factory=list)
+    # Agents whose CR we switched off for a deactivated owner (so we patch once).
+    disabled_for_owner: set[int] = field(default_factory=set)
 
     # --- lifecycle ---
 
@@ -147,6 +150,7 @@ class Engine:
         if tick.enqueued:
             self.dispatch_wake.set()
             self.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
+        self.mark_dirty(tick.rescheduled)  # a zone changed: nextRunAt moved
         return tick
 
     def _dispatcher(self) -> None:
@@ -217,9 +221,36 @@ class Engine:
         return True
 
     def _sweeper(self) -> None:
+        passes = 0
         while not self.stop.is_set():
             self._pass("sweeper", self._sweep_once)
+            self._pass("owners", self._follow_owner_deactivation)
+            if passes % ORPHAN_SWEEP_EVERY == 0:
+                self._pass("orphans", self._forget_deleted_agents)
+            passes += 1
             self.stop.wait(SWEEP_TICK)
+
+    def _follow_owner_deactivation(self) -> bool:
+        """Owner deactivated (`users.active`): write `spec.enabled: false` on their CRs."""
+        for agent_id, namespace, name in agents.agents_of_inactive_owners(self.database):
+            if agent_id in self.disabled_for_owner:
+                continue
+            if self.resources.patch_agent_spec(namespace, name, {"enabled": False}):
+                message = "the owner's account is deactivated: spec.enabled set to false"
+                self.resources.post_event(
+                    _agent_ref(name, namespace, None), "Normal", "OwnerDeactivated", message
+                )
+            self.disabled_for_owner.add(agent_id)
+        return True
+
+    def _forget_deleted_agents(self) -> bool:
+        """Agents deleted while no operator watched: their rows (and runs) go too."""
+        live = self.resources.agent_uids()
+        if live is not None:
+            for agent_id in agents.forget_agents_not_in(self.database, live):
+                self.jobs.delete_for_agent(agent_id)
+                log.info("agent row %s removed: its Agent no longer exists", agent_id)
+        return True
 
     def _sweep_once(self) -> outcomes.SweepResult:
         swept = outcomes.sweep(self.database, self.jobs, stale_after=self.config.stale_after)
@@ -307,3 +338,7 @@ class Engine:
                 message,
             )
             self.mark_dirty([owner.agent_id])
+
+
+def _agent_ref(name: str, namespace: str, uid: str | None) -> ObjectRef:
+    return ObjectRef(AGENT.kind, AGENT.plural, name, namespace, uid)

@@ -16,7 +16,7 @@ from achilles.db.journal import agents as agent_rows
 from achilles.db.journal import catalogue
 from achilles.db.journal.schedule import refresh_next_run
 from achilles.db.journal.settings import database_now
-from achilles.db.journal.status import agent_status_rows
+from achilles.db.journal.status import agent_status_rows, inactive_owner_agents
 from achilles.db.journal.users import find_user
 from achilles.domain.schedule import schedule_to_db
 from achilles.k8s.resources.agent import AgentSpec
@@ -115,3 +115,20 @@ def forget_agent(database: Database, uid: str) -> int | None:
     """The CR is gone: remove the row; its runs and links cascade. The old id, if any."""
     with database.transaction() as session:
         return agent_rows.delete_agent_by_uid(session, uid)
+
+
+def agents_of_inactive_owners(database: Database) -> list[tuple[int, str, str]]:
+    """(id, namespace, name) of agents whose owner is deactivated: their CRs must say
+    `enabled: false` too (the operator notices a `users` change without an Agent event)."""
+    with database.transaction() as session:
+        rows = inactive_owner_agents(session)
+    return [(agent_id, ns, name) for agent_id, ns, name in rows if ns and name]
+
+
+def forget_agents_not_in(database: Database, live_uids: set[str]) -> list[int]:
+    """Rows whose Agent CR no longer exists (deleted while no operator ran): removed."""
+    with database.transaction() as session:
+        gone = [uid for uid in agent_rows.agent_uids(session) if uid not in live_uids]
+        return [
+            agent_id for uid in gone if (agent_id := agent_rows.delete_agent_by_uid(session, uid))
+        ]

@@ -27,6 +27,7 @@ class TickResult:
     enqueued: list[tuple[int, EnqueueResult]] = field(default_factory=list)
     lateness_seconds: list[float] = field(default_factory=list)
     refused: list[int] = field(default_factory=list)
+    rescheduled: list[int] = field(default_factory=list)
     nearest_next_run: datetime | None = None
     now: datetime | None = None
 
@@ -72,6 +73,7 @@ def schedule_due_agents(database: Database, *, batch: int = BATCH) -> TickResult
             stale = schedule_rows.take_agents_to_reschedule(session, batch)
             for agent in stale:
                 schedule_rows.refresh_next_run(session, agent.agent_id, now, reset=False)
+                result.rescheduled.append(agent.agent_id)
             if len(stale) < batch:
                 break
         result.nearest_next_run = schedule_rows.nearest_next_run(session)
