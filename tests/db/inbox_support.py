@@ -76,7 +76,7 @@ def board(engine: Engine, agent_id: int) -> Board:
 
 def unprocessed(engine: Engine, agent_id: int) -> list[int]:
     with Session(engine) as session, session.begin():
-        return [item.id for item in inbox_replies.answered_unprocessed(session, agent_id)]
+        return [item.id for item in inbox_replies.list_unprocessed_replies(session, agent_id)]
 
 
 def raw_row(engine: Engine, item_id: int) -> dict[str, Any]:

@@ -350,7 +350,7 @@ def test_replies_are_validated(db: Engine) -> None:
         box.reply(db, item.id, "  ")
 
 
-# --- take, acknowledge, and "answered but not processed" ---
+# --- take, acknowledge, and the unprocessed replies ---
 
 
 def test_take_marks_the_reply_once(db: Engine) -> None:
@@ -428,7 +428,7 @@ def test_an_agent_that_crashed_after_taking_finds_the_reply_again(db: Engine) ->
 
     # Run 1 takes the reply at run start, then dies before acknowledging.
     with Session(db) as session, session.begin():
-        offered = inbox_replies.take_unprocessed(session, agent_id)
+        offered = inbox_replies.take_unprocessed_replies(session, agent_id)
     assert [i.id for i in offered] == [item.id]
     assert offered[0].reply is not None
     first_seen = offered[0].reply.seen_at
@@ -441,7 +441,7 @@ def test_an_agent_that_crashed_after_taking_finds_the_reply_again(db: Engine) ->
 
     # Run 2 is offered the same reply (first take time kept) and finishes the job.
     with Session(db) as session, session.begin():
-        again = inbox_replies.take_unprocessed(session, agent_id)
+        again = inbox_replies.take_unprocessed_replies(session, agent_id)
     assert [i.id for i in again] == [item.id]
     assert again[0].reply is not None
     assert (again[0].reply.text, again[0].reply.seen_at) == ("Postgres, please", first_seen)
@@ -459,7 +459,7 @@ def test_take_unprocessed_takes_only_this_agents_pending_replies(db: Engine) -> 
     box.reply(db, first.id)
     box.reply(db, other.id)
     with Session(db) as session, session.begin():
-        offered = inbox_replies.take_unprocessed(session, agent_id)
+        offered = inbox_replies.take_unprocessed_replies(session, agent_id)
     assert [i.id for i in offered] == [second.id, first.id]  # oldest reply first
     assert all(i.reply is not None and i.reply.seen_at is not None for i in offered)
     assert box.raw_row(db, other.id)["reply_seen_at"] is None

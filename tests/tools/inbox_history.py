@@ -78,7 +78,7 @@ def check_history(
     expected_unprocessed = {i for i, item in after.items.items() if has_unprocessed_reply(item)}
     if unprocessed != expected_unprocessed:
         problems.append(
-            f"'answered but not processed' found {sorted(unprocessed)},"
+            f"the unprocessed replies found {sorted(unprocessed)},"
             f" the rows say {sorted(expected_unprocessed)}"
         )
     return problems

@@ -98,7 +98,9 @@ def snapshot(engine: Engine, agent_ids: list[int]) -> tuple[Snapshot, set[int]]:
     with Session(engine) as session, session.begin():
         boards = {a: inbox.read_board(session, a) for a in agent_ids}
         unprocessed = {
-            item.id for a in agent_ids for item in inbox_replies.answered_unprocessed(session, a)
+            item.id
+            for a in agent_ids
+            for item in inbox_replies.list_unprocessed_replies(session, a)
         }
     items = {item.id: item for board in boards.values() for item in board.items}
     return Snapshot(

@@ -123,7 +123,7 @@ def _replace_event(index: int, **changes: object) -> list[Event]:
             "was not acknowledged for this reply",
         ),
         # The unprocessed query disagrees with the rows.
-        (GOOD_EVENTS, AFTER, {1}, "'answered but not processed' found [1]"),
+        (GOOD_EVENTS, AFTER, {1}, "the unprocessed replies found [1]"),
         # The board moved more than the writes account for.
         (GOOD_EVENTS, Snapshot(items={1: GOOD_FINAL}, board_versions={9: 5}), set(), "board"),
         # Final state disagrees with the last state-changing write.

@@ -66,7 +66,9 @@ def _short(text: str, width: int = _QUESTION_WIDTH) -> str:
     help="Only items in this state (repeatable).",
 )
 @click.option(
-    "--unprocessed", is_flag=True, help="Only items answered but not processed by the agent."
+    "--unprocessed",
+    is_flag=True,
+    help="Only items with an unprocessed reply (answered, not yet acknowledged by the agent).",
 )
 @click.option("--limit", default=200, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")

@@ -133,7 +133,8 @@ class Board:
 
 
 def has_unprocessed_reply(item: InboxItem) -> bool:
-    """Answered but not processed: the one query the agent's next run starts from."""
+    """An unprocessed reply (answered but not processed): what the agent's next run
+    starts from."""
     return item.reply is not None and item.reply.outcome is None
 
 

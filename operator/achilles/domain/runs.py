@@ -7,6 +7,7 @@ terminal row when a runtime gate closes. Terminal rows never change again.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from enum import StrEnum
 
@@ -60,6 +61,17 @@ STALE_AFTER = timedelta(seconds=90)
 
 def can_transition(current: RunState, target: RunState) -> bool:
     return target in _ALLOWED[current]
+
+
+def states_that_may_become(target: RunState) -> frozenset[RunState]:
+    """Where a run may come from to end up in `target` (the journal's guards use this)."""
+    return frozenset(state for state, targets in _ALLOWED.items() if target in targets)
+
+
+def in_definition_order(states: Iterable[RunState]) -> list[RunState]:
+    """`states` in the enum's order, so SQL built from a set is spelled the same every time."""
+    chosen = set(states)
+    return [state for state in RunState if state in chosen]
 
 
 def is_terminal(state: RunState) -> bool:

@@ -136,7 +136,7 @@ def inbox_answered(args: NoArgs, ctx: ToolContext) -> dict[str, Any]:
     with its item_id and reply_serial.
     """
     with ctx.transaction() as session:
-        items = replies.take_unprocessed(session, ctx.agent_id)
+        items = replies.take_unprocessed_replies(session, ctx.agent_id)
     return {"answered": [item_record(item) for item in items]}
 
 
@@ -207,7 +207,7 @@ def run_start_note(ctx: ToolContext) -> str | None:
     it stays unprocessed and the next run is offered it again.
     """
     with ctx.transaction() as session:
-        items = replies.take_unprocessed(session, ctx.agent_id)
+        items = replies.take_unprocessed_replies(session, ctx.agent_id)
     return unprocessed_replies_note(items)
 
 

@@ -48,8 +48,9 @@ ITEM_COLUMNS = tuple(InboxItemRow.__table__.columns)
 GUARDED_WRITE_ATTEMPTS = 5
 
 
-def is_unprocessed() -> ColumnElement[bool]:
-    """Answered but not processed; the same predicate as the partial index."""
+def has_unprocessed_reply() -> ColumnElement[bool]:
+    """An unprocessed reply: the same predicate as the partial index
+    (`achilles.db.checks.UNPROCESSED_REPLY_PREDICATE`), for queries that join."""
     return and_(InboxItemRow.handled_at.is_not(None), InboxItemRow.outcome.is_(None))
 
 
@@ -187,7 +188,7 @@ def ask(
             or_(
                 table.c.state == new.state,
                 table.c.state != ItemState.BLOCKED.value,
-                not_(is_unprocessed()),
+                not_(has_unprocessed_reply()),
             ),
         ),
     ).returning(*ITEM_COLUMNS, literal_column("xmax = 0").label("inserted"))
@@ -256,7 +257,7 @@ def board_advance(
                 InboxItemRow.id == item_id,
                 InboxItemRow.revision == expected_revision,
                 InboxItemRow.state.in_(sources),
-                or_(InboxItemRow.state != ItemState.BLOCKED.value, not_(is_unprocessed())),
+                or_(InboxItemRow.state != ItemState.BLOCKED.value, not_(has_unprocessed_reply())),
                 board_unchanged,
             )
             .values(
@@ -334,7 +335,7 @@ def list_items(
     if states:
         query = query.where(InboxItemRow.state.in_([s.value for s in states]))
     if unprocessed_only:
-        query = query.where(is_unprocessed())
+        query = query.where(has_unprocessed_reply())
     rows = session.execute(query.order_by(InboxItemRow.id).limit(limit)).all()
     return [
         ItemListing(item=item_from_row(row), agent_name=row.agent_name, owner_key=row.owner_key)

@@ -24,15 +24,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from achilles.db.journal.models import Base, in_check, timestamp_column
-from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
-
-ITEM_STATES = [s.value for s in ItemState]
-REPLY_KINDS = [k.value for k in ReplyKind]
-REPLY_CHANNELS = [c.value for c in ReplyChannel]
-
-# Predicate of "answered but not processed" (the partial index and the query share it).
-UNPROCESSED_PREDICATE = "handled_at IS NOT NULL AND outcome IS NULL"
+from achilles.db.checks import (
+    ITEM_STATE_CHECK,
+    REPLY_CHANNEL_CHECK,
+    REPLY_KIND_CHECK,
+    UNPROCESSED_REPLY_PREDICATE,
+)
+from achilles.db.journal.models import Base, timestamp_column
 
 
 class InboxBoard(Base):
@@ -55,9 +53,9 @@ class InboxItemRow(Base):
     __tablename__ = "agent_inbox_items"
     __table_args__ = (
         UniqueConstraint("agent_id", "key"),
-        CheckConstraint(in_check("state", ITEM_STATES), name="state"),
-        CheckConstraint(in_check("reply_kind", REPLY_KINDS), name="reply_kind"),
-        CheckConstraint(in_check("reply_channel", REPLY_CHANNELS), name="reply_channel"),
+        CheckConstraint(ITEM_STATE_CHECK, name="state"),
+        CheckConstraint(REPLY_KIND_CHECK, name="reply_kind"),
+        CheckConstraint(REPLY_CHANNEL_CHECK, name="reply_channel"),
         CheckConstraint("key <> ''", name="key_not_empty"),
         CheckConstraint("btrim(question) <> ''", name="question_not_blank"),
         CheckConstraint("revision >= 1", name="revision_positive"),
@@ -76,7 +74,7 @@ class InboxItemRow(Base):
             "ix_agent_inbox_items_unprocessed",
             "agent_id",
             "handled_at",
-            postgresql_where=text(UNPROCESSED_PREDICATE),
+            postgresql_where=text(UNPROCESSED_REPLY_PREDICATE),
         ),
         Index("ix_agent_inbox_items_state", "state"),
     )

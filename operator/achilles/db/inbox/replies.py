@@ -25,7 +25,7 @@ from achilles.db.inbox.board import (
     bump_board,
     get_item,
     get_item_and_board_version,
-    is_unprocessed,
+    has_unprocessed_reply,
     item_from_row,
 )
 from achilles.db.inbox.models import InboxItemRow
@@ -81,7 +81,7 @@ def take_reply(session: Session, item_id: int) -> InboxItem | None:
     """Mark the item's unprocessed reply as taken (idempotent); None if there is none."""
     row = session.execute(
         update(InboxItemRow)
-        .where(InboxItemRow.id == item_id, is_unprocessed())
+        .where(InboxItemRow.id == item_id, has_unprocessed_reply())
         .values(reply_seen_at=func.coalesce(InboxItemRow.reply_seen_at, func.now()))
         .returning(*ITEM_COLUMNS)
     ).first()
@@ -91,22 +91,22 @@ def take_reply(session: Session, item_id: int) -> InboxItem | None:
     return item_from_row(row)
 
 
-def take_unprocessed(session: Session, agent_id: int) -> list[InboxItem]:
-    """Take every answered-but-not-processed reply of the agent, oldest first.
+def take_unprocessed_replies(session: Session, agent_id: int) -> list[InboxItem]:
+    """Take every unprocessed reply of the agent, oldest first.
 
     Replies taken earlier and never acknowledged (the agent crashed) are
     returned again with their first `reply_seen_at`.
     """
     locked = (
         select(InboxItemRow.id)
-        .where(InboxItemRow.agent_id == agent_id, is_unprocessed())
+        .where(InboxItemRow.agent_id == agent_id, has_unprocessed_reply())
         .order_by(InboxItemRow.id)
         .with_for_update()
         .scalar_subquery()
     )
     rows = session.execute(
         update(InboxItemRow)
-        .where(InboxItemRow.id.in_(locked), is_unprocessed())
+        .where(InboxItemRow.id.in_(locked), has_unprocessed_reply())
         .values(reply_seen_at=func.coalesce(InboxItemRow.reply_seen_at, func.now()))
         .returning(*ITEM_COLUMNS)
     ).all()
@@ -118,11 +118,11 @@ def _oldest_reply_first(item: InboxItem) -> tuple[datetime, int]:
     return item.reply.handled_at, item.id
 
 
-def answered_unprocessed(session: Session, agent_id: int) -> list[InboxItem]:
+def list_unprocessed_replies(session: Session, agent_id: int) -> list[InboxItem]:
     """Items whose human reply the agent has not acknowledged (taken or not), oldest first."""
     rows = session.execute(
         select(*ITEM_COLUMNS)
-        .where(InboxItemRow.agent_id == agent_id, is_unprocessed())
+        .where(InboxItemRow.agent_id == agent_id, has_unprocessed_reply())
         .order_by(InboxItemRow.handled_at, InboxItemRow.id)
     ).all()
     return [item_from_row(row) for row in rows]

@@ -7,7 +7,6 @@ those of seed 000. Relationships are `lazy="raise"`: queries say what they load.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +29,17 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from achilles.db.checks import (
+    ACTIVE_RUN_PREDICATE,
+    QUEUED_RUN_PREDICATE,
+    RUN_FINISHED_IFF_TERMINAL_CHECK,
+    RUN_REASON_MATCHES_STATE_CHECK,
+    RUN_SKIPPED_SPENDS_NOTHING_CHECK,
+    RUN_STARTED_WHEN_RAN_CHECK,
+    RUN_STATE_CHECK,
+    RUN_TRIGGER_CHECK,
+)
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -37,16 +47,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-RUN_TRIGGERS = ("manual", "scheduled")
-RUN_STATES = ("queued", "running", "succeeded", "failed", "skipped")
-SKIP_REASONS = ("budget_exceeded", "already_running")
-FAIL_REASONS = ("iteration_cap", "error", "stale")
-
-
-def in_check(column: str, values: Iterable[str]) -> str:
-    """A CHECK expression: `column` holds one of `values`."""
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
 class Base(DeclarativeBase):
@@ -179,32 +179,20 @@ class Agent(Base):
 class AgentRun(Base):
     __tablename__ = "agent_runs"
     __table_args__ = (
-        CheckConstraint(in_check("trigger", RUN_TRIGGERS), name="trigger"),
-        CheckConstraint(in_check("state", RUN_STATES), name="state"),
-        # A reason is a machine code that belongs to its state, and only there.
-        CheckConstraint(
-            # IS NOT NULL: `NULL IN (...)` is NULL, which a CHECK would let pass.
-            f"(state = 'skipped' AND reason IS NOT NULL AND {in_check('reason', SKIP_REASONS)})"
-            f" OR (state = 'failed' AND reason IS NOT NULL AND {in_check('reason', FAIL_REASONS)})"
-            " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)",
-            name="reason_matches_state",
-        ),
+        # The value lists and state rules are the domain's (`achilles.db.checks`).
+        CheckConstraint(RUN_TRIGGER_CHECK, name="trigger"),
+        CheckConstraint(RUN_STATE_CHECK, name="state"),
+        CheckConstraint(RUN_REASON_MATCHES_STATE_CHECK, name="reason_matches_state"),
         CheckConstraint("tokens_used >= 0", name="tokens_non_negative"),
-        CheckConstraint("state <> 'skipped' OR tokens_used = 0", name="skipped_spends_nothing"),
-        CheckConstraint(
-            "(state IN ('succeeded', 'failed', 'skipped')) = (finished_at IS NOT NULL)",
-            name="finished_iff_terminal",
-        ),
-        CheckConstraint(
-            "state NOT IN ('running', 'succeeded') OR started_at IS NOT NULL",
-            name="started_when_ran",
-        ),
+        CheckConstraint(RUN_SKIPPED_SPENDS_NOTHING_CHECK, name="skipped_spends_nothing"),
+        CheckConstraint(RUN_FINISHED_IFF_TERMINAL_CHECK, name="finished_iff_terminal"),
+        CheckConstraint(RUN_STARTED_WHEN_RAN_CHECK, name="started_when_ran"),
         # One active run per agent: the database is the lock (seed 000).
         Index(
             "uq_agent_runs_one_active_per_agent",
             "agent_id",
             unique=True,
-            postgresql_where=text("state IN ('queued', 'running')"),
+            postgresql_where=text(ACTIVE_RUN_PREDICATE),
         ),
         # One run per manual request value (idempotent across operator replicas).
         Index(
@@ -219,7 +207,7 @@ class AgentRun(Base):
             "ix_agent_runs_queued_fifo",
             "created_at",
             "id",
-            postgresql_where=text("state = 'queued'"),
+            postgresql_where=text(QUEUED_RUN_PREDICATE),
         ),
     )
 

@@ -1,13 +1,15 @@
 """The run journal (`agent_runs`): enqueue through the start gates, then guarded transitions.
 
-Every transition is one `UPDATE ... WHERE id = :id AND state = <expected>`; a
-function returns False when the row was no longer in that state (reaped,
-finished elsewhere), and callers must then stop writing. A trigger in the
-schema additionally refuses any update of a terminal row.
+Every transition is one `UPDATE ... WHERE id = :id AND state IN (<sources>)`, the
+sources being what the run state machine (`achilles.domain.runs`) allows for the
+target; a function returns False when the row was no longer there (reaped, finished
+elsewhere), and callers must then stop writing. A trigger in the schema additionally
+refuses any update of a terminal row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,7 +24,15 @@ from achilles.db.journal.settings import database_now, load_settings
 from achilles.db.journal.usage import weekly_tokens_used
 from achilles.domain.budget import week_window
 from achilles.domain.gates import closed_locks, is_budget_exhausted
-from achilles.domain.runs import STALE_AFTER, FailReason, RunState, RunTrigger, SkipReason
+from achilles.domain.runs import (
+    STALE_AFTER,
+    FailReason,
+    RunState,
+    RunTrigger,
+    SkipReason,
+    in_definition_order,
+    states_that_may_become,
+)
 from achilles.errors import StartRefused
 
 ONE_ACTIVE_RUN_INDEX = "uq_agent_runs_one_active_per_agent"
@@ -153,52 +163,61 @@ def _insert_skipped(
     return EnqueueResult(run_id=run_id, state=RunState.SKIPPED, reason=reason)
 
 
-def _transition(
-    session: Session,
-    run_id: int,
-    expected: tuple[RunState, ...],
-    values: dict[str, object],
+def _update_if_in(
+    session: Session, run_id: int, states: Iterable[RunState], values: dict[str, object]
 ) -> bool:
-    guard: ColumnElement[bool] = AgentRun.state.in_([state.value for state in expected])
+    """One guarded UPDATE: it writes only while the row is in one of `states`."""
+    guard: ColumnElement[bool] = AgentRun.state.in_(
+        [state.value for state in in_definition_order(states)]
+    )
     changed = session.execute(
         update(AgentRun).where(AgentRun.id == run_id, guard).values(**values).returning(AgentRun.id)
     ).first()
     return changed is not None
 
 
+def _transition(
+    session: Session,
+    run_id: int,
+    target: RunState,
+    values: dict[str, object],
+    *,
+    only_from: frozenset[RunState] | None = None,
+) -> bool:
+    """Move the row to `target` from a state the run state machine allows
+    (`achilles.domain.runs`), or only from `only_from`, a subset of those."""
+    sources = states_that_may_become(target)
+    if only_from is not None:
+        if not only_from <= sources:
+            raise ValueError(f"{sorted(only_from - sources)} may not become {target}")
+        sources = only_from
+    return _update_if_in(session, run_id, sources, {"state": target, **values})
+
+
 def claim_run(session: Session, run_id: int, *, now: datetime | None = None) -> bool:
     """`queued -> running`; False if the run is no longer queued."""
     now = now or database_now(session)
-    return _transition(
-        session,
-        run_id,
-        (RunState.QUEUED,),
-        {"state": RunState.RUNNING, "started_at": now, "heartbeat_at": now},
-    )
+    return _transition(session, run_id, RunState.RUNNING, {"started_at": now, "heartbeat_at": now})
 
 
 def record_heartbeat(session: Session, run_id: int, *, now: datetime | None = None) -> bool:
     now = now or database_now(session)
-    return _transition(session, run_id, (RunState.RUNNING,), {"heartbeat_at": now})
+    return _update_if_in(session, run_id, (RunState.RUNNING,), {"heartbeat_at": now})
 
 
 def add_tokens(session: Session, run_id: int, tokens: int) -> bool:
     """Count tokens as the run goes, so a crashed run still counts against the budget."""
     if tokens < 0:
         raise ValueError("tokens must be >= 0")
-    return _transition(
+    return _update_if_in(
         session, run_id, (RunState.RUNNING,), {"tokens_used": AgentRun.tokens_used + tokens}
     )
 
 
 def succeed_run(session: Session, run_id: int, output: str, *, now: datetime | None = None) -> bool:
+    """`running -> succeeded`."""
     now = now or database_now(session)
-    return _transition(
-        session,
-        run_id,
-        (RunState.RUNNING,),
-        {"state": RunState.SUCCEEDED, "output": output, "finished_at": now},
-    )
+    return _transition(session, run_id, RunState.SUCCEEDED, {"output": output, "finished_at": now})
 
 
 def fail_run(
@@ -212,12 +231,12 @@ def fail_run(
 ) -> bool:
     """`running -> failed` (or `queued -> failed` for a pod that never started)."""
     now = now or database_now(session)
-    expected = (RunState.RUNNING, RunState.QUEUED) if from_queued else (RunState.RUNNING,)
     return _transition(
         session,
         run_id,
-        expected,
-        {"state": RunState.FAILED, "reason": reason, "error": error, "finished_at": now},
+        RunState.FAILED,
+        {"reason": reason, "error": error, "finished_at": now},
+        only_from=None if from_queued else frozenset({RunState.RUNNING}),
     )
 
 

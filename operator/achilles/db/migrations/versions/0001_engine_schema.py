@@ -4,7 +4,9 @@ Revision ID: 0001_engine
 Revises:
 Create Date: 2026-11-29
 
-Written by hand from seed 000; `tests/db/test_schema.py` proves the models agree.
+Written by hand from seed 000; `tests/db/test_schema.py` proves the models agree. The
+run vocabulary (states, triggers, reasons) is spelled from the domain's enums
+(`achilles.db.checks`); `tests/unit/test_schema_text.py` pins the DDL this revision emits.
 """
 
 from __future__ import annotations
@@ -15,6 +17,18 @@ from datetime import datetime
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
+
+from achilles.db.checks import (
+    ACTIVE_RUN_PREDICATE,
+    QUEUED_RUN_PREDICATE,
+    RUN_FINISHED_IFF_TERMINAL_CHECK,
+    RUN_REASON_MATCHES_STATE_CHECK,
+    RUN_SKIPPED_SPENDS_NOTHING_CHECK,
+    RUN_STARTED_WHEN_RAN_CHECK,
+    RUN_STATE_CHECK,
+    RUN_TRIGGER_CHECK,
+    TERMINAL_RUN_STATES,
+)
 
 revision: str = "0001_engine"
 down_revision: str | Sequence[str] | None = None
@@ -176,34 +190,19 @@ def upgrade() -> None:
         sa.Column("finished_at", _TS),
         sa.Column("heartbeat_at", _TS),
         _created_at(),
+        sa.CheckConstraint(RUN_TRIGGER_CHECK, name=op.f("ck_agent_runs_trigger")),
+        sa.CheckConstraint(RUN_STATE_CHECK, name=op.f("ck_agent_runs_state")),
         sa.CheckConstraint(
-            "trigger IN ('manual', 'scheduled')", name=op.f("ck_agent_runs_trigger")
-        ),
-        sa.CheckConstraint(
-            "state IN ('queued', 'running', 'succeeded', 'failed', 'skipped')",
-            name=op.f("ck_agent_runs_state"),
-        ),
-        sa.CheckConstraint(
-            "(state = 'skipped' AND reason IS NOT NULL"
-            " AND reason IN ('budget_exceeded', 'already_running'))"
-            " OR (state = 'failed' AND reason IS NOT NULL"
-            " AND reason IN ('iteration_cap', 'error', 'stale'))"
-            " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)",
-            name=op.f("ck_agent_runs_reason_matches_state"),
+            RUN_REASON_MATCHES_STATE_CHECK, name=op.f("ck_agent_runs_reason_matches_state")
         ),
         sa.CheckConstraint("tokens_used >= 0", name=op.f("ck_agent_runs_tokens_non_negative")),
         sa.CheckConstraint(
-            "state <> 'skipped' OR tokens_used = 0",
-            name=op.f("ck_agent_runs_skipped_spends_nothing"),
+            RUN_SKIPPED_SPENDS_NOTHING_CHECK, name=op.f("ck_agent_runs_skipped_spends_nothing")
         ),
         sa.CheckConstraint(
-            "(state IN ('succeeded', 'failed', 'skipped')) = (finished_at IS NOT NULL)",
-            name=op.f("ck_agent_runs_finished_iff_terminal"),
+            RUN_FINISHED_IFF_TERMINAL_CHECK, name=op.f("ck_agent_runs_finished_iff_terminal")
         ),
-        sa.CheckConstraint(
-            "state NOT IN ('running', 'succeeded') OR started_at IS NOT NULL",
-            name=op.f("ck_agent_runs_started_when_ran"),
-        ),
+        sa.CheckConstraint(RUN_STARTED_WHEN_RAN_CHECK, name=op.f("ck_agent_runs_started_when_ran")),
     )
     op.create_index("ix_agent_runs_agent_id", "agent_runs", ["agent_id"])
     op.create_index("ix_agent_runs_finished_at", "agent_runs", ["finished_at"])
@@ -212,21 +211,21 @@ def upgrade() -> None:
         "agent_runs",
         ["agent_id"],
         unique=True,
-        postgresql_where=sa.text("state IN ('queued', 'running')"),
+        postgresql_where=sa.text(ACTIVE_RUN_PREDICATE),
     )
     op.create_index(
         "ix_agent_runs_queued_fifo",
         "agent_runs",
         ["created_at", "id"],
-        postgresql_where=sa.text("state = 'queued'"),
+        postgresql_where=sa.text(QUEUED_RUN_PREDICATE),
     )
     # Terminal rows are history: no code path may rewrite them (DESIGN.md §4).
     op.execute(
-        """
+        f"""
         CREATE FUNCTION achilles_forbid_terminal_run_update() RETURNS trigger
         LANGUAGE plpgsql AS $$
         BEGIN
-            IF OLD.state IN ('succeeded', 'failed', 'skipped') THEN
+            IF OLD.state IN ({TERMINAL_RUN_STATES}) THEN
                 RAISE EXCEPTION 'agent_runs row % is terminal (%) and cannot change',
                     OLD.id, OLD.state
                     USING ERRCODE = 'integrity_constraint_violation';

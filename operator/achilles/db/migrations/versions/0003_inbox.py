@@ -4,7 +4,9 @@ Revision ID: 0003_inbox
 Revises: 0001_engine
 Create Date: 2026-11-30
 
-Written by hand; `tests/db/test_inbox_schema.py` proves `db/inbox_models.py` agrees.
+Written by hand; `tests/db/test_inbox_schema.py` proves `db/inbox/models.py` agrees. The
+value lists are the domain's enums (`achilles.db.checks`); `tests/unit/test_schema_text.py`
+pins the DDL this revision emits.
 """
 
 from __future__ import annotations
@@ -14,6 +16,13 @@ from datetime import datetime
 
 import sqlalchemy as sa
 from alembic import op
+
+from achilles.db.checks import (
+    ITEM_STATE_CHECK,
+    REPLY_CHANNEL_CHECK,
+    REPLY_KIND_CHECK,
+    UNPROCESSED_REPLY_PREDICATE,
+)
 
 revision: str = "0003_inbox"
 down_revision: str | Sequence[str] | None = "0001_engine"
@@ -78,16 +87,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_agent_inbox_items"),
         # One question, one row (seed 003).
         sa.UniqueConstraint("agent_id", "key", name="uq_agent_inbox_items_agent_id_key"),
-        sa.CheckConstraint(
-            "state IN ('tracked', 'partial', 'missing', 'na', 'done', 'blocked')",
-            name=op.f("ck_agent_inbox_items_state"),
-        ),
-        sa.CheckConstraint(
-            "reply_kind IN ('answer', 'clarify')", name=op.f("ck_agent_inbox_items_reply_kind")
-        ),
-        sa.CheckConstraint(
-            "reply_channel IN ('inbox', 'chat')", name=op.f("ck_agent_inbox_items_reply_channel")
-        ),
+        sa.CheckConstraint(ITEM_STATE_CHECK, name=op.f("ck_agent_inbox_items_state")),
+        sa.CheckConstraint(REPLY_KIND_CHECK, name=op.f("ck_agent_inbox_items_reply_kind")),
+        sa.CheckConstraint(REPLY_CHANNEL_CHECK, name=op.f("ck_agent_inbox_items_reply_channel")),
         sa.CheckConstraint("key <> ''", name=op.f("ck_agent_inbox_items_key_not_empty")),
         sa.CheckConstraint(
             "btrim(question) <> ''", name=op.f("ck_agent_inbox_items_question_not_blank")
@@ -112,12 +114,12 @@ def upgrade() -> None:
             name=op.f("ck_agent_inbox_items_outcome_needs_take"),
         ),
     )
-    # "Answered but not processed" is one indexed query.
+    # The unprocessed replies ("answered but not processed") are one indexed query.
     op.create_index(
         "ix_agent_inbox_items_unprocessed",
         "agent_inbox_items",
         ["agent_id", "handled_at"],
-        postgresql_where=sa.text("handled_at IS NOT NULL AND outcome IS NULL"),
+        postgresql_where=sa.text(UNPROCESSED_REPLY_PREDICATE),
     )
     op.create_index("ix_agent_inbox_items_state", "agent_inbox_items", ["state"])
     # `achilles_touch_updated_at()` comes with 0001_engine.

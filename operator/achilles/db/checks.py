@@ -1,0 +1,70 @@
+"""CHECK expressions and index predicates spelled from the domain's enums, once, for the
+models and the migrations alike.
+
+A value list (run states, reasons, item states, ...) is the enum's; these strings are
+what the schema says about it. Migrations that have shipped must keep producing the
+DDL they produced: `tests/unit/test_schema_text.py` pins the texts, so a new enum value
+fails there and calls for a new migration instead of silently changing an old one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
+from achilles.domain.runs import (
+    ACTIVE_STATES,
+    TERMINAL_STATES,
+    FailReason,
+    RunState,
+    RunTrigger,
+    SkipReason,
+    in_definition_order,
+)
+
+
+def sql_values(values: Iterable[str]) -> str:
+    """`'a', 'b'`: a list of SQL string literals (the values are our own identifiers)."""
+    return ", ".join(f"'{value}'" for value in values)
+
+
+def in_check(column: str, values: Iterable[str]) -> str:
+    """`column` holds one of `values`."""
+    return f"{column} IN ({sql_values(values)})"
+
+
+def not_in_check(column: str, values: Iterable[str]) -> str:
+    return f"{column} NOT IN ({sql_values(values)})"
+
+
+# --- agent_runs (0001_engine) ---
+
+TERMINAL_RUN_STATES = sql_values(in_definition_order(TERMINAL_STATES))
+RUN_TRIGGER_CHECK = in_check("trigger", RunTrigger)
+RUN_STATE_CHECK = in_check("state", RunState)
+# A reason is a machine code that belongs to its state, and only there. IS NOT NULL:
+# `NULL IN (...)` is NULL, which a CHECK would let pass.
+RUN_REASON_MATCHES_STATE_CHECK = (
+    f"(state = '{RunState.SKIPPED}' AND reason IS NOT NULL AND {in_check('reason', SkipReason)})"
+    f" OR (state = '{RunState.FAILED}' AND reason IS NOT NULL"
+    f" AND {in_check('reason', FailReason)})"
+    f" OR ({not_in_check('state', (RunState.SKIPPED, RunState.FAILED))} AND reason IS NULL)"
+)
+RUN_SKIPPED_SPENDS_NOTHING_CHECK = f"state <> '{RunState.SKIPPED}' OR tokens_used = 0"
+RUN_FINISHED_IFF_TERMINAL_CHECK = f"(state IN ({TERMINAL_RUN_STATES})) = (finished_at IS NOT NULL)"
+# Only `running` and what it leads to normally carry a start time: a queued run can fail
+# without ever starting.
+RUN_STARTED_WHEN_RAN_CHECK = (
+    f"{not_in_check('state', (RunState.RUNNING, RunState.SUCCEEDED))} OR started_at IS NOT NULL"
+)
+# The one-active-run lock (partial unique index) and the FIFO of waiting runs.
+ACTIVE_RUN_PREDICATE = in_check("state", in_definition_order(ACTIVE_STATES))
+QUEUED_RUN_PREDICATE = f"state = '{RunState.QUEUED}'"
+
+# --- agent_inbox_items (0003_inbox) ---
+
+ITEM_STATE_CHECK = in_check("state", ItemState)
+REPLY_KIND_CHECK = in_check("reply_kind", ReplyKind)
+REPLY_CHANNEL_CHECK = in_check("reply_channel", ReplyChannel)
+# An unprocessed reply ("answered but not processed"): the partial index and the queries.
+UNPROCESSED_REPLY_PREDICATE = "handled_at IS NOT NULL AND outcome IS NULL"

@@ -1,0 +1,53 @@
+"""The CHECK texts and index predicates that shipped migrations emit, pinned.
+
+`achilles.db.checks` spells them from the domain's enums for the models and the
+migrations alike. A migration that has run somewhere must keep emitting the same DDL,
+so when an enum grows this test fails: write a new migration that replaces the
+constraint, and pin the new text there, instead of editing this history.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from achilles.db import checks
+
+SHIPPED = {
+    # 0001_engine
+    "RUN_TRIGGER_CHECK": "trigger IN ('manual', 'scheduled')",
+    "RUN_STATE_CHECK": "state IN ('queued', 'running', 'succeeded', 'failed', 'skipped')",
+    "RUN_REASON_MATCHES_STATE_CHECK": (
+        "(state = 'skipped' AND reason IS NOT NULL"
+        " AND reason IN ('budget_exceeded', 'already_running'))"
+        " OR (state = 'failed' AND reason IS NOT NULL"
+        " AND reason IN ('iteration_cap', 'error', 'stale'))"
+        " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)"
+    ),
+    "RUN_SKIPPED_SPENDS_NOTHING_CHECK": "state <> 'skipped' OR tokens_used = 0",
+    "RUN_FINISHED_IFF_TERMINAL_CHECK": (
+        "(state IN ('succeeded', 'failed', 'skipped')) = (finished_at IS NOT NULL)"
+    ),
+    "RUN_STARTED_WHEN_RAN_CHECK": "state NOT IN ('running', 'succeeded') OR started_at IS NOT NULL",
+    "ACTIVE_RUN_PREDICATE": "state IN ('queued', 'running')",
+    "QUEUED_RUN_PREDICATE": "state = 'queued'",
+    "TERMINAL_RUN_STATES": "'succeeded', 'failed', 'skipped'",
+    # 0003_inbox
+    "ITEM_STATE_CHECK": "state IN ('tracked', 'partial', 'missing', 'na', 'done', 'blocked')",
+    "REPLY_KIND_CHECK": "reply_kind IN ('answer', 'clarify')",
+    "REPLY_CHANNEL_CHECK": "reply_channel IN ('inbox', 'chat')",
+    "UNPROCESSED_REPLY_PREDICATE": "handled_at IS NOT NULL AND outcome IS NULL",
+}
+
+
+@pytest.mark.parametrize(("name", "text"), sorted(SHIPPED.items()))
+def test_shipped_schema_text_is_unchanged(name: str, text: str) -> None:
+    assert getattr(checks, name) == text, (
+        f"{name} changed: shipped migrations must keep their DDL; add a migration instead"
+    )
+
+
+def test_every_schema_text_is_pinned() -> None:
+    spelled = {
+        name for name, value in vars(checks).items() if name.isupper() and isinstance(value, str)
+    }
+    assert spelled == set(SHIPPED)
