@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,26 +270,38 @@ def _is_current(name: str, version: str, bin_dir: Path, manifest: dict[str, str]
     return manifest.get(name) == version and (bin_dir / name).exists()
 
 
-def missing_binaries(versions: Versions | None = None, *, node: bool = True) -> list[str]:
+def missing_binaries(
+    versions: Versions | None = None,
+    *,
+    node: bool = True,
+    only: Collection[str] | None = None,
+) -> list[str]:
     """Binaries not built at the pinned version (empty when the cache is warm).
 
-    `node=False` leaves out the real node's binaries (a stack with the process stand-in).
+    `node=False` leaves out the real node's binaries (a stack with the process stand-in);
+    `only` limits the question to those binaries (e.g. `{"helm"}` for `make lint`).
     """
     versions = versions or load_versions()
     bin_dir = build_root(versions) / "bin"
     manifest = _read_manifest(bin_dir)
     return [
         name
-        for name, version in _pinned(versions, node=node).items()
+        for name, version in _pinned(versions, node=node, only=only).items()
         if not _is_current(name, version, bin_dir, manifest)
     ]
 
 
-def _pinned(versions: Versions, *, node: bool) -> dict[str, str]:
+def _is_wanted(name: str, *, node: bool, only: Collection[str] | None) -> bool:
+    if only is not None:
+        return name in only
+    return node or name not in NODE_BINARIES
+
+
+def _pinned(versions: Versions, *, node: bool, only: Collection[str] | None) -> dict[str, str]:
     return {
         binary.name: binary.version
         for binary in components(versions, "")
-        if node or binary.name not in NODE_BINARIES
+        if _is_wanted(binary.name, node=node, only=only)
     }
 
 
@@ -298,13 +310,20 @@ def ensure_built(
     *,
     force: bool = False,
     node: bool = True,
+    only: Collection[str] | None = None,
     report: Report = _print,
 ) -> Path:
-    """Build whatever is missing or outdated; return the bin directory. Idempotent."""
+    """Build whatever is missing or outdated (of `only`, when given); return the bin
+    directory. Idempotent."""
     versions = versions or load_versions()
     root = build_root(versions)
     bin_dir = root / "bin"
-    if not force and not missing_binaries(versions, node=node):
+    if only is not None and (unknown := set(only) - {b.name for b in components(versions, "")}):
+        raise LocalStackError(f"no such binary to build: {', '.join(sorted(unknown))}")
+    if not force and not missing_binaries(versions, node=node, only=only):
+        if only is not None:
+            report(f"already built: {', '.join(sorted(only))} in {bin_dir}")
+            return bin_dir
         report(
             f"already built: {bin_dir} (kubernetes {versions.kubernetes}, "
             f"etcd {versions.etcd}, helm {versions.helm}"
@@ -316,13 +335,19 @@ def ensure_built(
         manifest = _read_manifest(bin_dir)
         src_root = root / "src"
         src_root.mkdir(exist_ok=True)
-        release = _module_info("k8s.io/kubernetes", versions.kubernetes, src_root)
-        todo = [
-            b
-            for b in components(versions, release.get("Time", "1970-01-01T00:00:00Z"))
-            if (node or b.name not in NODE_BINARIES)
+        wanted = {
+            b.name
+            for b in components(versions, "")
+            if _is_wanted(b.name, node=node, only=only)
             and (force or not _is_current(b.name, b.version, bin_dir, manifest))
-        ]
+        }
+        # Only Kubernetes' own binaries stamp its release time, and looking it up
+        # downloads the whole k8s.io/kubernetes module: not for helm alone.
+        release_time = "1970-01-01T00:00:00Z"
+        if any(b.replaces_kubernetes_staging for b in components(versions, "") if b.name in wanted):
+            release = _module_info("k8s.io/kubernetes", versions.kubernetes, src_root)
+            release_time = release.get("Time", release_time)
+        todo = [b for b in components(versions, release_time) if b.name in wanted]
         if not todo:  # another process finished the build while we waited for the lock
             report(f"already built: {bin_dir}")
             return bin_dir

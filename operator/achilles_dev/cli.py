@@ -54,11 +54,21 @@ def dev() -> None:
 @click.option(
     "--no-images", is_flag=True, help="Only the binaries (enough for the process stand-in)."
 )
+@click.option(
+    "--only",
+    "only",
+    multiple=True,
+    metavar="BINARY",
+    help="Build just this binary, no images (repeatable), e.g. `--only helm` for `make lint`.",
+)
 @reports_errors
-def build(force: bool, no_images: bool) -> None:
+def build(force: bool, no_images: bool, only: tuple[str, ...]) -> None:
     """Build the binaries (once) and the base, pause, engine and runner images (cached layers)."""
     from achilles_dev.build import ensure_built
 
+    if only:
+        ensure_built(force=force, only=set(only))
+        return
     ensure_built(force=force, node=not no_images)
     if not no_images:
         from achilles_dev.images import ensure_images

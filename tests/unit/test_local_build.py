@@ -107,3 +107,32 @@ def test_a_bumped_version_is_missing_again(tmp_path: Path, monkeypatch: pytest.M
         (target / name).write_text("binary")
     (target / ".built.json").write_text(json.dumps(dict.fromkeys(BINARIES, "old")))
     assert sorted(build.missing_binaries(PINNED)) == sorted(BINARIES)
+
+
+def test_lint_needs_helm_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`achilles dev build --only helm` builds helm and nothing else, without even looking
+    up the Kubernetes release (that downloads the whole k8s.io/kubernetes module)."""
+    monkeypatch.setenv("ACHILLES_CACHE_DIR", str(tmp_path))
+    assert build.missing_binaries(PINNED, only={"helm"}) == ["helm"]
+    built: list[str] = []
+
+    def module_info(module: str, version: str, cwd: Path) -> dict[str, str]:
+        pytest.fail(f"looked up {module}")
+
+    def compile_(binary: build.GoBinary, src: Path, target: Path, report: build.Report) -> None:
+        built.append(binary.name)
+        target.write_text("binary")
+
+    monkeypatch.setattr(build, "_module_info", module_info)
+    monkeypatch.setattr(build, "_prepare_module", lambda binary, versions, src: None)
+    monkeypatch.setattr(build, "_compile", compile_)
+    monkeypatch.setattr(build, "_version_output", lambda binary, path: binary.version)
+
+    build.ensure_built(PINNED, only={"helm"}, report=lambda line: None)
+    assert built == ["helm"]
+    assert build.missing_binaries(PINNED, only={"helm"}) == []
+    lines: list[str] = []
+    build.ensure_built(PINNED, only={"helm"}, report=lines.append)
+    assert lines == [f"already built: helm in {bin_dir(PINNED)}"]
+    with pytest.raises(LocalStackError, match="no such binary to build: hlem"):
+        build.ensure_built(PINNED, only={"hlem"})
