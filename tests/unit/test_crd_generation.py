@@ -237,7 +237,8 @@ def test_agent_columns_are_the_at_a_glance_set() -> None:
     version = crdgen.build_crd(KINDS[0])["spec"]["versions"][0]
     shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
     assert shown == [
-        "Owner", "Enabled", "Admin-Paused", "Model", "Schedule", "Next-Run", "Last-State", "Age",
+        "Owner", "Enabled", "Admin-Paused", "Model", "Schedule", "Next-Run", "Last-State",
+        "Phase", "Age",
     ]  # fmt: skip
 
 

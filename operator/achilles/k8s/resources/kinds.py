@@ -68,7 +68,7 @@ AGENT = CustomResourceKind(
         PrinterColumn("Schedule", ".status.scheduleSummary", description="Schedule in words"),
         PrinterColumn("Next-Run", ".status.nextRunAt", type="date", description="Next slot"),
         PrinterColumn("Last-State", ".status.lastRun.state", description="Last run's state"),
-        PrinterColumn("Phase", ".status.phase", description="Why it can(not) run", priority=1),
+        PrinterColumn("Phase", ".status.phase", description="Why it can(not) run"),
         AGE,
     ),
 )

@@ -1,0 +1,252 @@
+"""The operator and the durable locks that change under it, on the real control plane:
+model withdrawal and re-creation, owner deactivation through the CLI, a calendar slot
+firing, and a frozen runner reaped from its heartbeat while its pod looks alive."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+
+from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
+from tests.cluster.conftest import Cluster
+from tests.cluster.install.api import Achilles
+from tests.cluster.install.conftest import Release
+from tests.cluster.install.operator_support import OperatorProcess, run_jobs, running_operator
+from tests.cluster.install.test_operator_runs import _env, _runner_pid
+from tests.crd_cases import agent, agent_model
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+STALE_AFTER_SECONDS = 6
+
+
+@pytest.fixture(scope="module")
+def journal(achilles_release: Release) -> Iterator[Engine]:
+    engine = create_engine(
+        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
+    )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Cluster, achilles_release: Release, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    env = {**_env(600.0), "ACHILLES_STALE_AFTER_SECONDS": str(STALE_AFTER_SECONDS)}
+    log = tmp_path_factory.mktemp("locks") / "operator.log"
+    with running_operator(cluster, achilles_release, log, **env) as process:
+        yield process
+
+
+def _rows(journal: Engine, sql: str, **params: Any) -> list[Any]:
+    with journal.begin() as conn:
+        return list(conn.execute(text(sql), params))
+
+
+def _status(api: Achilles, name: str, namespace: str) -> dict[str, Any]:
+    status: dict[str, Any] = api.get("Agent", name, namespace).get("status") or {}
+    return status
+
+
+def _spec(api: Achilles, name: str, namespace: str) -> dict[str, Any]:
+    spec: dict[str, Any] = api.get("Agent", name, namespace)["spec"]
+    return spec
+
+
+def _owner(journal: Engine) -> str:
+    key = f"owner-{uuid.uuid4().hex[:6]}"
+    with journal.begin() as conn:
+        conn.execute(text("INSERT INTO users (key, timezone) VALUES (:k, 'UTC')"), {"k": key})
+    return key
+
+
+def test_a_withdrawn_model_stops_its_agents_and_its_return_revives_nobody(
+    admin_api: Achilles, operator: OperatorProcess, journal: Engine, namespace: str
+) -> None:
+    model = f"m-{uuid.uuid4().hex[:6]}"
+    admin_api.create(agent_model(model))
+    admin_api.create(
+        agent(
+            "w", owner=_owner(journal), model=model, schedule={"type": "interval", "everyHours": 2}
+        ),
+        namespace,
+    )
+    wait_for(lambda: _status(admin_api, "w", namespace).get("phase") == "Ready", 60, what="Ready")
+    admin_api.delete("AgentModel", model)
+    wait_for(
+        lambda: (
+            "model" not in _spec(admin_api, "w", namespace)
+            and _status(admin_api, "w", namespace).get("phase") == "NoModel"
+        ),
+        60,
+        what="spec.model cleared and phase NoModel",
+    )
+    assert _status(admin_api, "w", namespace).get("nextRunAt") is None
+    admin_api.create(agent_model(model))
+    wait_for(
+        lambda: _rows(journal, "SELECT 1 FROM agent_models WHERE name = :m", m=model),
+        60,
+        what="the model to be back in the allowlist",
+    )
+    status = _status(admin_api, "w", namespace)
+    assert status["phase"] == "NoModel"
+    assert "model" not in _spec(admin_api, "w", namespace)
+    admin_api.delete("AgentModel", model)
+
+
+def test_owner_deactivation_switches_the_agent_off_on_its_resource(
+    cluster: Cluster,
+    achilles_release: Release,
+    admin_api: Achilles,
+    operator: OperatorProcess,
+    journal: Engine,
+    namespace: str,
+) -> None:
+    model = f"m-{uuid.uuid4().hex[:6]}"
+    admin_api.create(agent_model(model))
+    owner = _owner(journal)
+    admin_api.create(agent("d", owner=owner, model=model), namespace)
+    wait_for(lambda: _status(admin_api, "d", namespace).get("phase") == "Ready", 60, what="Ready")
+    done = subprocess.run(
+        [sys.executable, "-m", "achilles", "users", "upsert", owner, "--inactive"],
+        env={**os.environ, "ACHILLES_DATABASE_URL": achilles_release.database_url},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    wait_for(
+        lambda: (
+            _spec(admin_api, "d", namespace).get("enabled") is False
+            and _status(admin_api, "d", namespace).get("phase") in ("Disabled", "OwnerInactive")
+        ),
+        60,
+        what="spec.enabled false written by the operator",
+    )
+    admin_api.delete("AgentModel", model)
+
+
+def test_a_calendar_slot_fires_once(
+    admin_api: Achilles, operator: OperatorProcess, journal: Engine, namespace: str
+) -> None:
+    model = f"m-{uuid.uuid4().hex[:6]}"
+    admin_api.create(agent_model(model))
+    slot = (datetime.now(UTC) + timedelta(seconds=70)).replace(second=0, microsecond=0)
+    schedule = {"type": "calendar", "cadence": "daily", "time": slot.strftime("%H:%M")}
+    admin_api.create(agent("cal", owner=_owner(journal), model=model, schedule=schedule), namespace)
+    status = wait_for(
+        lambda: (s := _status(admin_api, "cal", namespace)).get("nextRunAt") and s,
+        60,
+        what="a next slot",
+    )
+    assert datetime.fromisoformat(status["nextRunAt"].replace("Z", "+00:00")) == slot
+    agent_id = status["databaseId"]
+    run = wait_for(
+        lambda: (
+            _rows(
+                journal,
+                "SELECT id, trigger, scheduled_for FROM agent_runs WHERE agent_id = :a",
+                a=agent_id,
+            )
+            or [None]
+        )[0],
+        150,
+        what="the slot's run",
+    )
+    assert run.trigger == "scheduled"
+    assert run.scheduled_for == slot
+    wait_for(
+        lambda: f"achilles-run-{run.id}" in [j.metadata.name for j in run_jobs(operator.cluster)],
+        30,
+        what="its Job",
+    )
+    status = wait_for(
+        lambda: (
+            (s := _status(admin_api, "cal", namespace)).get("nextRunAt") != status["nextRunAt"]
+            and s
+        ),
+        30,
+        what="the next day's slot",
+    )
+    assert datetime.fromisoformat(status["nextRunAt"].replace("Z", "+00:00")) == slot + timedelta(
+        days=1
+    )
+    assert len(_rows(journal, "SELECT id FROM agent_runs WHERE agent_id = :a", a=agent_id)) == 1
+    admin_api.delete("Agent", "cal", namespace)
+    admin_api.delete("AgentModel", model)
+
+
+def test_a_frozen_runner_is_reaped_stale_and_writes_nothing_after(
+    admin_api: Achilles, operator: OperatorProcess, journal: Engine, namespace: str
+) -> None:
+    model = f"m-{uuid.uuid4().hex[:6]}"
+    admin_api.create(agent_model(model))
+    admin_api.create(agent("frozen", owner=_owner(journal), model=model), namespace)
+    status = wait_for(
+        lambda: (s := _status(admin_api, "frozen", namespace)).get("databaseId") and s,
+        60,
+        what="a row",
+    )
+    value = format_run_request(datetime.now(UTC))
+    admin_api.patch(
+        "Agent", "frozen", {"metadata": {"annotations": {RUN_REQUESTED_AT: value}}}, namespace
+    )
+    run = wait_for(
+        lambda: (
+            _rows(
+                journal,
+                "SELECT id FROM agent_runs WHERE agent_id = :a AND state = 'running'",
+                a=status["databaseId"],
+            )
+            or [None]
+        )[0],
+        60,
+        what="the run to be running",
+    )
+    pid = wait_for(lambda: _runner_pid(run.id), 30, what="the runner process")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        reaped = wait_for(
+            lambda: (
+                _rows(
+                    journal,
+                    "SELECT reason, error FROM agent_runs WHERE id = :r AND state = 'failed'",
+                    r=run.id,
+                )
+                or [None]
+            )[0],
+            STALE_AFTER_SECONDS * 10,
+            what="the frozen run to be reaped",
+        )
+        assert reaped.reason == "stale"
+        wait_for(
+            lambda: (
+                f"achilles-run-{run.id}"
+                not in [j.metadata.name for j in run_jobs(operator.cluster)]
+            ),
+            30,
+            what="its Job deleted",
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    # Resumed, the runner finds its row reaped (every write is guarded) and ends.
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, what="the resumed runner to end")
+    rows = _rows(
+        journal, "SELECT state, reason FROM agent_runs WHERE agent_id = :a", a=status["databaseId"]
+    )
+    assert [(r.state, r.reason) for r in rows] == [("failed", "stale")]

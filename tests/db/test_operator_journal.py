@@ -1,0 +1,205 @@
+"""The operator's database guarantees, with real parallel connections (DESIGN.md §4):
+one row per run request across replicas, one scheduled run per slot with two scheduler
+passes at once, missed slots collapsing, the concurrency cap and FIFO decided in the
+database, zone changes noticed, model withdrawal stopping agents for good."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+from achilles.db.database import Database
+from achilles.db.journal import catalogue
+from achilles.db.journal import dispatch as queue
+from achilles.db.journal import runs as journal
+from achilles.db.journal.schedule import refresh_next_run, take_agents_to_reschedule
+from achilles.domain.runs import RunState, RunTrigger, SkipReason
+from achilles.services import scheduler
+from tests.db.factories import make_agent, make_model, make_owner, set_settings
+
+T = TypeVar("T")
+PARALLEL = 20
+
+
+def _parallel(engine: Engine, work: Callable[[Session], T], writers: int = PARALLEL) -> list[T]:
+    barrier = threading.Barrier(writers)
+
+    def one(_: int) -> T:
+        with Session(engine) as session, session.begin():
+            session.connection()  # each holds its own connection before the start line
+            barrier.wait(timeout=60)
+            return work(session)
+
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        return list(pool.map(one, range(writers)))
+
+
+def _count(engine: Engine, sql: str, **params: object) -> int:
+    return int(_one(engine, sql, **params)[0])
+
+
+def _one(engine: Engine, sql: str, **params: object) -> Any:
+    with engine.begin() as conn:
+        return conn.execute(text(sql), params).one()
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_one_request_seen_by_many_replicas_writes_one_row(db: Engine, round_: int) -> None:
+    agent_id = make_agent(db)
+    request = f"2026-12-01T09:00:00.{round_:06d}Z"
+    results = _parallel(
+        db, lambda s: journal.enqueue_run(s, agent_id, RunTrigger.MANUAL, request_key=request)
+    )
+    assert _count(db, "SELECT count(*) FROM agent_runs WHERE agent_id = :a", a=agent_id) == 1
+    assert {r.run_id for r in results} == {results[0].run_id}
+    assert sum(not r.duplicate_request for r in results) == 1
+    assert all(r.state is RunState.QUEUED for r in results)
+
+
+def test_a_request_refused_by_overlap_is_still_answered_once(db: Engine) -> None:
+    agent_id = make_agent(db)
+    with Session(db) as session, session.begin():
+        journal.enqueue_run(session, agent_id, RunTrigger.SCHEDULED)
+    results = _parallel(
+        db, lambda s: journal.enqueue_run(s, agent_id, RunTrigger.MANUAL, request_key="r2")
+    )
+    assert {(r.state, r.reason) for r in results} == {
+        (RunState.SKIPPED, SkipReason.ALREADY_RUNNING)
+    }
+    assert _count(db, "SELECT count(*) FROM agent_runs WHERE request_key = 'r2'") == 1
+
+
+def _due_agents(db: Engine, count: int, *, hours: int = 6, late: timedelta) -> list[int]:
+    owner = make_owner(db)
+    ids = [
+        make_agent(db, owner, schedule={"type": "interval", "every_hours": hours})
+        for _ in range(count)
+    ]
+    with db.begin() as conn:
+        conn.execute(
+            text("UPDATE agents SET next_run_at = now() - :late, schedule_zone = 'UTC'"
+                 " WHERE id = ANY(:ids)"),
+            {"late": late, "ids": ids},
+        )  # fmt: skip
+    return ids
+
+
+def test_two_scheduler_passes_at_once_enqueue_each_slot_once(db: Engine, database_url: str) -> None:
+    set_settings(db, weekly_token_budget=10**9) if False else None
+    ids = _due_agents(db, 40, late=timedelta(seconds=1))
+    database = Database(database_url, pool_size=4)
+    try:
+        barrier = threading.Barrier(2)
+
+        def tick(_: int) -> scheduler.TickResult:
+            barrier.wait(timeout=30)
+            return scheduler.schedule_due_agents(database, batch=7)
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            ticks = list(pool.map(tick, range(2)))
+    finally:
+        database.dispose()
+    enqueued = [agent for t in ticks for agent, _ in t.enqueued]
+    assert Counter(enqueued) == Counter(ids)
+    assert _count(db, "SELECT count(*) FROM agent_runs WHERE agent_id = ANY(:i)", i=ids) == 40
+    assert (
+        _count(db, "SELECT count(*) FROM agents WHERE id = ANY(:i) AND next_run_at > now()", i=ids)
+        == 40
+    )
+
+
+def test_missed_slots_collapse_into_one_run_and_the_grid_is_kept(
+    db: Engine, database_url: str
+) -> None:
+    (agent_id,) = _due_agents(db, 1, hours=6, late=timedelta(hours=20, minutes=30))
+    before = _one(db, "SELECT next_run_at FROM agents WHERE id = :a", a=agent_id)[0]
+    database = Database(database_url)
+    try:
+        scheduler.schedule_due_agents(database)
+        scheduler.schedule_due_agents(database)
+    finally:
+        database.dispose()
+    assert _count(db, "SELECT count(*) FROM agent_runs WHERE agent_id = :a", a=agent_id) == 1
+    after = _one(db, "SELECT next_run_at FROM agents WHERE id = :a", a=agent_id)[0]
+    # 20.5 h late on a 6 h grid: the next slot is the 4th after the missed one, in the future.
+    assert after - before == timedelta(hours=24)
+    assert after > datetime.now(UTC)
+
+
+def test_the_cap_is_decided_in_the_database_fifo(db: Engine) -> None:
+    set_settings(db, agent_max_concurrency=3)
+    owner = make_owner(db)
+    run_ids = []
+    for _ in range(10):
+        agent_id = make_agent(db, owner)
+        with Session(db) as session, session.begin():
+            run_ids.append(journal.enqueue_run(session, agent_id, RunTrigger.MANUAL).run_id)
+
+    def take(session: Session) -> list[int]:
+        taken = queue.take_dispatchable_runs(session, cap=3, batch=10)
+        queue.mark_dispatched(session, [r.run_id for r in taken], datetime.now(UTC))
+        return [r.run_id for r in taken]
+
+    taken = [run for batch in _parallel(db, take, writers=5) for run in batch]
+    assert sorted(taken) == run_ids[:3], "the oldest three, once each"
+    with Session(db) as session, session.begin():
+        assert queue.take_dispatchable_runs(session, cap=3, batch=10) == []
+        journal.claim_run(session, run_ids[0])
+        journal.succeed_run(session, run_ids[0], "done")
+    with Session(db) as session, session.begin():
+        assert [r.run_id for r in queue.take_dispatchable_runs(session, cap=3, batch=10)] == [
+            run_ids[3]
+        ]
+
+
+def test_an_owner_zone_change_moves_a_calendar_slot(db: Engine) -> None:
+    owner = make_owner(db, timezone="Europe/Berlin")
+    agent_id = make_agent(
+        db, owner, schedule={"type": "calendar", "cadence": "daily", "time": "09:00"}
+    )
+    with Session(db) as session, session.begin():
+        now = datetime.now(UTC)
+        refresh_next_run(session, agent_id, now, reset=True)
+    berlin = _one(db, "SELECT next_run_at FROM agents WHERE id = :a", a=agent_id)[0]
+    with db.begin() as conn:
+        conn.execute(
+            text("UPDATE users SET timezone = 'America/New_York' WHERE key = :k"), {"k": owner}
+        )
+    with Session(db) as session, session.begin():
+        stale = take_agents_to_reschedule(session, 100)
+        assert [a.agent_id for a in stale] == [agent_id]
+        refresh_next_run(session, agent_id, datetime.now(UTC), reset=False)
+    row = _one(db, "SELECT next_run_at, schedule_zone FROM agents WHERE id = :a", a=agent_id)
+    assert row.schedule_zone == "America/New_York"
+    assert row.next_run_at != berlin
+    assert row.next_run_at.astimezone(UTC).hour in (13, 14)  # 09:00 in New York
+
+
+def test_model_withdrawal_stops_agents_and_a_new_model_of_that_name_revives_nobody(
+    db: Engine,
+) -> None:
+    make_model(db, "gpt-small")
+    agent_id = make_agent(
+        db, model_name="gpt-small", schedule={"type": "interval", "every_hours": 1}
+    )
+    with Session(db) as session, session.begin():
+        refresh_next_run(session, agent_id, datetime.now(UTC), reset=True)
+        stopped = catalogue.withdraw_model(session, "gpt-small")
+    assert [a.agent_id for a in stopped] == [agent_id]
+    with Session(db) as session, session.begin():
+        catalogue.upsert_model(
+            session,
+            catalogue.ModelRow("gpt-small", "http://x/v1", "m", None, None, is_default=False),
+        )
+        refresh_next_run(session, agent_id, datetime.now(UTC), reset=False)
+    row = _one(db, "SELECT model_id, next_run_at FROM agents WHERE id = :a", a=agent_id)
+    assert row.model_id is None
+    assert row.next_run_at is None
