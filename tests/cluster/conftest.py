@@ -1,14 +1,29 @@
-"""Cluster tier: a real control plane (etcd, kube-apiserver, kube-controller-manager) and the
-kubelet stand-in, started once per session by the same code as `achilles dev up`.
+"""Cluster tier: a real control plane (etcd, kube-apiserver, kube-controller-manager), started
+once per session by the same code as `achilles dev up`, with one of two nodes:
 
-The session's stack has its own state directory and free loopback ports, so it never
-collides with a developer's running `achilles dev up`. Each test gets a namespace of its
-own. On a fresh machine the control-plane binaries are built first (during collection,
-so the build does not count against any test's timeout).
+* `cluster`: the kubelet stand-in, pods as host processes (the tests that drive the
+  stand-in itself, and those that run the project's commands from the checkout);
+* `node_cluster`: a real node (containerd + runc, kubelet, kube-proxy) running the
+  locally built images: what only a real runtime can show (users, read-only root
+  filesystems, memory limits, image errors, Service networking).
+
+Each session stack has its own state directory, free loopback ports and, for the real
+node, its own network namespace and cgroup subtree, so it never collides with a
+developer's running `achilles dev up`. Each test gets a namespace of its own. On a fresh
+machine the binaries (and for `node_cluster` the images) are built first, during
+collection, so the build does not count against any test's timeout.
+
+Any cluster, not only ours: with `ACHILLES_TEST_KUBECONFIG=<kubeconfig>` the
+`node_cluster` tests run against that cluster instead (a running `achilles dev up`, a
+kind cluster, ...). What they need from it is checked before the first test: the API
+answers, a Ready schedulable node, and the runner image (`ACHILLES_TEST_RUNNER_IMAGE`,
+default the local build's name) present on that node. The stand-in's tests are skipped
+there: they need host processes.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -17,16 +32,37 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.client import api_client
 from achilles_dev.build import ensure_built, missing_binaries
 from achilles_dev.config import Ports, StackConfig
+from achilles_dev.images import RUNNER_IMAGE
 from achilles_dev.stack import LocalStack
+
+EXTERNAL_KUBECONFIG = "ACHILLES_TEST_KUBECONFIG"
+
+
+def external_kubeconfig() -> Path | None:
+    value = os.environ.get(EXTERNAL_KUBECONFIG)
+    return Path(value) if value else None
+
+
+def runner_image() -> str:
+    return os.environ.get("ACHILLES_TEST_RUNNER_IMAGE", RUNNER_IMAGE)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(item.get_closest_marker("cluster") for item in session.items) and missing_binaries():
-        ensure_built()
+    items = [item for item in session.items if item.get_closest_marker("cluster")]
+    needs_node = external_kubeconfig() is None and any(
+        "node_cluster" in getattr(item, "fixturenames", ()) for item in items
+    )
+    if items and missing_binaries(node=needs_node):
+        ensure_built(node=needs_node)
+    if needs_node:
+        from achilles_dev.images import ensure_images
+
+        ensure_images()
 
 
 @dataclass(frozen=True)
@@ -51,17 +87,23 @@ class Cluster:
         return self.stack.config.kubelet_dir / "pods"
 
 
-def throwaway_stack(state_dir: Path) -> LocalStack:
+def throwaway_stack(state_dir: Path, *, real_node: bool = False) -> LocalStack:
     """A stack of its own (free ports, no fsync, no PostgreSQL: the db tier has its own)."""
     config = StackConfig(
-        state_dir=state_dir, ports=Ports.free(), durable=False, with_postgres=False
+        state_dir=state_dir,
+        ports=Ports.free(),
+        durable=False,
+        with_postgres=False,
+        node="containerd" if real_node else "process",
     )
     return LocalStack(config)
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    ensure_built()
+    if external_kubeconfig() is not None:
+        pytest.skip(f"runs pods as host processes (the stand-in); {EXTERNAL_KUBECONFIG} is set")
+    ensure_built(node=False)
     stack = throwaway_stack(tmp_path_factory.mktemp("cluster"))
     stack.up()
     try:
@@ -79,3 +121,83 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     cluster.core.delete_namespace(name)
+
+
+@dataclass(frozen=True)
+class NodeCluster:
+    """A cluster with a real container runtime: our throwaway real node, or any cluster."""
+
+    api: client.ApiClient
+    kubeconfig: Path
+    runner_image: str
+    stack: LocalStack | None  # None: an existing cluster from ACHILLES_TEST_KUBECONFIG
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api)
+
+
+def check_node_cluster(api: client.ApiClient, image: str) -> None:
+    """What the node tests need from a cluster, checked up front with one clear failure."""
+    core = client.CoreV1Api(api)
+    try:
+        nodes = core.list_node().items
+    except (ApiException, OSError) as error:
+        pytest.fail(
+            f"{EXTERNAL_KUBECONFIG}: the API server does not answer: {error}", pytrace=False
+        )
+    ready = [
+        node
+        for node in nodes
+        if not (node.spec and node.spec.unschedulable)
+        and any(
+            c.type == "Ready" and c.status == "True"
+            for c in (node.status.conditions if node.status else None) or []
+        )
+    ]
+    if not ready:
+        pytest.fail(f"{EXTERNAL_KUBECONFIG}: no Ready, schedulable node", pytrace=False)
+    with_image = [
+        node
+        for node in ready
+        if node.status and any(image in (i.names or []) for i in node.status.images or [])
+    ]
+    if not with_image:
+        pytest.fail(
+            f"{EXTERNAL_KUBECONFIG}: no Ready node has the runner image {image} "
+            "(load it, e.g. `kind load docker-image`, or set ACHILLES_TEST_RUNNER_IMAGE)",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+    external = external_kubeconfig()
+    if external is not None:
+        with api_client(external) as api:
+            check_node_cluster(api, runner_image())
+            yield NodeCluster(api=api, kubeconfig=external, runner_image=runner_image(), stack=None)
+        return
+    stack = throwaway_stack(tmp_path_factory.mktemp("node"), real_node=True)
+    try:
+        stack.up()
+        with api_client(stack.config.kubeconfig) as api:
+            yield NodeCluster(
+                api=api, kubeconfig=stack.config.kubeconfig, runner_image=RUNNER_IMAGE, stack=stack
+            )
+    finally:
+        stack.down()
+
+
+@pytest.fixture
+def node_namespace(node_cluster: NodeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace on the real node's cluster; deleted (with its pods) afterwards."""
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:6]}"
+    node_cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    node_cluster.core.delete_namespace(name)

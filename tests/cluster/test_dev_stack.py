@@ -31,6 +31,7 @@ def own_stack(tmp_path: Path) -> Iterator[tuple[LocalStack, list[str]]]:
         ports=Ports.free(),
         postgres_dir=postgres.default_data_root() / f"dev-test-{uuid.uuid4().hex[:8]}",
         durable=False,
+        node="process",  # the real node's own up/down: test_real_node_teardown.py
     )
     stack = LocalStack(config, report=lines.append)
     try:
