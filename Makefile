@@ -12,7 +12,7 @@ bootstrap: ## Install uv, the locked Python env and the PostgreSQL server binari
 	@scripts/bootstrap.sh
 
 .PHONY: control-plane
-control-plane: bootstrap ## Build (once, cached) kube-apiserver, controller-manager, kubectl, etcd, helm
+control-plane: bootstrap ## Build (once, cached) the control plane, the real node and its images
 	$(RUN) achilles dev build
 
 # `helm lint` is all the Go that linting needs, so `make lint` builds helm alone from its
@@ -45,7 +45,7 @@ test-db: bootstrap ## Database tests (starts its own PostgreSQL)
 	$(RUN) pytest tests/db
 
 .PHONY: test-cluster
-test-cluster: control-plane ## Cluster tests (starts its own control plane)
+test-cluster: control-plane ## Cluster tests (start their own control plane and real node)
 	$(RUN) pytest tests/cluster
 
 .PHONY: dev

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Brings a fresh machine to the point where `uv run achilles ...` works:
-# uv, the locked Python environment, and the PostgreSQL server binaries.
+# uv, the locked Python environment, the PostgreSQL server binaries, and (as root on
+# Debian) what the local stack's real node needs: runc, podman, the CNI plugins,
+# debootstrap and iptables (docs/development.md).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,24 @@ if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null && ! command -v pg
     else
         echo "bootstrap: PostgreSQL server binaries not found; install them (Debian: apt-get install postgresql)" >&2
         exit 1
+    fi
+fi
+
+# The real node: runc (crun refuses hybrid cgroup v1 hosts), podman for the images,
+# the CNI plugins for pod networking, debootstrap for the local base image, iptables
+# for kube-proxy. Without root there is no real node: `achilles dev up --node process`.
+NODE_PACKAGES="runc podman buildah containernetworking-plugins debootstrap iptables conntrack"
+if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    missing=""
+    for package in $NODE_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+            || missing="$missing $package"
+    done
+    if [ -n "$missing" ]; then
+        echo "bootstrap: installing the real node's packages (apt):$missing"
+        apt-get update -qq
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
     fi
 fi
 

@@ -69,6 +69,11 @@ def build(force: bool, no_images: bool, only: tuple[str, ...]) -> None:
     if only:
         ensure_built(force=force, only=set(only))
         return
+    import os
+
+    if not no_images and os.geteuid() != 0:
+        click.echo("images and the real node skipped: they need root (the stand-in does not)")
+        no_images = True
     ensure_built(force=force, node=not no_images)
     if not no_images:
         from achilles_dev.images import ensure_images
