@@ -4,10 +4,13 @@ kubelet stand-in runs the runner, which talks to the offline model server)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
-from typing import Any
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -177,4 +180,46 @@ def test_missing_owner_is_a_condition_not_a_crash(
         admin_api, "orphan", namespace, lambda s: s.get("phase") == "OwnerMissing", "OwnerMissing"
     )
     assert "databaseId" not in status
-    assert operator.process is not None and operator.process.poll() is None
+    assert operator.process is not None
+    assert operator.process.poll() is None
+
+
+def _run_now(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "achilles", "run-now", *args],
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_run_now_follows_the_run_and_says_how_it_ended(
+    cluster: Cluster,
+    achilles_release: Release,
+    admin_api: Achilles,
+    operator: OperatorProcess,
+    model: str,
+    namespace: str,
+) -> None:
+    _user(achilles_release, "alice")
+    admin_api.create(agent("now", model=model), namespace)
+    admin_api.create(agent("paused", model=model, adminPaused=True), namespace)
+    wait_status(admin_api, "now", namespace, lambda s: s.get("phase") == "Ready", "Ready")
+
+    done = _run_now(cluster, f"{namespace}/now", "--wait", "--timeout", "180")
+    assert done.returncode == 0, (done.stdout, done.stderr, operator.log())
+    assert "succeeded" in done.stdout
+
+    refused = _run_now(cluster, "paused", "-n", namespace, "--wait", "--timeout", "60")
+    assert refused.returncode == 3, (refused.stdout, refused.stderr)
+    assert "admin paused" in refused.stderr
+
+    missing = _run_now(cluster, f"{namespace}/nope")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("error: Agent ")
+
+    bad = _run_now(cluster, "a/b/c")
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr

@@ -107,7 +107,6 @@ def test_rapid_requests_never_make_two_active_runs(
         admin_api.create(agent("rapid", model=setup), namespace)
         agent_id = _agent_id(journal, namespace, "rapid")
         requests = [_request(admin_api, "rapid", namespace) for _ in range(20)]
-        print_log_on_failure = operator.log
         wait_for(
             lambda: (
                 admin_api.get("Agent", "rapid", namespace)
@@ -163,7 +162,8 @@ def test_cap_and_fifo_hold_with_two_replicas_and_a_killed_operator(
             lambda: (
                 _rows(
                     journal,
-                    "SELECT count(*) AS n FROM agents WHERE id = ANY(:i) AND next_run_at IS NOT NULL",
+                    "SELECT count(*) AS n FROM agents"
+                    " WHERE id = ANY(:i) AND next_run_at IS NOT NULL",
                     i=ids,
                 )[0].n
                 == len(ids)
@@ -190,7 +190,8 @@ def test_cap_and_fifo_hold_with_two_replicas_and_a_killed_operator(
             lambda: (
                 _rows(
                     journal,
-                    "SELECT count(*) AS n FROM agent_runs WHERE agent_id = ANY(:i) AND state = 'succeeded'",
+                    "SELECT count(*) AS n FROM agent_runs"
+                    " WHERE agent_id = ANY(:i) AND state = 'succeeded'",
                     i=ids,
                 )[0].n
                 == len(ids)
@@ -204,7 +205,8 @@ def test_cap_and_fifo_hold_with_two_replicas_and_a_killed_operator(
         second.stop()
     runs = _rows(
         journal,
-        "SELECT id, agent_id, trigger, created_at, started_at FROM agent_runs WHERE agent_id = ANY(:i) ORDER BY id",
+        "SELECT id, agent_id, trigger, created_at, started_at FROM agent_runs"
+        " WHERE agent_id = ANY(:i) ORDER BY id",
         i=ids,
     )
     assert len(runs) == len(ids), f"expected one run per agent, got {runs}"
@@ -256,7 +258,8 @@ def test_killed_runner_fails_via_its_pod_and_deleted_agent_removes_its_job(
             lambda: (
                 _rows(
                     journal,
-                    "SELECT state, reason, error FROM agent_runs WHERE id = :r AND state = 'failed'",
+                    "SELECT state, reason, error FROM agent_runs"
+                    " WHERE id = :r AND state = 'failed'",
                     r=run.id,
                 )
                 or [None]
