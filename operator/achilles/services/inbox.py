@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from achilles.db.database import Database
 from achilles.db.inbox import board, replies
@@ -27,7 +28,9 @@ from achilles.db.journal.agents import find_agent_id
 from achilles.domain.inbox import InboxItem, ItemState, ReplyChannel, ReplyKind
 from achilles.domain.inbox_wake import should_request_run
 from achilles.errors import ClusterUnavailable, NotFound
-from achilles.services.run_requests import RunRequester
+
+if TYPE_CHECKING:
+    from achilles.services.run_requests import RunRequester
 
 # --- people ---
 

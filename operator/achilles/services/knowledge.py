@@ -3,16 +3,24 @@ search or read as a given user would through an agent (under that user's rights)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from achilles.db.database import Database
-from achilles.db.knowledge import load, store
-from achilles.db.knowledge.load import LoadSummary
+from achilles.db.knowledge import store
 from achilles.errors import NotFound
-from achilles.ks.bundle import KnowledgeBundle
 from achilles.ks.store import Document, SearchHit
+
+if TYPE_CHECKING:
+    from achilles.db.knowledge.load import LoadSummary
+    from achilles.ks.bundle import KnowledgeBundle
 
 
 def load_bundle(database: Database, bundle: KnowledgeBundle) -> LoadSummary:
     """All of the bundle in one transaction, or nothing; loading it again changes nothing."""
+    # Imported here: the bundle's models load pydantic, which searching and reading
+    # (the CLI's other uses of this module) do without.
+    from achilles.db.knowledge import load
+
     with database.transaction() as session:
         return load.load_bundle(session, bundle)
 

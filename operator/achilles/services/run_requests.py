@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from achilles.db.database import Database
-from achilles.db.journal import runs as journal
-from achilles.db.journal.agents import find_agent_id
-from achilles.db.journal.runs import EnqueueResult
-from achilles.domain.runs import RunTrigger
+if TYPE_CHECKING:
+    from achilles.db.database import Database
+    from achilles.db.journal.runs import EnqueueResult
+    from achilles.domain.runs import RunTrigger
 
 
 class RunRequester(Protocol):
@@ -52,5 +51,10 @@ def enqueue_run(database: Database, agent_ref: str, trigger: RunTrigger) -> Enqu
     A closed durable lock raises `StartRefused` and writes no row; a run skipped by a
     runtime gate (budget, another run active) is recorded as such.
     """
+    # Imported here: the journal's start gates pull in the schedule models (pydantic),
+    # which `achilles inbox reply` (a RunRequester user) does without.
+    from achilles.db.journal import runs as journal
+    from achilles.db.journal.agents import find_agent_id
+
     with database.transaction() as session:
         return journal.enqueue_run(session, find_agent_id(session, agent_ref), trigger)
