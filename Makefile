@@ -48,6 +48,10 @@ test-db: bootstrap ## Database tests (starts its own PostgreSQL)
 test-cluster: control-plane ## Cluster tests (start their own control plane and real node)
 	$(RUN) pytest tests/cluster
 
+.PHONY: bench
+bench: control-plane ## The benchmark suite at default sizes (long; see docs/performance.md)
+	$(RUN) achilles bench all
+
 .PHONY: dev
 dev: control-plane ## Bring up the local stack (`achilles dev up`)
 	$(RUN) achilles dev up

@@ -31,16 +31,23 @@ _SUBCOMMANDS: dict[str, str] = {
 }
 
 
-# The local development stack is not part of the product (it is not in the wheel, so not
-# in the images): `achilles dev` exists only where `achilles_dev` is importable, i.e. in
-# a checkout. Looked up by name, so no product module imports it.
-_DEV_STACK_MODULE = "achilles_dev.cli"
+# Checkout-only groups: the local development stack and the benchmarks are not part of
+# the product (not in the wheel, so not in the images). `achilles dev` and `achilles
+# bench` exist only where their package is importable, i.e. in a checkout. Looked up by
+# name, so no product module imports them.
+_CHECKOUT_ONLY: dict[str, tuple[str, str]] = {
+    "dev": ("achilles_dev", "achilles_dev.cli:dev"),
+    "bench": ("bench", "bench.cli:bench"),
+}
 
 
 def _subcommands() -> dict[str, str]:
-    if importlib.util.find_spec("achilles_dev") is None:
-        return _SUBCOMMANDS
-    return {**_SUBCOMMANDS, "dev": f"{_DEV_STACK_MODULE}:dev"}
+    extra = {
+        name: target
+        for name, (package, target) in _CHECKOUT_ONLY.items()
+        if importlib.util.find_spec(package) is not None
+    }
+    return {**_SUBCOMMANDS, **extra}
 
 
 class _LazyGroup(click.Group):

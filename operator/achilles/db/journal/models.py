@@ -209,6 +209,19 @@ class AgentRun(Base):
             "id",
             postgresql_where=text(QUEUED_RUN_PREDICATE),
         ),
+        # The weekly budget: an owner's agents' runs finished in a window (0006).
+        Index(
+            "ix_agent_runs_agent_id_finished_at",
+            "agent_id",
+            "finished_at",
+            postgresql_include=["tokens_used"],
+        ),
+        # The reaper: running rows by heartbeat (0006).
+        Index(
+            "ix_agent_runs_running_heartbeat_at",
+            "heartbeat_at",
+            postgresql_where=text("state = 'running'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

@@ -1,0 +1,543 @@
+"""`achilles bench journal`: the run journal on a real PostgreSQL at production size.
+
+`--size` is the number of historical `agent_runs` rows (default 10 M); the rest scales
+with it: owners = size/1000 (10 k), agents = size/100 (100 k, ten per owner), running
+rows for the reaper = agents/10 (10 k, 1 % of them stale). Everything is generated in
+the database with `generate_series` (history in time order, each run of a random
+agent, as a year of appends would lay it out), then VACUUM ANALYZE, as autovacuum
+would have left an old table. Measured, each through the engine's own functions:
+
+- enqueue through the start gates (`enqueue_run`, as the scheduler calls it: batches of
+  `scheduler.BATCH` in one transaction) versus a raw single-row INSERT into the same
+  table in the same batches (the ceiling): throughput and their ratio;
+- the weekly-budget query (`weekly_tokens_used`) for random owners, over the last
+  complete week (a full week of rows: the end-of-week worst case) and the current one;
+- the reaper sweep (`reap_stale_runs`) over the running rows;
+- the scheduler: the due-agent scan (`take_due_agents`) with none and with a burst due,
+  the idle tick (`schedule_due_agents`), and a tick that enqueues a burst;
+- the dispatcher's queries (`take_dispatchable_runs`, `count_executing`,
+  `count_waiting`) and the status writer's (`agent_status_rows`).
+
+Each query's EXPLAIN (ANALYZE, BUFFERS) is saved in the result. Measurements that
+write are rolled back, so a repeat sees the same rows.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from achilles.db.database import Database
+from achilles.db.journal import dispatch as queue
+from achilles.db.journal import schedule as schedule_rows
+from achilles.db.journal.runs import enqueue_run, reap_stale_runs
+from achilles.db.journal.settings import database_now, load_settings
+from achilles.db.journal.status import agent_status_rows, agents_of_owners
+from achilles.db.journal.usage import weekly_tokens_used
+from achilles.domain.budget import week_window
+from achilles.domain.runs import RunTrigger
+from achilles.services import dispatch as dispatch_service
+from achilles.services import scheduler
+from bench.pg import bench_database
+from bench.report import Progress, Report, at_least, at_most
+from bench.sql import captured_sql, plan_of, rolled_back, shorten, timed
+
+NAME = "journal"
+DEFAULT_SIZE = 10_000_000
+ROUNDS = 3  # alternating rounds of raw and gated enqueues; bursts of due agents
+LOAD_CHUNK = 1_000_000
+OUTPUT_TEXT = "x" * 100  # a short answer inline in the row; long ones would be TOASTed
+
+
+@dataclass(frozen=True)
+class Sizes:
+    runs: int
+    owners: int
+    agents: int
+    running: int
+    due: int
+    enqueue_per_round: int
+    samples: int
+    repeats: int
+
+    @classmethod
+    def for_runs(cls, runs: int) -> Sizes:
+        owners = max(5, runs // 1000)
+        agents = max(60, runs // 100)
+        running = max(10, agents // 10)
+        due = max(5, min(1000, agents // 20))
+        free = agents - running - ROUNDS * due - 1  # 1: the probe of one enqueue's SQL
+        return cls(
+            runs=runs,
+            owners=owners,
+            agents=agents,
+            running=running,
+            due=due,
+            enqueue_per_round=max(3, min(5000, free // (2 * ROUNDS))),
+            samples=2000 if runs >= 1_000_000 else 100,
+            repeats=200 if runs >= 1_000_000 else 5,
+        )
+
+
+# --- data -----------------------------------------------------------------------------
+
+_AGENTS = """
+INSERT INTO agents (user_id, name, prompt, schedule, model_id, next_run_at, schedule_zone)
+SELECT 1 + (g - 1) % :owners, 'agent-' || g, 'Summarise what changed for me this week.',
+       CASE WHEN g % 2 = 0
+            THEN jsonb_build_object('type', 'interval', 'every_hours', 1 + g % 24)
+            ELSE jsonb_build_object('type', 'calendar', 'cadence', 'daily',
+                                    'time', lpad((g % 24)::text, 2, '0') || ':'
+                                            || lpad((g % 60)::text, 2, '0'))
+       END,
+       :model, now() + interval '1 hour' + (g % 86400) * interval '1 second', 'UTC'
+FROM generate_series(1, CAST(:agents AS bigint)) AS g
+"""
+
+# A year of finished runs in time order (90 % succeeded, 5 % failed, 5 % skipped).
+_HISTORY = """
+INSERT INTO agent_runs (agent_id, trigger, state, reason, output, tokens_used, error,
+                        started_at, finished_at, heartbeat_at, created_at, scheduled_for)
+SELECT agent_id,
+       CASE WHEN g % 10 = 0 THEN 'manual' ELSE 'scheduled' END,
+       CASE WHEN r < 0.90 THEN 'succeeded' WHEN r < 0.95 THEN 'failed' ELSE 'skipped' END,
+       CASE WHEN r < 0.90 THEN NULL WHEN r < 0.94 THEN 'error' WHEN r < 0.95 THEN 'stale'
+            WHEN r < 0.99 THEN 'already_running' ELSE 'budget_exceeded' END,
+       CASE WHEN r < 0.90 THEN :output END,
+       CASE WHEN r < 0.95 THEN 500 + floor(random() * 5000)::bigint ELSE 0 END,
+       CASE WHEN r >= 0.90 AND r < 0.95 THEN 'model endpoint returned 503' END,
+       CASE WHEN r < 0.95 THEN fin - interval '2 minutes' END,
+       fin,
+       CASE WHEN r < 0.95 THEN fin - interval '30 seconds' END,
+       CASE WHEN r < 0.95 THEN fin - interval '2 minutes 1 second' ELSE fin END,
+       CASE WHEN g % 10 <> 0 THEN fin - interval '2 minutes 1 second' END
+FROM (
+    SELECT g, random() AS r, 1 + floor(random() * :agents)::bigint AS agent_id,
+           now() - interval '365 days' + (g::float8 / :runs) * interval '365 days' AS fin
+    FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS g
+) AS s
+"""
+
+_RUNNING = """
+INSERT INTO agent_runs (agent_id, trigger, state, started_at, heartbeat_at, created_at,
+                        dispatched_at, scheduled_for)
+SELECT g, 'scheduled', 'running', now() - interval '10 minutes',
+       CASE WHEN g % 100 = 0 THEN now() - interval '5 minutes'
+            ELSE now() - interval '5 seconds' END,
+       now() - interval '10 minutes', now() - interval '10 minutes', now() - interval '10 minutes'
+FROM generate_series(1, CAST(:running AS bigint)) AS g
+"""
+
+
+def _secondary_indexes(database: Database) -> list[tuple[str, str]]:
+    with database.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' "
+                "AND tablename = 'agent_runs' AND indexname NOT IN ("
+                "SELECT conname FROM pg_constraint WHERE conrelid = 'agent_runs'::regclass)"
+            )
+        ).all()
+    return [(row[0], row[1]) for row in rows]
+
+
+def load(database: Database, sizes: Sizes, progress: Progress) -> dict[str, float]:
+    """Owners, agents and a year of history; returns the seconds each step took."""
+    took: dict[str, float] = {}
+    started = time.monotonic()
+    with database.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO users (key) "
+                "SELECT 'owner-' || g FROM generate_series(1, CAST(:n AS bigint)) g"
+            ),
+            {"n": sizes.owners},
+        )
+        model = conn.execute(
+            text(
+                "INSERT INTO agent_models (name, base_url, provider_model) "
+                "VALUES ('bench', 'http://127.0.0.1:9/v1', 'bench') RETURNING id"
+            )
+        ).scalar_one()
+        conn.execute(
+            text(_AGENTS), {"owners": sizes.owners, "agents": sizes.agents, "model": model}
+        )
+        first, last = conn.execute(text("SELECT min(id), max(id) FROM users")).one()
+        if (first, last) != (1, sizes.owners):  # the SQL above assumes ids 1..owners
+            raise RuntimeError(f"user ids {first}..{last}, expected 1..{sizes.owners}")
+    took["owners_and_agents_s"] = time.monotonic() - started
+    progress(
+        f"{sizes.owners:,} owners, {sizes.agents:,} agents ({took['owners_and_agents_s']:.1f}s)"
+    )
+
+    # Bulk load as a restore would: secondary indexes built afterwards, row triggers
+    # (the NOTIFY on insert) and FK checks off for the load only.
+    indexes = _secondary_indexes(database)
+    started = time.monotonic()
+    with database.engine.begin() as conn:
+        for name, _ in indexes:
+            conn.execute(text(f'DROP INDEX "{name}"'))
+    for low in range(1, sizes.runs + 1, LOAD_CHUNK):
+        high = min(sizes.runs, low + LOAD_CHUNK - 1)
+        with database.engine.begin() as conn:
+            conn.execute(text("SET LOCAL session_replication_role = replica"))
+            conn.execute(
+                text(_HISTORY),
+                {
+                    "agents": sizes.agents,
+                    "runs": sizes.runs,
+                    "low": low,
+                    "high": high,
+                    "output": OUTPUT_TEXT,
+                },
+            )
+        progress(f"agent_runs history: {high:,}/{sizes.runs:,} rows")
+    took["history_rows_s"] = time.monotonic() - started
+    started = time.monotonic()
+    with database.engine.begin() as conn:
+        conn.execute(text("SET LOCAL maintenance_work_mem = '512MB'"))
+        for name, definition in indexes:
+            conn.execute(text(definition))
+            progress(f"index {name} rebuilt")
+    took["indexes_s"] = time.monotonic() - started
+    started = time.monotonic()
+    with database.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM (ANALYZE) agent_runs"))
+        conn.execute(text("VACUUM (ANALYZE) agents"))
+        conn.execute(text("VACUUM (ANALYZE) users"))
+    took["vacuum_analyze_s"] = time.monotonic() - started
+    progress(f"VACUUM ANALYZE done ({took['vacuum_analyze_s']:.1f}s)")
+    return took
+
+
+def _table_sizes(database: Database) -> dict[str, str]:
+    with database.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class "
+                "WHERE relname IN ('agent_runs', 'agents', 'users') ORDER BY relname"
+            )
+        ).all()
+    return {row[0]: row[1] for row in rows}
+
+
+# --- measurements ---------------------------------------------------------------------
+
+
+@dataclass
+class AgentBlocks:
+    """Disjoint ranges of agent ids, so no measurement meets another's active run."""
+
+    next_id: int
+
+    def take(self, count: int) -> list[int]:
+        block = list(range(self.next_id, self.next_id + count))
+        self.next_id += count
+        return block
+
+
+Insert = Callable[[Session, int, datetime], None]
+
+
+def _enqueue_round(
+    database: Database, agent_ids: list[int], insert: Insert
+) -> tuple[float, list[float]]:
+    """Enqueue one run per agent in batches of the scheduler's size; wall seconds and
+    the seconds each call took."""
+    latencies: list[float] = []
+    started = time.perf_counter()
+    for first in range(0, len(agent_ids), scheduler.BATCH):
+        with database.transaction() as session:
+            now = database_now(session)
+            for agent_id in agent_ids[first : first + scheduler.BATCH]:
+                took, _ = timed(insert, session, agent_id, now)
+                latencies.append(took)
+    return time.perf_counter() - started, latencies
+
+
+def _raw_insert(session: Session, agent_id: int, now: datetime) -> None:
+    session.execute(
+        text(
+            "INSERT INTO agent_runs (agent_id, trigger, state, created_at, scheduled_for) "
+            "VALUES (:agent_id, 'scheduled', 'queued', :now, :now)"
+        ),
+        {"agent_id": agent_id, "now": now},
+    )
+
+
+def _gated_insert(session: Session, agent_id: int, now: datetime) -> None:
+    result = enqueue_run(session, agent_id, RunTrigger.SCHEDULED, now=now, scheduled_for=now)
+    if not result.is_queued:
+        raise RuntimeError(f"agent {agent_id}: expected a queued run, got {result}")
+
+
+def measure_enqueue(
+    report: Report, database: Database, sizes: Sizes, blocks: AgentBlocks, progress: Progress
+) -> None:
+    raw_walls: list[float] = []
+    gated_walls: list[float] = []
+    raw_lat: list[float] = []
+    gated_lat: list[float] = []
+    n = sizes.enqueue_per_round
+    for round_no in range(1, ROUNDS + 1):
+        wall, lat = _enqueue_round(database, blocks.take(n), _raw_insert)
+        raw_walls.append(wall)
+        raw_lat += lat
+        wall, lat = _enqueue_round(database, blocks.take(n), _gated_insert)
+        gated_walls.append(wall)
+        gated_lat += lat
+        progress(
+            f"enqueue round {round_no}/{ROUNDS}: raw {n / raw_walls[-1]:,.0f}/s, "
+            f"gated {n / gated_walls[-1]:,.0f}/s"
+        )
+    raw_rate = n * ROUNDS / sum(raw_walls)
+    gated_rate = n * ROUNDS / sum(gated_walls)
+    report.add_value("enqueue: raw INSERT (ceiling)", raw_rate, "runs/s")
+    report.add_value("enqueue: through the gates", gated_rate, "runs/s")
+    report.add_value(
+        "enqueue: gates / raw",
+        100 * gated_rate / raw_rate,
+        "%",
+        goal=at_least(50, "%"),
+        note=f"{ROUNDS} alternating rounds of {n:,} runs, {scheduler.BATCH} per transaction",
+    )
+    report.latency("enqueue: raw INSERT, per run", raw_lat)
+    report.latency("enqueue: through the gates, per run", gated_lat)
+    probe = blocks.take(1)[0]
+    with captured_sql(database) as statements, rolled_back(database) as session:
+        _gated_insert(session, probe, database_now(session))
+    report.details["statements of one gated enqueue"] = [
+        shorten(sql) for sql, _ in statements if sql != "SELECT 1"
+    ]
+
+
+def _forget_runs_of(database: Database, first_agent: int, last_agent: int) -> None:
+    """Remove the enqueue rounds' runs (and VACUUM, as autovacuum would), so the later
+    measurements see the running rows and their own queue only."""
+    with database.engine.begin() as conn:
+        conn.execute(
+            text(
+                "DELETE FROM agent_runs WHERE agent_id BETWEEN :first AND :last "
+                "AND state = 'queued'"
+            ),
+            {"first": first_agent, "last": last_agent},
+        )
+    with database.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM (ANALYZE) agent_runs"))
+
+
+def measure_budget(report: Report, database: Database, sizes: Sizes, progress: Progress) -> None:
+    rng = random.Random(12)
+    owners = [rng.randint(1, sizes.owners) for _ in range(sizes.samples)]
+    with rolled_back(database) as session:
+        now = database_now(session)
+        zone = load_settings(session).zone
+    windows = {
+        "last complete week": week_window(now - timedelta(days=7), zone),
+        "current week": week_window(now, zone),
+    }
+    for label, window in windows.items():
+        with rolled_back(database) as session:
+            rows_in_window = session.execute(
+                text(
+                    "SELECT count(*) FROM agent_runs "
+                    "WHERE finished_at >= :start AND finished_at < :end"
+                ),
+                {"start": window.start, "end": window.end},
+            ).scalar_one()
+            samples = [timed(weekly_tokens_used, session, owner, window)[0] for owner in owners]
+        report.latency(
+            f"budget query ({label})",
+            samples,
+            goal=at_most(10, "ms"),
+            note=f"{rows_in_window:,} runs of all owners finished in the window",
+        )
+        progress(f"budget query, {label}: {len(samples)} owners sampled")
+    report.details.setdefault("plans", {})["budget query (last complete week)"] = plan_of(
+        database,
+        lambda s: weekly_tokens_used(s, owners[0], windows["last complete week"]),
+        "sum(agent_runs.tokens_used)",
+    )
+
+
+def measure_reaper(report: Report, database: Database, sizes: Sizes, progress: Progress) -> None:
+    with database.engine.begin() as conn:
+        conn.execute(text(_RUNNING), {"running": sizes.running})
+        conn.execute(text("ANALYZE agent_runs"))
+    expected = sizes.running // 100
+
+    def sweep(session: Session) -> None:
+        reaped = reap_stale_runs(session)
+        if len(reaped) != expected:
+            raise RuntimeError(f"reaper found {len(reaped)} stale runs, expected {expected}")
+
+    samples = _repeat_rolled_back(database, sizes.repeats, sweep)
+    report.latency(
+        "reaper sweep",
+        samples,
+        goal=at_most(50, "ms"),
+        note=f"{sizes.running:,} running rows, {expected:,} stale, beside the history",
+    )
+    report.details.setdefault("plans", {})["reaper sweep"] = plan_of(
+        database, lambda s: reap_stale_runs(s), "UPDATE agent_runs"
+    )
+    progress(f"reaper: {sizes.repeats} sweeps of {sizes.running:,} running rows")
+
+
+def _repeat_rolled_back(
+    database: Database, repeats: int, work: Callable[[Session], object]
+) -> list[float]:
+    samples = []
+    for attempt in range(repeats + 1):
+        with rolled_back(database) as session:
+            took = timed(work, session)[0]
+        if attempt:  # the first one warms the statement cache
+            samples.append(took)
+    return samples
+
+
+def _due_scan(session: Session) -> object:
+    return schedule_rows.take_due_agents(session, database_now(session), scheduler.BATCH)
+
+
+def measure_scheduler(
+    report: Report, database: Database, sizes: Sizes, blocks: AgentBlocks, progress: Progress
+) -> None:
+    plans = report.details.setdefault("plans", {})
+    report.latency(
+        "due-agent scan, none due",
+        _repeat_rolled_back(database, sizes.repeats, _due_scan),
+        note=f"{sizes.agents:,} agents, next_run_at spread over the next day",
+    )
+    report.latency(
+        "scheduler tick, nothing due",
+        [timed(scheduler.schedule_due_agents, database)[0] for _ in range(sizes.repeats)],
+        note="schedule_due_agents: due scan, closed-lock clean-up, zone check, nearest slot",
+    )
+    with captured_sql(database) as statements:
+        scheduler.schedule_due_agents(database)
+    report.details["scheduler tick statements"] = [shorten(sql) for sql, _ in statements]
+    plans["scheduler: agents to reschedule"] = plan_of(
+        database,
+        lambda s: schedule_rows.take_agents_to_reschedule(s, scheduler.BATCH),
+        "IS DISTINCT FROM",
+    )
+    plans["scheduler: clear closed schedules"] = plan_of(
+        database, lambda s: schedule_rows.clear_closed_schedules(s), "UPDATE agents"
+    )
+    progress("scheduler: idle tick measured")
+
+    burst_walls = []
+    for round_no in range(1, ROUNDS + 1):
+        due = blocks.take(sizes.due)
+        with database.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE agents SET next_run_at = now() - interval '1 second' "
+                    "WHERE id BETWEEN :first AND :last"
+                ),
+                {"first": due[0], "last": due[-1]},
+            )
+        if round_no == 1:
+            report.latency(
+                f"due-agent scan, {sizes.due:,} due",
+                _repeat_rolled_back(database, sizes.repeats, _due_scan),
+                note=f"takes a batch of {scheduler.BATCH}",
+            )
+            plans["due-agent scan"] = plan_of(database, _due_scan, "FOR UPDATE")
+        took, tick = timed(scheduler.schedule_due_agents, database)
+        queued = sum(1 for _, outcome in tick.enqueued if outcome.is_queued)
+        if queued != sizes.due:
+            raise RuntimeError(f"burst tick queued {queued} runs, expected {sizes.due}")
+        burst_walls.append(took)
+        progress(f"scheduler burst {round_no}/{ROUNDS}: {sizes.due:,} due agents in {took:.2f}s")
+    report.latency(
+        f"scheduler tick, {sizes.due:,} due",
+        burst_walls,
+        note="enqueue through the gates and advance next_run_at, per due agent",
+    )
+    report.add_value("scheduler burst throughput", sizes.due * ROUNDS / sum(burst_walls), "runs/s")
+
+
+def measure_dispatcher(
+    report: Report, database: Database, sizes: Sizes, progress: Progress
+) -> None:
+    plans = report.details.setdefault("plans", {})
+
+    def take(session: Session) -> object:
+        return queue.take_dispatchable_runs(
+            session, cap=10 * sizes.agents, batch=dispatch_service.BATCH
+        )
+
+    waiting = ROUNDS * sizes.due
+    report.latency(
+        "dispatcher: take queued runs",
+        _repeat_rolled_back(database, sizes.repeats, take),
+        note=f"{waiting:,} waiting, {sizes.running:,} running; a batch of {dispatch_service.BATCH}",
+    )
+    report.latency(
+        "dispatcher: count executing + waiting",
+        _repeat_rolled_back(
+            database,
+            sizes.repeats,
+            lambda s: (queue.count_executing(s), queue.count_waiting(s)),
+        ),
+    )
+    plans["dispatcher: take queued runs"] = plan_of(database, take, "FOR UPDATE")
+    plans["dispatcher: count executing"] = plan_of(
+        database, lambda s: queue.count_executing(s), "count(*)"
+    )
+    progress("dispatcher queries measured")
+
+
+def measure_status(report: Report, database: Database, sizes: Sizes, progress: Progress) -> None:
+    rng = random.Random(7)
+    batches = [[rng.randint(1, sizes.agents) for _ in range(50)] for _ in range(sizes.repeats)]
+
+    def status_rows(session: Session, dirty: list[int]) -> object:
+        return agent_status_rows(session, agents_of_owners(session, dirty))
+
+    samples = []
+    for dirty in batches:
+        with rolled_back(database) as session:
+            samples.append(timed(status_rows, session, dirty)[0])
+    report.latency(
+        "status writer: rows of 50 changed agents",
+        samples,
+        note="agents_of_owners + agent_status_rows (the owners' agents share a budget)",
+    )
+    progress("status writer query measured")
+
+
+def run(size: int, json_path: Path | None, server_url: str | None = None) -> Report:
+    progress = Progress(NAME)
+    sizes = Sizes.for_runs(size)
+    report = Report(benchmark=NAME, size=size, parameters=asdict(sizes))
+    progress(f"sizes: {asdict(sizes)}")
+    with bench_database(progress, server_url) as target:
+        report.details["postgresql"] = target.server
+        database = Database(target.url, pool_size=2, application_name="achilles-bench")
+        try:
+            report.details["load_seconds"] = load(database, sizes, progress)
+            report.details["table_sizes"] = _table_sizes(database)
+            progress(f"tables: {report.details['table_sizes']}")
+            blocks = AgentBlocks(next_id=sizes.running + 1)  # 1..running: the reaper's
+            measure_budget(report, database, sizes, progress)
+            measure_reaper(report, database, sizes, progress)
+            measure_enqueue(report, database, sizes, blocks, progress)
+            _forget_runs_of(database, sizes.running + 1, blocks.next_id - 1)
+            measure_scheduler(report, database, sizes, blocks, progress)
+            measure_dispatcher(report, database, sizes, progress)
+            measure_status(report, database, sizes, progress)
+        finally:
+            database.dispose()
+    path = report.write(json_path)
+    progress(f"wrote {path} and {path.with_suffix('.md')}")
+    return report

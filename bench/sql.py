@@ -1,0 +1,90 @@
+"""Timing and explaining the engine's own queries: transactions rolled back after a
+measurement, the exact SQL a journal function sends, and its EXPLAIN (ANALYZE, BUFFERS)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy import event, text
+from sqlalchemy.orm import Session
+
+from achilles.db.database import Database
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+@contextmanager
+def rolled_back(database: Database) -> Iterator[Session]:
+    """A session whose transaction is rolled back at the end: a measurement leaves the
+    data as it found it, so it can be repeated on the same rows."""
+    session = database.sessions()
+    try:
+        # Check out and ping the connection and begin now, so a timing inside the block
+        # measures the statements, not the pool.
+        session.execute(text("SELECT 1"))
+        yield session
+    finally:
+        session.rollback()
+        session.close()
+
+
+def timed(work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> tuple[float, T]:
+    """Seconds `work(*args, **kwargs)` took, and what it returned."""
+    started = time.perf_counter()
+    result = work(*args, **kwargs)
+    return time.perf_counter() - started, result
+
+
+@contextmanager
+def captured_sql(database: Database) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement the engine sends inside the block, as (SQL, parameters)."""
+    statements: list[tuple[str, Any]] = []
+
+    def record(
+        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
+        statements.append((statement, parameters))
+
+    event.listen(database.engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(database.engine, "before_cursor_execute", record)
+
+
+def shorten(sql: str, width: int = 120) -> str:
+    """One line of a statement, for listing what a function sends."""
+    line = " ".join(sql.split())
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def explain(database: Database, statement: str, parameters: Any) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of one captured statement, in a rolled-back transaction
+    (the statement really runs, an UPDATE included, and leaves nothing behind)."""
+    with rolled_back(database) as session:
+        connection = session.connection()
+        rows = connection.exec_driver_sql(
+            f"EXPLAIN (ANALYZE, BUFFERS, SETTINGS) {statement}", parameters
+        ).all()
+    return "\n".join(str(row[0]) for row in rows)
+
+
+def plan_of(database: Database, work: Callable[[Session], object], contains: str) -> dict[str, Any]:
+    """Run `work` once (rolled back), find the statement containing `contains`, explain it."""
+    with captured_sql(database) as statements, rolled_back(database) as session:
+        work(session)
+    matching = [(sql, params) for sql, params in statements if contains in sql]
+    if not matching:
+        raise LookupError(f"no statement containing {contains!r} among {len(statements)}")
+    sql, params = matching[0]
+    return {
+        "sql": " ".join(sql.split()),
+        "parameters": {k: str(v) for k, v in (params or {}).items()}
+        if isinstance(params, dict)
+        else str(params),
+        "plan": explain(database, sql, params),
+    }
