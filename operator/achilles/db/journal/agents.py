@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, null, select, update
+from sqlalchemy import delete, insert, null, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -151,7 +151,12 @@ def upsert_agent(
             insert(Agent).values(cr_uid=definition.uid, **values).returning(Agent.id)
         ).scalar_one()
         return int(agent_id), True, True
-    session.execute(update(Agent).where(Agent.id == existing.id).values(**values))
+    # Written only when something differs: an Agent event that changed nothing (a status
+    # write, a resync) must not churn the row.
+    changed = or_(
+        *(getattr(Agent, column).is_distinct_from(value) for column, value in values.items())
+    )
+    session.execute(update(Agent).where(Agent.id == existing.id, changed).values(**values))
     return int(existing.id), False, existing.schedule != definition.schedule
 
 

@@ -131,10 +131,17 @@ def clear_closed_schedules(session: Session) -> int:
 def set_next_run(
     session: Session, agent_id: int, next_run_at: datetime | None, zone: str | None
 ) -> None:
+    zone = zone if next_run_at else None
+    # Only a real change is written: an unchanged slot must not wake every scheduler
+    # (the NOTIFY trigger fires on any UPDATE OF next_run_at) nor touch `updated_at`.
     session.execute(
         update(Agent)
-        .where(Agent.id == agent_id)
-        .values(next_run_at=next_run_at, schedule_zone=zone if next_run_at else None)
+        .where(
+            Agent.id == agent_id,
+            Agent.next_run_at.is_distinct_from(next_run_at)
+            | Agent.schedule_zone.is_distinct_from(zone),
+        )
+        .values(next_run_at=next_run_at, schedule_zone=zone)
     )
 
 
