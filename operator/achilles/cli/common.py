@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 from functools import wraps
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
@@ -31,6 +32,18 @@ database_url_option = click.option(
     metavar="URL",
     help="PostgreSQL URL  [env: ACHILLES_DATABASE_URL]",
 )
+
+
+def kubeconfig_option(purpose: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`--kubeconfig` for commands that talk to the cluster (`achilles.k8s.client` picks the
+    kubeconfig named here, else the default one, else the pod's service account)."""
+    return click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False, path_type=Path),
+        envvar="KUBECONFIG",
+        default=None,
+        help=f"{purpose}  [env: KUBECONFIG; default ~/.kube/config]",
+    )
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from achilles.cli.common import (
     database_url_option,
     echo_json,
     echo_table,
+    kubeconfig_option,
     reports_errors,
 )
 from achilles.cli.inbox_agent import agent
@@ -168,12 +169,7 @@ def show_item(database_url: str | None, item_id: int, as_json: bool) -> None:
     show_default=True,
     help="inbox replies always replace; chat replies never replace an untaken reply.",
 )
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="KUBECONFIG",
-    help="Cluster for the wake request  [env: KUBECONFIG; default ~/.kube/config]",
-)
+@kubeconfig_option("Cluster for the wake request")
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
 def reply(

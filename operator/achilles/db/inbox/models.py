@@ -24,12 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from achilles.db.checks import (
-    ITEM_STATE_CHECK,
-    REPLY_CHANNEL_CHECK,
-    REPLY_KIND_CHECK,
-    UNPROCESSED_REPLY_PREDICATE,
-)
+from achilles.db import checks
 from achilles.db.journal.models import Base, timestamp_column
 
 
@@ -53,9 +48,9 @@ class InboxItemRow(Base):
     __tablename__ = "agent_inbox_items"
     __table_args__ = (
         UniqueConstraint("agent_id", "key"),
-        CheckConstraint(ITEM_STATE_CHECK, name="state"),
-        CheckConstraint(REPLY_KIND_CHECK, name="reply_kind"),
-        CheckConstraint(REPLY_CHANNEL_CHECK, name="reply_channel"),
+        CheckConstraint(checks.ITEM_STATE_CHECK, name="state"),
+        CheckConstraint(checks.REPLY_KIND_CHECK, name="reply_kind"),
+        CheckConstraint(checks.REPLY_CHANNEL_CHECK, name="reply_channel"),
         CheckConstraint("key <> ''", name="key_not_empty"),
         CheckConstraint("btrim(question) <> ''", name="question_not_blank"),
         CheckConstraint("revision >= 1", name="revision_positive"),
@@ -74,7 +69,7 @@ class InboxItemRow(Base):
             "ix_agent_inbox_items_unprocessed",
             "agent_id",
             "handled_at",
-            postgresql_where=text(UNPROCESSED_REPLY_PREDICATE),
+            postgresql_where=text(checks.UNPROCESSED_REPLY_PREDICATE),
         ),
         Index("ix_agent_inbox_items_state", "state"),
     )

@@ -29,16 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from achilles.db.checks import (
-    ACTIVE_RUN_PREDICATE,
-    QUEUED_RUN_PREDICATE,
-    RUN_FINISHED_IFF_TERMINAL_CHECK,
-    RUN_REASON_MATCHES_STATE_CHECK,
-    RUN_SKIPPED_SPENDS_NOTHING_CHECK,
-    RUN_STARTED_WHEN_RAN_CHECK,
-    RUN_STATE_CHECK,
-    RUN_TRIGGER_CHECK,
-)
+from achilles.db import checks
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -180,19 +171,19 @@ class AgentRun(Base):
     __tablename__ = "agent_runs"
     __table_args__ = (
         # The value lists and state rules are the domain's (`achilles.db.checks`).
-        CheckConstraint(RUN_TRIGGER_CHECK, name="trigger"),
-        CheckConstraint(RUN_STATE_CHECK, name="state"),
-        CheckConstraint(RUN_REASON_MATCHES_STATE_CHECK, name="reason_matches_state"),
+        CheckConstraint(checks.RUN_TRIGGER_CHECK, name="trigger"),
+        CheckConstraint(checks.RUN_STATE_CHECK, name="state"),
+        CheckConstraint(checks.RUN_REASON_MATCHES_STATE_CHECK, name="reason_matches_state"),
         CheckConstraint("tokens_used >= 0", name="tokens_non_negative"),
-        CheckConstraint(RUN_SKIPPED_SPENDS_NOTHING_CHECK, name="skipped_spends_nothing"),
-        CheckConstraint(RUN_FINISHED_IFF_TERMINAL_CHECK, name="finished_iff_terminal"),
-        CheckConstraint(RUN_STARTED_WHEN_RAN_CHECK, name="started_when_ran"),
+        CheckConstraint(checks.RUN_SKIPPED_SPENDS_NOTHING_CHECK, name="skipped_spends_nothing"),
+        CheckConstraint(checks.RUN_FINISHED_IFF_TERMINAL_CHECK, name="finished_iff_terminal"),
+        CheckConstraint(checks.RUN_STARTED_WHEN_RAN_CHECK, name="started_when_ran"),
         # One active run per agent: the database is the lock (seed 000).
         Index(
             "uq_agent_runs_one_active_per_agent",
             "agent_id",
             unique=True,
-            postgresql_where=text(ACTIVE_RUN_PREDICATE),
+            postgresql_where=text(checks.ACTIVE_RUN_PREDICATE),
         ),
         # One run per manual request value (idempotent across operator replicas).
         Index(
@@ -207,7 +198,7 @@ class AgentRun(Base):
             "ix_agent_runs_queued_fifo",
             "created_at",
             "id",
-            postgresql_where=text(QUEUED_RUN_PREDICATE),
+            postgresql_where=text(checks.QUEUED_RUN_PREDICATE),
         ),
         # The weekly budget: an owner's agents' runs finished in a window (0006).
         Index(

@@ -18,17 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-from achilles.db.checks import (
-    ACTIVE_RUN_PREDICATE,
-    QUEUED_RUN_PREDICATE,
-    RUN_FINISHED_IFF_TERMINAL_CHECK,
-    RUN_REASON_MATCHES_STATE_CHECK,
-    RUN_SKIPPED_SPENDS_NOTHING_CHECK,
-    RUN_STARTED_WHEN_RAN_CHECK,
-    RUN_STATE_CHECK,
-    RUN_TRIGGER_CHECK,
-    TERMINAL_RUN_STATES,
-)
+from achilles.db import checks
 
 revision: str = "0001_engine"
 down_revision: str | Sequence[str] | None = None
@@ -190,19 +180,22 @@ def upgrade() -> None:
         sa.Column("finished_at", _TS),
         sa.Column("heartbeat_at", _TS),
         _created_at(),
-        sa.CheckConstraint(RUN_TRIGGER_CHECK, name=op.f("ck_agent_runs_trigger")),
-        sa.CheckConstraint(RUN_STATE_CHECK, name=op.f("ck_agent_runs_state")),
+        sa.CheckConstraint(checks.RUN_TRIGGER_CHECK, name=op.f("ck_agent_runs_trigger")),
+        sa.CheckConstraint(checks.RUN_STATE_CHECK, name=op.f("ck_agent_runs_state")),
         sa.CheckConstraint(
-            RUN_REASON_MATCHES_STATE_CHECK, name=op.f("ck_agent_runs_reason_matches_state")
+            checks.RUN_REASON_MATCHES_STATE_CHECK, name=op.f("ck_agent_runs_reason_matches_state")
         ),
         sa.CheckConstraint("tokens_used >= 0", name=op.f("ck_agent_runs_tokens_non_negative")),
         sa.CheckConstraint(
-            RUN_SKIPPED_SPENDS_NOTHING_CHECK, name=op.f("ck_agent_runs_skipped_spends_nothing")
+            checks.RUN_SKIPPED_SPENDS_NOTHING_CHECK,
+            name=op.f("ck_agent_runs_skipped_spends_nothing"),
         ),
         sa.CheckConstraint(
-            RUN_FINISHED_IFF_TERMINAL_CHECK, name=op.f("ck_agent_runs_finished_iff_terminal")
+            checks.RUN_FINISHED_IFF_TERMINAL_CHECK, name=op.f("ck_agent_runs_finished_iff_terminal")
         ),
-        sa.CheckConstraint(RUN_STARTED_WHEN_RAN_CHECK, name=op.f("ck_agent_runs_started_when_ran")),
+        sa.CheckConstraint(
+            checks.RUN_STARTED_WHEN_RAN_CHECK, name=op.f("ck_agent_runs_started_when_ran")
+        ),
     )
     op.create_index("ix_agent_runs_agent_id", "agent_runs", ["agent_id"])
     op.create_index("ix_agent_runs_finished_at", "agent_runs", ["finished_at"])
@@ -211,13 +204,13 @@ def upgrade() -> None:
         "agent_runs",
         ["agent_id"],
         unique=True,
-        postgresql_where=sa.text(ACTIVE_RUN_PREDICATE),
+        postgresql_where=sa.text(checks.ACTIVE_RUN_PREDICATE),
     )
     op.create_index(
         "ix_agent_runs_queued_fifo",
         "agent_runs",
         ["created_at", "id"],
-        postgresql_where=sa.text(QUEUED_RUN_PREDICATE),
+        postgresql_where=sa.text(checks.QUEUED_RUN_PREDICATE),
     )
     # Terminal rows are history: no code path may rewrite them (DESIGN.md §4).
     op.execute(
@@ -225,7 +218,7 @@ def upgrade() -> None:
         CREATE FUNCTION achilles_forbid_terminal_run_update() RETURNS trigger
         LANGUAGE plpgsql AS $$
         BEGIN
-            IF OLD.state IN ({TERMINAL_RUN_STATES}) THEN
+            IF OLD.state IN ({checks.TERMINAL_RUN_STATES}) THEN
                 RAISE EXCEPTION 'agent_runs row % is terminal (%) and cannot change',
                     OLD.id, OLD.state
                     USING ERRCODE = 'integrity_constraint_violation';

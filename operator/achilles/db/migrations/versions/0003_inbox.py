@@ -17,12 +17,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from alembic import op
 
-from achilles.db.checks import (
-    ITEM_STATE_CHECK,
-    REPLY_CHANNEL_CHECK,
-    REPLY_KIND_CHECK,
-    UNPROCESSED_REPLY_PREDICATE,
-)
+from achilles.db import checks
 
 revision: str = "0003_inbox"
 down_revision: str | Sequence[str] | None = "0001_engine"
@@ -87,9 +82,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_agent_inbox_items"),
         # One question, one row (seed 003).
         sa.UniqueConstraint("agent_id", "key", name="uq_agent_inbox_items_agent_id_key"),
-        sa.CheckConstraint(ITEM_STATE_CHECK, name=op.f("ck_agent_inbox_items_state")),
-        sa.CheckConstraint(REPLY_KIND_CHECK, name=op.f("ck_agent_inbox_items_reply_kind")),
-        sa.CheckConstraint(REPLY_CHANNEL_CHECK, name=op.f("ck_agent_inbox_items_reply_channel")),
+        sa.CheckConstraint(checks.ITEM_STATE_CHECK, name=op.f("ck_agent_inbox_items_state")),
+        sa.CheckConstraint(checks.REPLY_KIND_CHECK, name=op.f("ck_agent_inbox_items_reply_kind")),
+        sa.CheckConstraint(
+            checks.REPLY_CHANNEL_CHECK, name=op.f("ck_agent_inbox_items_reply_channel")
+        ),
         sa.CheckConstraint("key <> ''", name=op.f("ck_agent_inbox_items_key_not_empty")),
         sa.CheckConstraint(
             "btrim(question) <> ''", name=op.f("ck_agent_inbox_items_question_not_blank")
@@ -119,7 +116,7 @@ def upgrade() -> None:
         "ix_agent_inbox_items_unprocessed",
         "agent_inbox_items",
         ["agent_id", "handled_at"],
-        postgresql_where=sa.text(UNPROCESSED_REPLY_PREDICATE),
+        postgresql_where=sa.text(checks.UNPROCESSED_REPLY_PREDICATE),
     )
     op.create_index("ix_agent_inbox_items_state", "agent_inbox_items", ["state"])
     # `achilles_touch_updated_at()` comes with 0001_engine.
