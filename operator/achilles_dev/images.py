@@ -22,6 +22,7 @@ Loading the images into a node's containerd is `achilles_dev.node.images`' job.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -30,7 +31,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -513,6 +515,21 @@ def ensure_images(versions: Versions | None = None, *, report: Report = _print) 
     versions = versions or load_versions()
     if os.geteuid() != 0:
         raise LocalStackError("building the node's images needs root (podman's own store, mounts)")
+    with _images_lock():
+        return _ensure_images(versions, report)
+
+
+@contextmanager
+def _images_lock() -> Iterator[None]:
+    """One build at a time per store (two test sessions, or a test run beside `dev up`)."""
+    root = images_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _ensure_images(versions: Versions, report: Report) -> LocalImages:
     started = time.monotonic()
     _ensure_base(versions, report)
     _ensure_uv(report)

@@ -188,12 +188,14 @@ class LocalStack:
     def _ensure_network(self) -> None:
         """The node's network, before anything listens on it: its index is chosen once
         (again if another stack took it meanwhile)."""
-        index = self.config.network_index
-        if not index or (
-            index in network.used_indices() and not network.is_up(self.config.network)
-        ):
-            self.config = dataclasses.replace(self.config, network_index=network.choose_index())
-        network.ensure_up(self.config.network)
+        with network.allocation_lock():
+            index = self.config.network_index
+            if not index or (
+                index in network.used_indices() and not network.is_up(self.config.network)
+            ):
+                index = network.choose_index()
+                self.config = dataclasses.replace(self.config, network_index=index)
+            network.ensure_up(self.config.network)
 
     def _start_real_node(self, pki: Pki, images: Any) -> None:
         node = self.node()

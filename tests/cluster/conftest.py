@@ -62,7 +62,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if needs_node:
         from achilles_dev.images import ensure_images
 
-        ensure_images()
+        ensure_images(report=_summary)
+
+
+def _summary(line: str) -> None:
+    """Progress of a build during collection: the summary lines, not every build step."""
+    if not line.startswith(" "):
+        print(line, flush=True)
 
 
 @dataclass(frozen=True)

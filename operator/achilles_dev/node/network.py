@@ -14,9 +14,12 @@ Nothing is added to the host's iptables.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,8 @@ POD_NET = "10.214"  # 10.214.N.0/24: the node's pods
 BRIDGE = "achilles0"
 NODE_INTERFACE = "eth0"
 _NETNS_DIR = Path("/run/netns")
+# Where lock files belong (FHS); the file stays, empty, as lock files do.
+_LOCK_FILE = Path("/run/lock/achilles-node-network.lock")
 
 
 def stack_id(state_dir: Path) -> str:
@@ -100,6 +105,16 @@ def choose_index() -> int:
         if index not in used:
             return index
     raise LocalStackError(f"no free {LINK_NET}.N.0/24 left for another node network")
+
+
+@contextmanager
+def allocation_lock() -> Iterator[None]:
+    """Held while a stack picks its N and claims it: two stacks starting at once on one
+    host must not both see the same N free."""
+    _LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with _LOCK_FILE.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def link_exists(name: str) -> bool:

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -171,6 +172,7 @@ class RealNode:
                 raise LocalStackError(f"image {name} is not built: run `achilles dev build`")
             if loaded.get(name) == wanted and name in present:
                 continue
+            started = time.monotonic()
             with tempfile.TemporaryDirectory(prefix="achilles-image-") as work:
                 archive = Path(work) / "image.tar"
                 podman("save", "--format", "oci-archive", "-o", str(archive), name)
@@ -186,7 +188,8 @@ class RealNode:
                 )
             loaded[name] = wanted
             self.layout.loaded_images.write_text(json.dumps(loaded, indent=2))
-            report(f"containerd: loaded {name} ({wanted[:12]})")
+            elapsed = time.monotonic() - started
+            report(f"containerd: loaded {name} ({wanted[:12]}) in {elapsed:.1f}s")
 
     def _containerd_images(self) -> set[str]:
         done = subprocess.run(
