@@ -33,7 +33,7 @@ from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, impersonating, verdict
 from tests.conftest import create_database, drop_database
-from tests.crd_cases import agent
+from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
 
 PORTAL_USER = "portal-bot"
@@ -101,6 +101,7 @@ def achilles_release(
     )  # fmt: skip
     release = Release(install=install, database_url=url, values_file=values_file)
     _wait_until_admin_paused_policy_enforces(cluster)
+    _wait_until_default_model_policy_is_synced(cluster)
     yield release
     install.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
     drop_database(postgres_server, database)
@@ -115,6 +116,18 @@ def _wait_until_admin_paused_policy_enforces(cluster: Cluster) -> None:
             timeout=30,
             what="the adminPaused policy to refuse the portal",
         )
+
+
+def _wait_until_default_model_policy_is_synced(cluster: Cluster) -> None:
+    """The single-default policy takes AgentModels as its parameters; until the API server's
+    informer for them has synced it refuses every AgentModel ("not yet synced")."""
+    admin = Achilles(cluster.api)
+    probe = agent_model(f"probe-{uuid.uuid4().hex[:6]}")
+    wait_for(
+        lambda: verdict(lambda: admin.create(probe, dry_run=True)) is None,
+        timeout=60,
+        what="the single-default-model policy to sync its parameters",
+    )
 
 
 @pytest.fixture(scope="session")

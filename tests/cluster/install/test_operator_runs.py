@@ -311,6 +311,8 @@ def _runner_pid(run_id: int) -> int | None:
             cmdline = (entry / "cmdline").read_text()
         except OSError:
             continue
-        if str(SLOW_RUNNER) in cmdline and cmdline.endswith(needle):
+        # The runner itself, not the stand-in's shim whose argv ends with the same command.
+        shim = "achilles_dev.kubelet.shim" in cmdline
+        if str(SLOW_RUNNER) in cmdline and cmdline.endswith(needle) and not shim:
             return int(entry.name)
     return None
