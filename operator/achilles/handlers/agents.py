@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from achilles.domain.runs import RunState
 from achilles.handlers import metrics
-from achilles.handlers.operator import engine_of
+from achilles.handlers.operator import engine_of, retried
 from achilles.k8s.annotations import RUN_REQUESTED_AT, parse_run_request
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.agent import AgentSpec
@@ -21,6 +21,7 @@ from achilles.services.status import condition, needs_patch
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
+@retried
 def agent_changed(
     type: str,
     body: kopf.Body,

@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from achilles.handlers.operator import engine_of
+from achilles.handlers.operator import engine_of, retried
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
@@ -29,6 +29,7 @@ def _write(engine: Any, ref: ObjectRef, previous: dict[str, Any], desired: dict[
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_MODEL.plural)
+@retried
 def model_changed(
     type: str,
     meta: kopf.Meta,
@@ -131,6 +132,7 @@ def model_changed(
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_TOOL.plural)
+@retried
 def tool_changed(
     type: str,
     meta: kopf.Meta,
@@ -192,6 +194,7 @@ def tool_changed(
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_PLATFORM.plural)
+@retried
 def platform_changed(
     type: str,
     meta: kopf.Meta,

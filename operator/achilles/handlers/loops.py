@@ -69,6 +69,9 @@ class Engine:
     dirty_lock: threading.Lock = field(default_factory=threading.Lock)
     last_pass: dict[str, float] = field(default_factory=dict)
     threads: list[threading.Thread] = field(default_factory=list)
+    # Handler calls that failed (database or API down), retried by the sweeper.
+    retries: dict[str, Callable[[], None]] = field(default_factory=dict)
+    retries_lock: threading.Lock = field(default_factory=threading.Lock)
     # Agents whose CR we switched off for a deactivated owner (so we patch once).
     disabled_for_owner: set[int] = field(default_factory=set)
 
@@ -100,6 +103,24 @@ class Engine:
         with self.dirty_lock:
             self.dirty_agents.update(agent_ids)
         self.status_wake.set()
+
+    def retry_later(self, key: str, call: Callable[[], None]) -> None:
+        with self.retries_lock:
+            self.retries[key] = call  # the newest event of an object supersedes older ones
+
+    def retry_done(self, key: str) -> None:
+        with self.retries_lock:
+            self.retries.pop(key, None)
+
+    def _retry_failed_handlers(self) -> bool:
+        with self.retries_lock:
+            pending = list(self.retries.items())
+        for key, call in pending:
+            with self.retries_lock:
+                if self.retries.get(key) is not call:
+                    continue  # superseded meanwhile
+            call()  # on failure it re-registers itself; on success it clears its key
+        return True
 
     def health(self) -> dict[str, float]:
         now = time.monotonic()
@@ -224,6 +245,7 @@ class Engine:
         passes = 0
         while not self.stop.is_set():
             self._pass("sweeper", self._sweep_once)
+            self._pass("retries", self._retry_failed_handlers)
             self._pass("owners", self._follow_owner_deactivation)
             if passes % ORPHAN_SWEEP_EVERY == 0:
                 self._pass("orphans", self._forget_deleted_agents)

@@ -5,7 +5,9 @@ Every setting is explicit, with why: the defaults of a framework are not a decis
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -76,6 +78,31 @@ def loops_health(memo: kopf.Memo, **_: Any) -> dict[str, float]:
     """Seconds since each loop last completed a pass (the liveness endpoint shows it)."""
     engine = memo.get(ENGINE_KEY)
     return engine.health() if isinstance(engine, Engine) else {}
+
+
+def retried(handler: Callable[..., None]) -> Callable[..., None]:
+    """An event handler whose failure (database down, API error) is retried by the
+    engine's sweeper until it succeeds or a newer event of the object supersedes it.
+
+    kopf does not retry `on.event` handlers, and an object may see no other event for a
+    long time: without this a reconcile lost to a database restart would stay lost.
+    """
+
+    @functools.wraps(handler)
+    def wrapper(**kwargs: Any) -> None:
+        engine = engine_of(kwargs["memo"])
+        key = f"{handler.__name__}/{kwargs['meta'].get('uid')}"
+        try:
+            handler(**kwargs)
+        except kopf.TemporaryError:
+            raise
+        except Exception as exc:
+            kwargs["logger"].warning("%s failed (%s); it will be retried", handler.__name__, exc)
+            engine.retry_later(key, lambda: wrapper(**kwargs))
+        else:
+            engine.retry_done(key)
+
+    return wrapper
 
 
 def engine_of(memo: kopf.Memo) -> Engine:
