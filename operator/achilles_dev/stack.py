@@ -121,9 +121,19 @@ class LocalStack:
     # --- up -----------------------------------------------------------------------------
 
     def up(self) -> bool:
-        """Start whatever is not running; False when the whole stack already ran."""
+        """Start whatever is not running; False when the whole stack already ran.
+
+        On a running real node it still brings the images up to date (a source edit costs
+        a cached `podman build` and one image load), so new pods run the edited code.
+        """
         started = time.monotonic()
         if self.is_up() and self._apiserver_ready():
+            if self.config.real_node:
+                from achilles_dev.images import ensure_images
+
+                self.node().load_images(ensure_images(report=self.report), self.report)
+                self.report(f"already running (state {self.config.state_dir}); images current")
+                return False
             self.report(f"already running (state {self.config.state_dir}); nothing to do")
             return False
         real = self.config.real_node

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles_dev.images import LocalImages, image_id, podman
+from achilles_dev.images import LocalImages, image_id, podman_argv, podman_env
 from achilles_dev.node import host, network
 from achilles_dev.node.configs import (
     CONTAINERD_NAMESPACE,
@@ -160,36 +160,69 @@ class RealNode:
     # --- images --------------------------------------------------------------------------
 
     def load_images(self, images: LocalImages, report: Report) -> None:
-        """Import each image into containerd unless this very podman image is there already."""
+        """Import the images containerd lacks, or has from an older build, in one stream.
+
+        `podman save` of several images writes their shared layers once, uncompressed
+        (compressing is what makes an OCI archive slow), straight into `ctr images import`;
+        containerd unpacks only layers it has no snapshot of.
+        """
         try:
             loaded: dict[str, str] = json.loads(self.layout.loaded_images.read_text())
         except (OSError, ValueError):
             loaded = {}
         present = self._containerd_images()
+        wanted: dict[str, str] = {}
         for name in images.all():
-            wanted = image_id(name)
-            if wanted is None:
+            built = image_id(name)
+            if built is None:
                 raise LocalStackError(f"image {name} is not built: run `achilles dev build`")
-            if loaded.get(name) == wanted and name in present:
-                continue
-            started = time.monotonic()
-            with tempfile.TemporaryDirectory(prefix="achilles-image-") as work:
-                archive = Path(work) / "image.tar"
-                podman("save", "--format", "oci-archive", "-o", str(archive), name)
-                done = subprocess.run(
-                    self.ctr("images", "import", "--no-unpack=false", str(archive)),
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-            if done.returncode != 0 or name not in self._containerd_images():
-                raise LocalStackError(
-                    f"cannot load {name} into containerd: {done.stderr.strip() or done.stdout}"
-                )
-            loaded[name] = wanted
-            self.layout.loaded_images.write_text(json.dumps(loaded, indent=2))
-            elapsed = time.monotonic() - started
-            report(f"containerd: loaded {name} ({wanted[:12]}) in {elapsed:.1f}s")
+            if loaded.get(name) != built or name not in present:
+                wanted[name] = built
+        if not wanted:
+            return
+        started = time.monotonic()
+        with tempfile.TemporaryFile() as save_errors:
+            save = subprocess.Popen(
+                podman_argv("save", "--format", "docker-archive", "--multi-image-archive", *wanted),
+                env=podman_env(),
+                stdout=subprocess.PIPE,
+                stderr=save_errors,
+            )
+            assert save.stdout is not None
+            imported = subprocess.run(
+                self.ctr("images", "import", "-"),
+                stdin=save.stdout,
+                capture_output=True,
+                check=False,
+            )
+            save.stdout.close()
+            saved = save.wait()
+            save_errors.seek(0)
+            save_error = save_errors.read().decode(errors="replace")
+        if saved != 0 or imported.returncode != 0:
+            raise LocalStackError(
+                f"cannot load {', '.join(wanted)} into containerd: "
+                f"{save_error.strip() or imported.stderr.decode(errors='replace').strip()}"
+            )
+        missing = set(wanted) - self._containerd_images()
+        if missing:
+            raise LocalStackError(f"containerd does not list {', '.join(sorted(missing))}")
+        loaded |= wanted
+        self.layout.loaded_images.write_text(json.dumps(loaded, indent=2))
+        self._forget_older_builds(set(loaded.values()))
+        elapsed = time.monotonic() - started
+        report(f"containerd: loaded {', '.join(wanted)} in {elapsed:.1f}s")
+
+    def _forget_older_builds(self, current: set[str]) -> None:
+        """Drop the id-named records an import leaves of builds no tag points at any more
+        (containerd keeps what running containers still use; its GC frees the rest)."""
+        stale = [
+            name
+            for name in self._containerd_images()
+            if name.startswith("sha256:") and name.removeprefix("sha256:") not in current
+        ]
+        if stale:
+            subprocess.run(self.ctr("images", "rm", *stale), capture_output=True, check=False)
 
     def _containerd_images(self) -> set[str]:
         done = subprocess.run(
