@@ -199,13 +199,15 @@ def test_run_now_follows_the_run_and_says_how_it_ended(
     cluster: Cluster,
     achilles_release: Release,
     admin_api: Achilles,
+    achilles_admin_api: Achilles,
     operator: OperatorProcess,
     model: str,
     namespace: str,
 ) -> None:
     _user(achilles_release, "alice")
     admin_api.create(agent("now", model=model), namespace)
-    admin_api.create(agent("paused", model=model, adminPaused=True), namespace)
+    # Only the admin groups may set adminPaused (the chart's admission policy).
+    achilles_admin_api.create(agent("paused", model=model, adminPaused=True), namespace)
     wait_status(admin_api, "now", namespace, lambda s: s.get("phase") == "Ready", "Ready")
 
     done = _run_now(cluster, f"{namespace}/now", "--wait", "--timeout", "180")
