@@ -17,7 +17,7 @@ from achilles.k8s.resources.agent import AgentSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
 from achilles.services import agents, runs
-from achilles.services.status import condition, needs_patch
+from achilles.services.status import condition, invalid_spec_message, needs_patch
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
@@ -48,7 +48,7 @@ def agent_changed(
         parsed = AgentSpec.model_validate(dict(spec))
     except ValidationError as exc:
         # Admission should have refused it; say so on the object rather than crash-loop.
-        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problem = invalid_spec_message(exc)
         engine.resources.patch_status(
             ref,
             {

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from achilles.handlers.loops import Engine
 from achilles.handlers.operator import engine_of, retried
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.agent_model import AgentModelSpec
@@ -16,16 +17,42 @@ from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT, AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL
 from achilles.services import catalogue
-from achilles.services.status import condition, needs_patch
+from achilles.services.status import condition, invalid_spec_message, needs_patch
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
-def _invalid(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+class Mirror:
+    """One event of a cluster-scoped kind: parse the spec, then report how mirroring went."""
+
+    def __init__(self, engine: Engine, ref: ObjectRef, meta: kopf.Meta, status: kopf.Status):
+        self.engine = engine
+        self.ref = ref
+        self.generation = meta.get("generation")
+        self.previous = dict(status)
+        self.now = datetime.now(UTC)
+
+    def parse(self, model: type[SpecT], spec: kopf.Spec) -> SpecT | None:
+        """The spec, or None after reporting why it is invalid (admission should have
+        refused it; say so on the object rather than crash-loop)."""
+        try:
+            return model.model_validate(dict(spec))
+        except ValidationError as exc:
+            self.write([self.condition("Ready", False, "InvalidSpec", invalid_spec_message(exc))])
+            return None
+
+    def condition(self, kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        previous = self.previous.get("conditions")
+        return condition(kind, ok, reason, message, previous, self.now, self.generation)
+
+    def write(self, conditions: list[dict[str, Any]], **fields: Any) -> None:
+        desired = {"observedGeneration": self.generation, "conditions": conditions, **fields}
+        if needs_patch(self.previous, desired):
+            self.engine.resources.patch_status(self.ref, desired)
 
 
-def _write(engine: Any, ref: ObjectRef, previous: dict[str, Any], desired: dict[str, Any]) -> None:
-    if needs_patch(previous, desired):
-        engine.resources.patch_status(ref, desired)
+def _deleted(type: str, meta: kopf.Meta) -> bool:
+    return type == "DELETED" or bool(meta.get("deletionTimestamp"))
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_MODEL.plural)
@@ -41,8 +68,7 @@ def model_changed(
 ) -> None:
     engine = engine_of(memo)
     name = meta["name"]
-    ref = ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, name, None, meta["uid"])
-    if type == "DELETED" or meta.get("deletionTimestamp"):
+    if _deleted(type, meta):
         stopped = catalogue.withdraw_model(engine.database, name)
         for agent in stopped:
             if agent.namespace and agent.name:
@@ -57,198 +83,75 @@ def model_changed(
                 )
         logger.info("model %s withdrawn from %d agent(s)", name, len(stopped))
         return
-    previous = dict(status)
-    now = datetime.now(UTC)
-    try:
-        parsed = AgentModelSpec.model_validate(dict(spec))
-    except ValidationError as exc:
-        _write(
-            engine,
-            ref,
-            previous,
-            {
-                "conditions": [
-                    condition(
-                        "Ready",
-                        False,
-                        "InvalidSpec",
-                        _invalid(exc),
-                        previous.get("conditions"),
-                        now,
-                    )
-                ]
-            },
-        )
+    mirror = Mirror(engine, ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, name), meta, status)
+    parsed = mirror.parse(AgentModelSpec, spec)
+    if parsed is None:
         return
     mirrored = catalogue.mirror_model(engine.database, name, parsed)
-    conditions = [
-        condition(
-            "Ready",
-            True,
-            "Mirrored",
-            "in the allowlist",
-            previous.get("conditions"),
-            now,
-            meta.get("generation"),
-        )
-    ]
+    conditions = [mirror.condition("Ready", True, "Mirrored", "in the allowlist")]
     if mirrored.default_conflict is not None:
-        message = (
-            f"two default models: {mirrored.default_conflict} already is the default;"
-            " set spec.default: false on one of them"
-        )
+        # Admission allows one default, but two simultaneous creates can both pass it.
+        other = mirrored.default_conflict
         conditions.append(
-            condition(
-                "DefaultConflict", False, "TwoDefaults", message, previous.get("conditions"), now
+            mirror.condition(
+                "DefaultConflict",
+                False,
+                "TwoDefaults",
+                f"two default models: {other} already is the default;"
+                " set spec.default: false on one of them",
             )
         )
-        other = ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, mirrored.default_conflict)
         engine.resources.patch_status(
-            other,
+            ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, other),
             {
                 "conditions": [
-                    condition("Ready", True, "Mirrored", "in the allowlist", None, now),
-                    condition(
+                    mirror.condition("Ready", True, "Mirrored", "in the allowlist"),
+                    mirror.condition(
                         "DefaultConflict",
                         False,
                         "TwoDefaults",
                         f"two default models: {name} also claims to be the default",
-                        None,
-                        now,
                     ),
                 ]
             },
         )
-    _write(
-        engine,
-        ref,
-        previous,
-        {
-            "databaseId": mirrored.model_id,
-            "observedGeneration": meta.get("generation"),
-            "conditions": conditions,
-        },
-    )
+    mirror.write(conditions, databaseId=mirrored.model_id)
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_TOOL.plural)
 @retried
 def tool_changed(
-    type: str,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    **_: Any,
+    type: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any
 ) -> None:
     engine = engine_of(memo)
     name = meta["name"]
-    if type == "DELETED" or meta.get("deletionTimestamp"):
-        catalogue.remove_tool(engine.database, name)
+    if _deleted(type, meta):
+        catalogue.remove_tool(engine.database, name)  # its agent links go with it
         return
-    ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name, None, meta["uid"])
-    previous = dict(status)
-    now = datetime.now(UTC)
-    try:
-        parsed = AgentToolSpec.model_validate(dict(spec))
-    except ValidationError as exc:
-        _write(
-            engine,
-            ref,
-            previous,
-            {
-                "conditions": [
-                    condition(
-                        "Ready",
-                        False,
-                        "InvalidSpec",
-                        _invalid(exc),
-                        previous.get("conditions"),
-                        now,
-                    )
-                ]
-            },
-        )
+    mirror = Mirror(engine, ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name), meta, status)
+    parsed = mirror.parse(AgentToolSpec, spec)
+    if parsed is None:
         return
     tool_id = catalogue.mirror_tool(engine.database, name, parsed)
-    _write(
-        engine,
-        ref,
-        previous,
-        {
-            "databaseId": tool_id,
-            "observedGeneration": meta.get("generation"),
-            "conditions": [
-                condition(
-                    "Ready",
-                    True,
-                    "Mirrored",
-                    "in the tool catalogue",
-                    previous.get("conditions"),
-                    now,
-                    meta.get("generation"),
-                )
-            ],
-        },
+    mirror.write(
+        [mirror.condition("Ready", True, "Mirrored", "in the tool catalogue")], databaseId=tool_id
     )
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_PLATFORM.plural)
 @retried
 def platform_changed(
-    type: str,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    **_: Any,
+    type: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any
 ) -> None:
     engine = engine_of(memo)
-    if meta["name"] != SINGLETON_NAME or type == "DELETED" or meta.get("deletionTimestamp"):
+    if meta["name"] != SINGLETON_NAME or _deleted(type, meta):
         return  # deleting the settings keeps the last ones; admission refuses other names
-    ref = ObjectRef(AGENT_PLATFORM.kind, AGENT_PLATFORM.plural, SINGLETON_NAME, None, meta["uid"])
-    previous = dict(status)
-    now = datetime.now(UTC)
-    try:
-        parsed = AgentPlatformSpec.model_validate(dict(spec))
-    except ValidationError as exc:
-        _write(
-            engine,
-            ref,
-            previous,
-            {
-                "conditions": [
-                    condition(
-                        "Ready",
-                        False,
-                        "InvalidSpec",
-                        _invalid(exc),
-                        previous.get("conditions"),
-                        now,
-                    )
-                ]
-            },
-        )
+    ref = ObjectRef(AGENT_PLATFORM.kind, AGENT_PLATFORM.plural, SINGLETON_NAME)
+    mirror = Mirror(engine, ref, meta, status)
+    parsed = mirror.parse(AgentPlatformSpec, spec)
+    if parsed is None:
         return
     catalogue.mirror_platform(engine.database, parsed)
     engine.schedule_wake.set()  # the organisation's zone may have moved slots
     engine.dispatch_wake.set()  # and the cap may have grown
-    _write(
-        engine,
-        ref,
-        previous,
-        {
-            "observedGeneration": meta.get("generation"),
-            "conditions": [
-                condition(
-                    "Ready",
-                    True,
-                    "Mirrored",
-                    "in platform_settings",
-                    previous.get("conditions"),
-                    now,
-                    meta.get("generation"),
-                )
-            ],
-        },
-    )
+    mirror.write([mirror.condition("Ready", True, "Mirrored", "in platform_settings")])

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from achilles.db.journal.status import AgentStatusRow
 from achilles.domain.gates import LockReason, closed_locks
 from achilles.domain.schedule import CalendarSchedule, IntervalSchedule, parse_schedule
@@ -159,6 +161,11 @@ def agent_status(
             "windowStart": iso_utc(row.window_start),
         }
     return status
+
+
+def invalid_spec_message(exc: ValidationError) -> str:
+    """A spec the API server let through but the model refuses, in one line per field."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
 
 
 def needs_patch(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
