@@ -2,7 +2,8 @@
 
 It writes a new `achilles.io/run-requested-at` value; with `--wait` it follows the
 run the operator makes of it. Exit codes: 0 succeeded (or, without --wait, request
-written); 1 failed or skipped; 3 refused by a closed lock; 2 bad input.
+written); 1 failed or skipped (or the Agent is missing); 3 refused by a closed lock;
+2 bad input.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from achilles.cli.common import CommandFailed, reports_errors
+from achilles.cli.common import CommandFailed, kubeconfig_option, reports_errors
 
 EXIT_REFUSED = 3
 POLL_SECONDS = 0.5
@@ -39,54 +40,35 @@ def _split(ref: str, namespace: str | None) -> tuple[str, str]:
     show_default=True,
     help="Seconds to wait.",
 )
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="KUBECONFIG",
-    default=None,
-    help="[env: KUBECONFIG; default ~/.kube/config or in-cluster]",
-)
+@kubeconfig_option("Cluster of the Agent")
 @reports_errors
 def run_now(
     agent: str, namespace: str | None, wait: bool, timeout: float, kubeconfig: Path | None
 ) -> None:
     """Request a manual run of AGENT ([NAMESPACE/]NAME)."""
     from achilles.k8s.agent_status import read_agent_status
-    from achilles.k8s.run_request import request_run
+    from achilles.services.run_requests import KubernetesRunRequester
+    from achilles.services.runs import progress_of
 
     ns, name = _split(agent, namespace)
-    value = request_run(ns, name, datetime.now(UTC), kubeconfig=kubeconfig)
-    click.echo(f"run requested for Agent {ns}/{name} ({value})")
+    request = KubernetesRunRequester(kubeconfig).request(ns, name, datetime.now(UTC))
+    click.echo(f"run requested for Agent {ns}/{name} ({request})")
     if not wait:
         return
     deadline = time.monotonic() + timeout
     shown = ""
-    run_id: int | None = None
     while time.monotonic() < deadline:
-        status = read_agent_status(ns, name, kubeconfig=kubeconfig)
-        if status.get("lastHandledRunRequest") == value:
-            accepted = next(
-                (c for c in status.get("conditions", []) if c.get("type") == "RunRequestAccepted"),
-                None,
-            )
-            if accepted and accepted.get("status") == "False":
-                click.echo(f"refused: {accepted.get('message')}", err=True)
-                raise SystemExit(EXIT_REFUSED)
-            if accepted and run_id is None:
-                words = str(accepted.get("message", "")).split()
-                if words and words[-1].isdigit():
-                    run_id = int(words[-1])
-        last = status.get("lastRun") or {}
-        if run_id is not None and last.get("id") == run_id:
-            line = f"run {run_id}: {last.get('state')}" + (
-                f" ({last['reason']})" if last.get("reason") else ""
-            )
+        progress = progress_of(read_agent_status(ns, name, kubeconfig=kubeconfig), request)
+        if progress is not None and progress.refused is not None:
+            click.echo(f"refused: {progress.refused}", err=True)
+            raise SystemExit(EXIT_REFUSED)
+        if progress is not None and progress.state is not None:
+            line = f"run {progress.run_id}: {progress.state}"
+            line += f" ({progress.reason})" if progress.reason else ""
             if line != shown:
                 click.echo(line)
                 shown = line
-            if last.get("state") == "succeeded":
-                return
-            if last.get("state") in ("failed", "skipped"):
-                raise SystemExit(1)
-        time.sleep(POLL_SECONDS)
+            if progress.finished:
+                raise SystemExit(0 if progress.state == "succeeded" else 1)
+        time.sleep(POLL_SECONDS)  # polling the API server, not synchronising a test
     raise CommandFailed(f"timed out after {timeout:.0f} s waiting for the run of {ns}/{name}")
