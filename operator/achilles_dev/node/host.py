@@ -22,6 +22,9 @@ _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CONTAINER_LOGS = Path("/var/log/containers")  # where the kubelet links container logs
 _CNI_CACHE = Path("/var/lib/cni/results")  # libcni's cache, outside containerd's config
 _SHIM_SOCKETS = Path("/run/containerd/s")
+# The one path the kubelet hardcodes whatever its root dir: every kubelet on the host
+# listens there (for device plugins, which the local node has none of).
+_DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 
 
 # --- cgroups -------------------------------------------------------------------------------
@@ -170,9 +173,28 @@ def remove_stray_files(pod_logs: Path, cni_network: str) -> None:
         for entry in _CNI_CACHE.glob(f"{cni_network}-*"):
             with contextlib.suppress(OSError):
                 entry.unlink()
-    for directory in (_SHIM_SOCKETS, _SHIM_SOCKETS.parent):  # rmdir: only when empty
+    if not _kubelets_running():  # the last node down takes the shared paths along
+        _DEVICE_PLUGIN_SOCKET.unlink(missing_ok=True)
+    shared_dirs = (
+        _SHIM_SOCKETS,
+        _SHIM_SOCKETS.parent,
+        _CNI_CACHE,
+        _CNI_CACHE.parent,
+        _DEVICE_PLUGIN_SOCKET.parent,
+        _DEVICE_PLUGIN_SOCKET.parent.parent,
+        _CONTAINER_LOGS,
+    )
+    for directory in shared_dirs:  # rmdir: only when empty, so never another node's
         with contextlib.suppress(OSError):
             directory.rmdir()
+
+
+def _kubelets_running() -> bool:
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "kubelet":
+                return True
+    return False
 
 
 def stray_files(pod_logs: Path, cni_network: str) -> list[str]:
@@ -184,4 +206,6 @@ def stray_files(pod_logs: Path, cni_network: str) -> list[str]:
                     found.append(f"log link {link}")
     if _CNI_CACHE.is_dir():
         found += [f"CNI cache {e}" for e in _CNI_CACHE.glob(f"{cni_network}-*")]
+    if _DEVICE_PLUGIN_SOCKET.exists() and not _kubelets_running():
+        found.append(f"kubelet socket {_DEVICE_PLUGIN_SOCKET}")
     return found
