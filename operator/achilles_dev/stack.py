@@ -116,6 +116,13 @@ class LocalStack:
         if self.with_postgres:
             lines.append(f"export ACHILLES_DATABASE_URL={self.config.database_url}")
         lines.append(f'export PATH="{bin_dir()}:$PATH"')
+        if self.config.real_node:
+            # crictl and ctr find the node's containerd without flags.
+            endpoint = self.config.node_layout.runtime_endpoint()
+            lines.append(f"export CONTAINER_RUNTIME_ENDPOINT={endpoint}")
+            lines.append(f"export IMAGE_SERVICE_ENDPOINT={endpoint}")
+            lines.append(f"export CONTAINERD_ADDRESS={self.config.node_layout.containerd_socket}")
+            lines.append("export CONTAINERD_NAMESPACE=k8s.io")
         return lines
 
     # --- up -----------------------------------------------------------------------------
