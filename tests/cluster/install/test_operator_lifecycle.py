@@ -4,6 +4,7 @@ kubelet stand-in runs the runner, which talks to the offline model server)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from tests.cluster.install.operator_support import (
     wait_status,
 )
 from tests.crd_cases import agent, agent_model
+from tests.db import inbox_support as box
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -225,3 +227,70 @@ def test_run_now_follows_the_run_and_says_how_it_ended(
     bad = _run_now(cluster, "a/b/c")
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
+
+
+def test_a_reply_in_the_inbox_wakes_the_agent_end_to_end(
+    cluster: Cluster,
+    achilles_release: Release,
+    admin_api: Achilles,
+    operator: OperatorProcess,
+    model: str,
+    namespace: str,
+) -> None:
+    _user(achilles_release, "alice")
+    admin_api.create(agent("waker", model=model), namespace)
+    status = wait_status(admin_api, "waker", namespace, lambda s: s.get("databaseId"), "a row")
+    agent_id = status["databaseId"]
+    _sql(
+        achilles_release,
+        'UPDATE agents SET meta = \'{"inbox": {"wake_on_reply": true}}\'::jsonb WHERE id = :a',
+        a=agent_id,
+    )
+    engine = create_engine(
+        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
+    )
+    try:
+        item = box.ask(engine, agent_id).item
+    finally:
+        engine.dispose()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "achilles",
+            "inbox",
+            "reply",
+            str(item.id),
+            "--text",
+            "Go",
+            "--json",
+        ],
+        env={
+            **os.environ,
+            "ACHILLES_DATABASE_URL": achilles_release.database_url,
+            "KUBECONFIG": str(cluster.kubeconfig),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    request = json.loads(done.stdout)["wake"]["annotation"][RUN_REQUESTED_AT]
+    status = wait_status(
+        admin_api,
+        "waker",
+        namespace,
+        lambda s: (
+            s.get("lastHandledRunRequest") == request
+            and (s.get("lastRun") or {}).get("state") == "succeeded"
+        ),
+        "the woken run to succeed",
+        timeout=120,
+    )
+    rows = _sql(
+        achilles_release,
+        "SELECT trigger, request_key FROM agent_runs WHERE agent_id = :a",
+        a=agent_id,
+    )
+    assert rows == [("manual", request)]
