@@ -82,6 +82,13 @@ def schedule_summary(schedule: dict[str, Any] | None, zone: str | None) -> str:
     return f"daily {parsed.time}{where}"
 
 
+def _primary(closed: tuple[LockReason, ...]) -> LockReason:
+    """The lock the phase names: the owner's state first, since deactivating an owner
+    also switches the agent off (seed 000) and "Disabled" would hide why."""
+    owner = (LockReason.OWNER_MISSING, LockReason.OWNER_INACTIVE)
+    return next((lock for lock in closed if lock in owner), closed[0])
+
+
 def agent_status(
     row: AgentStatusRow | None,
     *,
@@ -103,7 +110,7 @@ def agent_status(
         ready = condition(
             "Ready",
             False,
-            LOCK_REASONS[closed[0]],
+            LOCK_REASONS[_primary(closed)],
             "; ".join(LOCK_MESSAGES[lock] for lock in closed),
             old_conditions,
             now,
@@ -134,7 +141,7 @@ def agent_status(
             condition("RunRequestAccepted", False, "Refused", refusal, old_conditions, now)
         )
     status: dict[str, Any] = {
-        "phase": LOCK_REASONS[closed[0]] if closed else "Ready",
+        "phase": LOCK_REASONS[_primary(closed)] if closed else "Ready",
         "conditions": conditions,
         "scheduleSummary": schedule_summary(schedule, row.zone if row else None),
         "observedGeneration": generation,

@@ -132,7 +132,7 @@ def test_owner_deactivation_switches_the_agent_off_on_its_resource(
     wait_for(
         lambda: (
             _spec(admin_api, "d", namespace).get("enabled") is False
-            and _status(admin_api, "d", namespace).get("phase") in ("Disabled", "OwnerInactive")
+            and _status(admin_api, "d", namespace).get("phase") == "OwnerInactive"
         ),
         60,
         what="spec.enabled false written by the operator",

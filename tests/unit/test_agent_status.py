@@ -1,0 +1,99 @@
+"""An Agent's status from its journal row: phase, conditions, schedule in words."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from achilles.db.journal.status import AgentStatusRow
+from achilles.domain.gates import DurableLocks
+from achilles.services.status import agent_status, condition, schedule_summary
+
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def _row(**locks: bool) -> AgentStatusRow:
+    values = {"enabled": True, "admin_paused": False, "has_model": True}
+    values.update(locks)
+    return AgentStatusRow(
+        agent_id=3,
+        uid="u",
+        namespace="ns",
+        cr_name="a",
+        schedule=None,
+        next_run_at=None,
+        zone="UTC",
+        locks=DurableLocks(
+            owner_present=True, owner_active=values.pop("owner_active", True), **values
+        ),
+        last_run=None,
+        tokens_used=10,
+        token_limit=100,
+        window_start=NOW,
+    )
+
+
+@pytest.mark.parametrize(
+    ("locks", "phase"),
+    [
+        ({}, "Ready"),
+        ({"enabled": False}, "Disabled"),
+        ({"admin_paused": True}, "AdminPaused"),
+        ({"has_model": False}, "NoModel"),
+        ({"enabled": False, "owner_active": False}, "OwnerInactive"),
+        ({"admin_paused": True, "has_model": False}, "AdminPaused"),
+    ],
+)
+def test_phase_names_the_lock_that_explains_it(locks: dict[str, bool], phase: str) -> None:
+    status = agent_status(
+        _row(**locks), owner_missing=False, unknown_tools=(), schedule=None, previous=None,
+        generation=2, now=NOW,
+    )  # fmt: skip
+    assert status["phase"] == phase
+    ready = status["conditions"][0]
+    assert ready["type"] == "Ready"
+    assert (ready["status"] == "True") == (phase == "Ready")
+
+
+def test_a_missing_owner_has_no_database_id() -> None:
+    status = agent_status(
+        None, owner_missing=True, unknown_tools=(), schedule=None, previous=None,
+        generation=1, now=NOW,
+    )  # fmt: skip
+    assert status["phase"] == "OwnerMissing"
+    assert status["databaseId"] is None
+
+
+def test_unknown_tools_are_a_warning_condition() -> None:
+    status = agent_status(
+        _row(), owner_missing=False, unknown_tools=("crm",), schedule=None, previous=None,
+        generation=1, now=NOW,
+    )  # fmt: skip
+    tools = {c["type"]: c for c in status["conditions"]}["ToolsResolved"]
+    assert (tools["status"], tools["reason"]) == ("False", "UnknownTools")
+    assert status["phase"] == "Ready"
+
+
+def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
+    earlier = condition("Ready", True, "Startable", "", None, datetime(2026, 1, 1, tzinfo=UTC))
+    again = condition("Ready", True, "Startable", "", [earlier], NOW)
+    assert again["lastTransitionTime"] == earlier["lastTransitionTime"]
+    flipped = condition("Ready", False, "Disabled", "", [earlier], NOW)
+    assert flipped["lastTransitionTime"] == "2026-12-01T09:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("schedule", "words"),
+    [
+        (None, "manual"),
+        ({"type": "interval", "every_hours": 6}, "every 6h"),
+        ({"type": "calendar", "cadence": "daily", "time": "02:30"}, "daily 02:30 Europe/Berlin"),
+        (
+            {"type": "calendar", "cadence": "weekly", "weekday": 0, "time": "09:00"},
+            "weekly Mon 09:00 Europe/Berlin",
+        ),
+    ],
+)
+def test_schedule_in_words(schedule: dict[str, object] | None, words: str) -> None:
+    assert schedule_summary(schedule, "Europe/Berlin") == words
