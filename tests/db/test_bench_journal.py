@@ -28,9 +28,7 @@ def test_journal_benchmark_runs_reports_and_cleans_up(
         "due-agent scan, none due",
     } <= names
     assert all(f["value"] >= 0 for f in result["figures"])
-    assert {"budget query (last complete week)", "reaper sweep"} <= set(
-        result["details"]["plans"]
-    )
+    assert {"budget query (last complete week)", "reaper sweep"} <= set(result["details"]["plans"])
     assert result["machine"]["cores"] >= 1
     assert len(result["commit"]["commit"]) == 40
     assert "| reaper sweep |" in out.with_suffix(".md").read_text()
