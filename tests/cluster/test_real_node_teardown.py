@@ -2,15 +2,20 @@
 no process, mount, cgroup, network namespace, link, route or iptables rule of it.
 
 The stack here runs PostgreSQL too, which its pods reach on the host's end of the node's
-veth; the session's real node keeps working while this one comes and goes.
+veth, as they reach the offline model server there; the session's real node keeps working
+while this one comes and goes.
 """
 
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +59,34 @@ def own_stack(tmp_path: Path, node_cluster: NodeCluster) -> Iterator[LocalStack]
     finally:
         stack.down()
         shutil.rmtree(config.postgres_dir, ignore_errors=True)
+
+
+@contextmanager
+def model_server(host_ip: str) -> Iterator[str]:
+    """`achilles model-server` (the demo script) on the host's end of the node's veth."""
+    with socket.socket() as probe:
+        probe.bind((host_ip, 0))
+        port = probe.getsockname()[1]
+    achilles = Path(sys.executable).with_name("achilles")
+    server = subprocess.Popen(
+        [str(achilles), "model-server", "--host", host_ip, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _answers(f"http://{host_ip}:{port}/healthz"), 30.0, what="model server")
+        yield f"http://{host_ip}:{port}/v1"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
 
 
 def pod(name: str, command: list[str], **env: str) -> dict[str, Any]:
@@ -104,6 +137,23 @@ def test_down_leaves_nothing_behind(own_stack: LocalStack, node_cluster: NodeClu
         log = core.read_namespaced_pod_log("db", "default")
         assert pod_phase(core, "default", "db") == "Succeeded", log
         assert log.split()[-1] == "achilles"
+
+        # The offline model server on the host, listening where pods reach the host.
+        with model_server(net.host_ip) as base_url:
+            models = (
+                "import openai\n"
+                "client = openai.OpenAI(base_url=__import__('os').environ['BASE'], api_key='x')\n"
+                "print(len(client.models.list().data))\n"
+            )
+            create_pod(core, "default", pod("model", ["python", "-c", models], BASE=base_url))
+            wait_for(
+                lambda: pod_phase(core, "default", "model") in ("Succeeded", "Failed"),
+                120.0,
+                what="the model-server pod to finish",
+            )
+            log = core.read_namespaced_pod_log("model", "default")
+            assert pod_phase(core, "default", "model") == "Succeeded", log
+            assert int(log.split()[-1]) >= 1
 
         # A container still running when the stack goes down.
         hang = ["python", "-c", "import time\nwhile True:\n    time.sleep(60)\n"]
