@@ -53,8 +53,9 @@ bench: control-plane ## The benchmark suite at default sizes (long; see docs/per
 	$(RUN) achilles bench all
 
 .PHONY: dev
-dev: control-plane ## Bring up the local stack (`achilles dev up`)
+dev: control-plane ## The local stack with the operator, then one run of the demo agent
 	$(RUN) achilles dev up
+	$(RUN) achilles dev demo
 
 .PHONY: dev-down
 dev-down: ## Stop everything `make dev` started

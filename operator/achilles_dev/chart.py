@@ -3,9 +3,9 @@
 `achilles dev up` ends here, so the local stack has exactly what `helm install` gives a
 real cluster: the CRDs, RBAC, admission policies, the runs namespace with its quota,
 AgentPlatform/default, and the schema migrations, which run as the chart's pre-install
-hook Job (from the engine image on a real node; the stand-in runs its command as a
-process). Only the operator Deployment is left out: locally the operator runs as a
-process of its own.
+hook Job, and the operator Deployment under its ServiceAccount and RBAC — both from the
+engine image on a real node. The stand-in runs the hook's command as a process and no
+operator (run `achilles operator` beside it).
 
 Helm installs `crds/` on first install only, so CRDs are applied server-side first,
 every time: a developer who changed the models and ran `achilles crds generate` gets
@@ -65,13 +65,17 @@ class ChartInstall:
 
 
 def local_values(*, with_database: bool, image: str | None = None) -> dict[str, Any]:
-    """The chart's values for a local stack: no operator Deployment; migrations if a DB runs.
+    """The chart's values for a local stack: the operator Deployment and migrations when a
+    real node and a database run.
 
     `image` is the locally built engine image (`repository:tag`) a real node runs the
     chart's Jobs from; the stand-in ignores images.
     """
     values: dict[str, Any] = {
-        "operator": {"enabled": False},
+        # The operator runs as the chart's Deployment, from the engine image, where a real
+        # node can run that image and a database is there for it; elsewhere (the stand-in)
+        # it runs as a local process (`achilles operator`).
+        "operator": {"enabled": image is not None and with_database},
         "migrations": {"enabled": with_database},
     }
     if image is not None:
@@ -145,7 +149,7 @@ def install_local_chart(
     report: Report,
     image: str | None = None,
 ) -> None:
-    """What `achilles dev up` installs: the chart without the operator Deployment.
+    """What `achilles dev up` installs: the chart (with the operator Deployment on a real node).
 
     With a database, its URL (as pods reach it) goes into the chart's Secrets (the
     migration hook Job and, later, run Jobs read it) and the hook migrates the schema;
@@ -166,7 +170,8 @@ def install_local_chart(
     report(
         f"chart: release {install.release} in namespace {install.namespace} "
         f"(CRDs, RBAC, admission policies, runs namespace, AgentPlatform/default"
-        f"{', migrations' if database_url else ''}; operator Deployment off)"
+        f"{', migrations' if database_url else ''}"
+        f"{'; operator Deployment' if install.values['operator']['enabled'] else ''})"
     )
 
 

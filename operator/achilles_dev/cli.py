@@ -93,13 +93,34 @@ def build(force: bool, no_images: bool, only: tuple[str, ...]) -> None:
 )
 @reports_errors
 def up(state_dir: Path | None, node: str | None) -> None:
-    """Start the local stack, wait until it is ready, install the chart (no operator)."""
+    """Start the local stack, install the chart (with the operator on a real node) and the
+    demo (owner, model, agent)."""
     stack = _stack(state_dir, node)
     if stack.up():
         from achilles_dev.chart import install_into_stack  # the chart: CRDs, RBAC, policies
 
         install_into_stack(stack)
+        if stack.config.real_node and stack.with_postgres:
+            from achilles_dev.demo import install_demo
+
+            install_demo(stack)
     click.echo('point your shell at it:  eval "$(achilles dev env)"')
+
+
+@dev.command()
+@state_dir_option
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=300, show_default=True, help="Seconds."
+)
+@reports_errors
+def demo(state_dir: Path | None, timeout: float) -> None:
+    """Run the demo agent once, through the operator and a real Job, and follow it."""
+    from achilles_dev.demo import run_demo
+
+    stack = _stack(state_dir)
+    if not (stack.config.real_node and stack.with_postgres):
+        raise click.UsageError("the demo needs a stack with a real node and PostgreSQL")
+    raise SystemExit(run_demo(stack, timeout))
 
 
 @dev.command()

@@ -40,6 +40,8 @@ class Ports:
     controller_manager: int = 16444
     kubelet: int = 16450  # the process stand-in's; a real node's kubelet is in its netns
     scheduler: int = 16445
+    # The offline model server the demo's AgentModel points at (host side, pods reach it).
+    model_server: int = 18400
 
     @classmethod
     def free(cls) -> Ports:
@@ -132,6 +134,11 @@ class StackConfig:
     @property
     def node_layout(self) -> NodeLayout:
         return NodeLayout(self.state_dir / "node")
+
+    @property
+    def model_server_url(self) -> str:
+        """The demo model server's base URL, as pods (and the host) reach it."""
+        return f"http://{self.apiserver_host}:{self.ports.model_server}/v1"
 
     @property
     def apiserver_host(self) -> str:

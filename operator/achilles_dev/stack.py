@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,9 @@ _START_TIMEOUT_S = {
     "containerd": 60.0,
     "kubelet": 120.0,
     "kube-proxy": 60.0,
+    "model-server": 30.0,
 }
+MODEL_SERVER = "model-server"
 _SETTLE_TIMEOUT_S = 60.0
 
 
@@ -89,7 +92,9 @@ class LocalStack:
 
     @property
     def component_names(self) -> tuple[str, ...]:
-        return REAL_NODE_COMPONENTS if self.config.real_node else COMPONENTS
+        names = REAL_NODE_COMPONENTS if self.config.real_node else COMPONENTS
+        # The demo's offline model comes with the database (both are the demo's).
+        return (*names, MODEL_SERVER) if self.with_postgres else names
 
     def components(self) -> list[ComponentState]:
         return [
@@ -190,6 +195,8 @@ class LocalStack:
             self._start_real_node(pki, images)
         else:
             self._start("kubelet", self._kubelet_argv(pki), self._node_is_ready)
+        if self.with_postgres:
+            self._start_model_server()
         wait_until(
             self._default_service_account_exists,
             timeout=_SETTLE_TIMEOUT_S,
@@ -225,6 +232,18 @@ class LocalStack:
             f"node {node.name}: {node.net.node_ip} in network namespace {node.net.netns}, "
             f"pods on {node.net.pod_cidr}"
         )
+
+    def _start_model_server(self) -> None:
+        """`achilles model-server` on the address pods reach the host at (the demo model)."""
+        url = self.config.model_server_url
+        argv = [sys.executable, "-m", "achilles", "model-server"]
+        argv += [
+            "--host",
+            self.config.apiserver_host,
+            "--port",
+            str(self.config.ports.model_server),
+        ]
+        self._start(MODEL_SERVER, argv, lambda: _http_ok(f"{url}/models"))
 
     def _start_postgres(self) -> None:
         real = self.config.real_node
@@ -422,3 +441,11 @@ def _ensure_database(dsn: str, name: str) -> None:
         ).fetchone()
         if exists is None:
             connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own URL
+            return bool(response.status == 200)
+    except OSError:
+        return False

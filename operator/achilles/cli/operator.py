@@ -35,6 +35,7 @@ def operator(liveness: str, verbose: bool) -> None:
     )
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # every liveness probe
     start_http_server(config.metrics_port)
     asyncio.run(
         kopf.operator(

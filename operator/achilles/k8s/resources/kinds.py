@@ -66,7 +66,8 @@ AGENT = CustomResourceKind(
         ),
         PrinterColumn("Model", ".spec.model", description="AgentModel used for runs"),
         PrinterColumn("Schedule", ".status.scheduleSummary", description="Schedule in words"),
-        PrinterColumn("Next-Run", ".status.nextRunAt", type="date", description="Next slot"),
+        # A string, not a date: kubectl prints dates as ages, and a future one as <invalid>.
+        PrinterColumn("Next-Run", ".status.nextRunAt", description="Next slot (UTC)"),
         PrinterColumn("Last-State", ".status.lastRun.state", description="Last run's state"),
         PrinterColumn("Phase", ".status.phase", description="Why it can(not) run"),
         AGE,
