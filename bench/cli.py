@@ -3,6 +3,7 @@ product's CLI finds this group by name, like `achilles dev`, and the wheel has n
 
 Each benchmark prints its progress on stderr, its table on stdout, and writes
 `bench/results/<name>.json` (or `--json FILE`) with a markdown table beside it.
+Benchmarks are never part of the test command; tests/ runs each at a tiny size.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -22,17 +24,20 @@ json_option = click.option(
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the result here  [default: bench/results/<name>.json]",
+    help="Write the result here (and a .md beside it)  [default: bench/results/<name>.json]",
+)
+
+server_option = click.option(
+    "--server-url",
+    default=None,
+    help="An existing PostgreSQL server (superuser URL) to create the benchmark's "
+    "database on  [default: a durable server of its own, removed afterwards]",
 )
 
 
-def _size_option(default: int, what: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def _size_option(default: int, what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option(
-        "--size",
-        type=click.IntRange(min=1),
-        default=default,
-        show_default=True,
-        help=what,
+        "--size", type=click.IntRange(min=1), default=default, show_default=True, help=what
     )
 
 
@@ -58,12 +63,7 @@ def bench() -> None:
 @bench.command()
 @_size_option(10_000_000, "agent_runs history rows (owners = size/1000, agents = size/100)")
 @json_option
-@click.option(
-    "--server-url",
-    default=None,
-    help="An existing PostgreSQL server (superuser URL) to create the benchmark's "
-    "database on  [default: a durable server of its own, removed afterwards]",
-)
+@server_option
 def journal(size: int, json_path: Path | None, server_url: str | None) -> None:
     """Enqueue through the gates vs raw INSERT, budget query, reaper, scheduler scans."""
     from bench import journal as benchmark
@@ -71,37 +71,88 @@ def journal(size: int, json_path: Path | None, server_url: str | None) -> None:
     _show(benchmark.run(size, json_path, server_url))
 
 
-BENCHMARKS: dict[str, Callable[[int | None], Report]] = {}
+@bench.command(name="burst-vs-cronjob")
+@_size_option(1000, "Agents due at one slot, and as many CronJobs due at one minute")
+@json_option
+@server_option
+def burst_vs_cronjob(size: int, json_path: Path | None, server_url: str | None) -> None:
+    """N agents due at one slot vs N CronJobs due at one minute, same control plane."""
+    from bench import burst
+
+    _show(burst.run(size, json_path, server_url))
 
 
-def _register_all() -> None:
+@bench.command(name="steady-state")
+@_size_option(10_000, "Agent CRs (RSS and CPU are also reported at 1k and 5k)")
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0.01),
+    default=2.0,
+    show_default=True,
+    help="Slots per second during the steady load.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=1),
+    default=240.0,
+    show_default=True,
+    help="Seconds of steady load.",
+)
+@json_option
+@server_option
+def steady_state(
+    size: int, rate: float, duration: float, json_path: Path | None, server_url: str | None
+) -> None:
+    """The operator at N Agents: slot -> Job under steady load, RSS, CPU, API requests."""
+    from bench import steady
+
+    _show(steady.run(size, json_path, server_url, rate=rate, duration=duration))
+
+
+@bench.command(name="slot-to-heartbeat")
+@_size_option(60, "Runs (one per agent, slots 2 s apart)")
+@json_option
+@server_option
+def slot_to_heartbeat(size: int, json_path: Path | None, server_url: str | None) -> None:
+    """From a slot to the real runner's first heartbeat, with the model server."""
+    from bench import heartbeat
+
+    _show(heartbeat.run(size, json_path, server_url))
+
+
+def _benchmarks() -> dict[str, Callable[[], Report]]:
+    """Every benchmark at its default size, in the order `all` runs them."""
+    from bench import burst, heartbeat, steady
     from bench import journal as journal_bench
 
-    BENCHMARKS["journal"] = lambda size: journal_bench.run(size or journal_bench.DEFAULT_SIZE, None)
+    return {
+        "journal": lambda: journal_bench.run(journal_bench.DEFAULT_SIZE, None),
+        "burst-vs-cronjob": lambda: burst.run(burst.DEFAULT_SIZE, None),
+        "steady-state": lambda: steady.run(steady.DEFAULT_SIZE, None),
+        "slot-to-heartbeat": lambda: heartbeat.run(heartbeat.DEFAULT_SIZE, None),
+    }
 
 
 @bench.command(name="all")
 @click.option(
-    "--only",
-    multiple=True,
-    help="Run only these benchmarks (repeatable)  [default: every one]",
+    "--only", multiple=True, help="Run only this benchmark (repeatable)  [default: every one]"
 )
 def all_benchmarks(only: tuple[str, ...]) -> None:
-    """Every benchmark at its default size; then bench/results/README.md, the summary."""
-    _register_all()
-    names = list(only) or list(BENCHMARKS)
-    unknown = sorted(set(names) - set(BENCHMARKS))
+    """Every benchmark at its default size, then bench/results/README.md (the summary)."""
+    benchmarks = _benchmarks()
+    names = list(only) or list(benchmarks)
+    unknown = sorted(set(names) - set(benchmarks))
     if unknown:
         raise click.UsageError(f"unknown benchmark(s): {', '.join(unknown)}")
     failed = []
     for name in names:
         try:
-            _show(BENCHMARKS[name](None))
+            _show(benchmarks[name]())
         except Exception as exc:  # one failing benchmark must not hide the others
             failed.append(name)
             click.echo(f"error: benchmark {name} failed: {exc}", err=True)
     summary = RESULTS_DIR / "README.md"
-    summary.write_text(summary_markdown(RESULTS_DIR / f"{n}.json" for n in BENCHMARKS))
+    summary.write_text(summary_markdown(RESULTS_DIR / f"{n}.json" for n in benchmarks))
     click.echo(f"summary: {summary}")
     if failed:
         sys.exit(1)

@@ -273,7 +273,13 @@ def _raw_insert(session: Session, agent_id: int, now: datetime) -> None:
 
 
 def _gated_insert(session: Session, agent_id: int, now: datetime) -> None:
-    result = enqueue_run(session, agent_id, RunTrigger.SCHEDULED, now=now, scheduled_for=now)
+    # As the scheduler calls it: the platform settings read once per batch.
+    settings = session.info.get("bench_settings")
+    if settings is None:
+        settings = session.info["bench_settings"] = load_settings(session)
+    result = enqueue_run(
+        session, agent_id, RunTrigger.SCHEDULED, now=now, scheduled_for=now, settings=settings
+    )
     if not result.is_queued:
         raise RuntimeError(f"agent {agent_id}: expected a queued run, got {result}")
 
@@ -508,6 +514,9 @@ def measure_status(report: Report, database: Database, sizes: Sizes, progress: P
     for dirty in batches:
         with rolled_back(database) as session:
             samples.append(timed(status_rows, session, dirty)[0])
+    report.details.setdefault("plans", {})["status writer: last run of each agent"] = plan_of(
+        database, lambda session: status_rows(session, batches[0]), "DISTINCT ON"
+    )
     report.latency(
         "status writer: rows of 50 changed agents",
         samples,

@@ -14,7 +14,7 @@ from datetime import datetime
 from achilles.db.database import Database
 from achilles.db.journal import schedule as schedule_rows
 from achilles.db.journal.runs import EnqueueResult, enqueue_run
-from achilles.db.journal.settings import database_now
+from achilles.db.journal.settings import database_now, load_settings
 from achilles.domain.runs import RunTrigger
 from achilles.domain.schedule import collapse_missed_slots, load_timezone, parse_schedule
 from achilles.errors import StartRefused
@@ -38,6 +38,7 @@ def schedule_due_agents(database: Database, *, batch: int = BATCH) -> TickResult
     while True:
         with database.transaction() as session:
             now = database_now(session)
+            settings = load_settings(session)  # once per batch, not per enqueue
             due = schedule_rows.take_due_agents(session, now, batch)
             for agent in due:
                 assert agent.next_run_at is not None
@@ -55,6 +56,7 @@ def schedule_due_agents(database: Database, *, batch: int = BATCH) -> TickResult
                         RunTrigger.SCHEDULED,
                         now=now,
                         scheduled_for=agent.next_run_at,
+                        settings=settings,
                     )
                 except StartRefused:
                     # A lock closed since the slot was set: no row, no slot.

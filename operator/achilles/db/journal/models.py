@@ -213,6 +213,8 @@ class AgentRun(Base):
             "heartbeat_at",
             postgresql_where=text("state = 'running'"),
         ),
+        # The status writer: each agent's last run (0006).
+        Index("ix_agent_runs_agent_id_id", "agent_id", text("id DESC")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

@@ -9,21 +9,19 @@ refuses any update of a terminal row.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from psycopg.errors import UniqueViolation
-from sqlalchemy import ColumnElement, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import ColumnElement, TextClause, bindparam, select, text, update
 from sqlalchemy.orm import Session
 
-from achilles.db.journal.agents import load_durable_locks
-from achilles.db.journal.models import Agent, AgentRun
-from achilles.db.journal.settings import database_now, load_settings
-from achilles.db.journal.usage import weekly_tokens_used
-from achilles.domain.budget import week_window
-from achilles.domain.gates import closed_locks, is_budget_exhausted
+from achilles.db.journal.models import Agent, AgentRun, User
+from achilles.db.journal.settings import Settings, database_now, load_settings
+from achilles.db.journal.usage import tokens_used_by
+from achilles.domain.budget import BudgetWindow, week_window
+from achilles.domain.gates import DurableLocks, closed_locks, is_budget_exhausted
 from achilles.domain.runs import (
     STALE_AFTER,
     FailReason,
@@ -33,10 +31,7 @@ from achilles.domain.runs import (
     in_definition_order,
     states_that_may_become,
 )
-from achilles.errors import StartRefused
-
-ONE_ACTIVE_RUN_INDEX = "uq_agent_runs_one_active_per_agent"
-REQUEST_KEY_INDEX = "uq_agent_runs_request_key"
+from achilles.errors import NotFound, StartRefused
 
 
 @dataclass(frozen=True)
@@ -61,6 +56,7 @@ def enqueue_run(
     now: datetime | None = None,
     request_key: str | None = None,
     scheduled_for: datetime | None = None,
+    settings: Settings | None = None,
 ) -> EnqueueResult:
     """Try to start a run of the agent, inside the caller's transaction.
 
@@ -69,13 +65,22 @@ def enqueue_run(
     index refuses the insert and a `skipped/already_running` row is written.
     With `request_key` (a manual request's identity), a request that already has a
     row is answered by that row and nothing is written (`duplicate_request`).
+    `settings`: the platform settings this transaction already read (the scheduler
+    reads them once per batch); read here otherwise.
+
+    Two statements in the common case (`achilles bench journal` measures it): the
+    locks with the owner's weekly tokens, then the INSERT. The one-active-run index
+    decides through `ON CONFLICT DO NOTHING` (no savepoint): it waits for a concurrent
+    insert of the same agent like a unique violation would, and no row back means
+    another run is active (or, with `request_key`, that the request has its row).
     """
     now = now or database_now(session)
     if request_key is not None:
         earlier = _run_for_request(session, agent_id, request_key)
         if earlier is not None:
             return earlier
-    agent, locks = load_durable_locks(session, agent_id)
+    settings = settings or load_settings(session)
+    locks, used = _start_gates(session, agent_id, week_window(now, settings.zone))
     closed = closed_locks(locks)
     if closed:
         raise StartRefused(agent_id, tuple(reason.value for reason in closed))
@@ -87,30 +92,71 @@ def enqueue_run(
         "request_key": request_key,
         "scheduled_for": scheduled_for,
     }
-    settings = load_settings(session)
-    used = weekly_tokens_used(session, agent.user_id, week_window(now, settings.zone))
     if is_budget_exhausted(used, settings.weekly_token_budget):
         return _insert_skipped(session, row, SkipReason.BUDGET_EXCEEDED, now)
 
-    try:
-        with session.begin_nested():
-            run_id = session.execute(
-                insert(AgentRun).values(**row, state=RunState.QUEUED).returning(AgentRun.id)
-            ).scalar_one()
-    except IntegrityError as exc:
-        if _violated_index(exc) == REQUEST_KEY_INDEX and request_key is not None:
-            return _answered_elsewhere(session, agent_id, request_key)
-        if _violated_index(exc) != ONE_ACTIVE_RUN_INDEX:
-            raise
+    run_id = _insert_unless_conflict(session, {**row, "state": RunState.QUEUED})
+    if run_id is None:
+        # A unique index refused the row: the request's row exists after all (another
+        # replica wrote it meanwhile), or another run of the agent is active.
+        if request_key is not None:
+            earlier = _run_for_request(session, agent_id, request_key)
+            if earlier is not None:
+                return earlier
         return _insert_skipped(session, row, SkipReason.ALREADY_RUNNING, now)
     return EnqueueResult(run_id=run_id, state=RunState.QUEUED)
 
 
-def _violated_index(exc: IntegrityError) -> str | None:
-    orig = exc.orig
-    if isinstance(orig, UniqueViolation):
-        return orig.diag.constraint_name
-    return None
+# Built once, executed with parameters: the enqueue path runs them for every start, and
+# building a statement costs more than PostgreSQL takes to answer it.
+_START_GATES = (
+    select(
+        Agent.enabled,
+        Agent.admin_paused,
+        Agent.model_id,
+        User.active,
+        tokens_used_by(Agent.user_id, bindparam("start"), bindparam("end")).label("used"),
+    )
+    .outerjoin(User, User.id == Agent.user_id)
+    .where(Agent.id == bindparam("agent_id"))
+)
+
+
+def _start_gates(session: Session, agent_id: int, window: BudgetWindow) -> tuple[DurableLocks, int]:
+    """The agent's durable locks and its owner's tokens in `window`, in one statement."""
+    row = session.execute(
+        _START_GATES, {"agent_id": agent_id, "start": window.start, "end": window.end}
+    ).first()
+    if row is None:
+        raise NotFound(f"agent {agent_id} does not exist")
+    locks = DurableLocks(
+        enabled=row.enabled,
+        admin_paused=row.admin_paused,
+        has_model=row.model_id is not None,
+        owner_present=row.active is not None,
+        owner_active=bool(row.active),
+    )
+    return locks, int(row.used)
+
+
+def _insert_unless_conflict(session: Session, values: dict[str, object]) -> int | None:
+    """INSERT the run; None when a unique index (one active run, request key) refused it."""
+    run_id: int | None = session.execute(
+        _insert_statement(tuple(sorted(values))), values
+    ).scalar_one_or_none()
+    return run_id
+
+
+@functools.cache
+def _insert_statement(columns: tuple[str, ...]) -> TextClause:
+    # Text, not `postgresql.insert(...).on_conflict_do_nothing()`: SQLAlchemy cannot
+    # cache that construct and compiles it again on every call, which costs more than
+    # PostgreSQL takes to run it (`achilles bench journal`).
+    placeholders = ", ".join(f":{column}" for column in columns)
+    return text(
+        f"INSERT INTO agent_runs ({', '.join(columns)}) VALUES ({placeholders})"
+        " ON CONFLICT DO NOTHING RETURNING id"
+    )
 
 
 def _run_for_request(session: Session, agent_id: int, request_key: str) -> EnqueueResult | None:
@@ -143,23 +189,14 @@ def _insert_skipped(
     # it; it can conflict with the request-key index when another replica answered.
     agent_id = int(str(row["agent_id"]))
     request_key = row["request_key"]
-    try:
-        with session.begin_nested():
-            run_id = session.execute(
-                insert(AgentRun)
-                .values(
-                    **row,
-                    state=RunState.SKIPPED,
-                    reason=reason,
-                    tokens_used=0,
-                    finished_at=now,
-                )
-                .returning(AgentRun.id)
-            ).scalar_one()
-    except IntegrityError as exc:
-        if _violated_index(exc) == REQUEST_KEY_INDEX and isinstance(request_key, str):
-            return _answered_elsewhere(session, agent_id, request_key)
-        raise
+    run_id = _insert_unless_conflict(
+        session,
+        {**row, "state": RunState.SKIPPED, "reason": reason, "tokens_used": 0, "finished_at": now},
+    )
+    if run_id is None:
+        if not isinstance(request_key, str):  # pragma: no cover - only a request key can
+            raise RuntimeError(f"a skipped run of agent {agent_id} was refused by an index")
+        return _answered_elsewhere(session, agent_id, request_key)
     return EnqueueResult(run_id=run_id, state=RunState.SKIPPED, reason=reason)
 
 
