@@ -108,7 +108,9 @@ def test_operator_deployment_is_restricted_and_probed() -> None:
         "runAsNonRoot": True,
         "capabilities": {"drop": ["ALL"]},
     }
-    assert "--standalone" in container["args"]
+    assert container["command"] == ["achilles"]
+    assert container["args"][0] == "operator"
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["resources"]["limits"] == {"cpu": "1", "memory": "512Mi"}
