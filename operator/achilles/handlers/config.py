@@ -7,9 +7,10 @@ import os
 import shlex
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from achilles.domain.runs import STALE_AFTER
-from achilles.errors import ConfigurationError
+from achilles.errors import ConfigurationError, InvalidInputError
 from achilles.k8s.jobs import JobTemplate, SecretKey
 
 
@@ -18,6 +19,24 @@ def _env(name: str, default: str | None = None) -> str:
     if value is None or value == "":
         raise ConfigurationError(f"{name} is not set")
     return value
+
+
+def _database_url(name: str) -> str:
+    from achilles.db.database import parse_url
+
+    value = _env(name)
+    try:
+        parse_url(value)
+    except InvalidInputError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from exc
+    return value
+
+
+def _json(name: str) -> Any:
+    try:
+        return json.loads(os.environ.get(name, "{}") or "{}")
+    except ValueError as exc:
+        raise ConfigurationError(f"{name}: not valid JSON: {exc}") from exc
 
 
 def _int(name: str, default: int) -> int:
@@ -41,8 +60,8 @@ class OperatorConfig:
     @classmethod
     def from_env(cls) -> OperatorConfig:
         command = os.environ.get("ACHILLES_RUNNER_COMMAND")
-        extra_env = json.loads(os.environ.get("ACHILLES_RUNNER_ENV", "{}") or "{}")
-        resources = json.loads(os.environ.get("ACHILLES_RUNNER_RESOURCES", "{}") or "{}")
+        extra_env = _json("ACHILLES_RUNNER_ENV")
+        resources = _json("ACHILLES_RUNNER_RESOURCES")
         template = JobTemplate(
             namespace=_env("ACHILLES_RUNS_NAMESPACE", "achilles-runs"),
             image=_env("ACHILLES_RUNNER_IMAGE", "achilles-runner:latest"),
@@ -57,7 +76,7 @@ class OperatorConfig:
             extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
         )
         return cls(
-            database_url=_env("ACHILLES_DATABASE_URL"),
+            database_url=_database_url("ACHILLES_DATABASE_URL"),
             job_template=template,
             metrics_port=_int("ACHILLES_METRICS_PORT", 9090),
             stale_after=timedelta(
