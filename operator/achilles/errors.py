@@ -39,6 +39,11 @@ class DatabaseUnavailable(AchillesError):
     """The database cannot be reached."""
 
 
+class SchemaError(AchillesError):
+    """The database schema is not what this release needs (never migrated, behind), or a
+    migration step cannot be taken from where the schema is."""
+
+
 class InvalidScheduleError(InvalidInputError):
     """A schedule (database or Agent CR spelling) failed validation; the message names the field."""
 

@@ -44,7 +44,7 @@ def test_db_upgrade_without_a_database_is_a_clear_error(database_url: str) -> No
         timeout=60,
         check=False,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "ACHILLES_DATABASE_URL" in result.stderr
 
 

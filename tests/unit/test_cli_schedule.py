@@ -148,13 +148,13 @@ def test_table_output_shows_local_and_utc_and_explains_a_shift() -> None:
         ),
         (
             ["--schedule", '{"type":"interval","every_hours":1}', "--count", "0"],
-            "error: Invalid value for '--count': 0 is not in the range 1<=x<=1000.",
+            "error: --count: must be between 1 and 1000 (got 0)",
         ),
         (
             ["--schedule", '{"type":"interval","every_hours":1}', "--count", "1001"],
-            "error: Invalid value for '--count': 1001 is not in the range 1<=x<=1000.",
+            "error: --count: must be between 1 and 1000 (got 1001)",
         ),
-        (["--count", "2"], "error: Missing option '--schedule'."),
+        (["--count", "2"], "error: --schedule: required"),
         (
             [
                 "--schedule", '{"type":"interval","every_hours":720}',

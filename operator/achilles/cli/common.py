@@ -1,8 +1,13 @@
-"""What every CLI command shares: the database option, error mapping, output helpers.
+"""What every CLI command shares: the database option, parameter types, output helpers.
 
 Exit codes: 0 success; 1 the request was understood but failed (not found,
 refused, database unreachable); 2 malformed input, raised as `click.UsageError`
-(or `click.BadParameter`), which the `achilles` group prints as one line.
+(or `click.BadParameter`), which the `achilles` group prints as one line, as it
+does every `AchillesError` (`achilles.cli.main`).
+
+Parameters use the types here rather than click's number types, so a bad value reads
+the same everywhere: `error: RUN_ID: must be a whole number (got 'abc')`
+(`tests/unit/test_cli_bad_input.py` holds every command to it).
 """
 
 from __future__ import annotations
@@ -26,11 +31,128 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
+class WholeNumber(click.IntRange):
+    """An integer within optional bounds; a bad value says so in words."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            number = value if isinstance(value, int) else int(str(value).strip())
+        except ValueError:
+            self.fail(f"must be a whole number (got {value!r})", param, ctx)
+        return _within(self, number, param, ctx)
+
+
+class Number(click.FloatRange):
+    """A number within optional bounds; a bad value says so in words."""
+
+    name = "number"
+    unit = ""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            number = value if isinstance(value, int | float) else float(str(value).strip())
+        except ValueError:
+            self.fail(f"must be a number{self.unit} (got {value!r})", param, ctx)
+        return _within(self, number, param, ctx)
+
+
+class Seconds(Number):
+    """A duration in seconds within optional bounds."""
+
+    name = "seconds"
+    unit = " of seconds"
+
+
+def plain_number_types(command: click.Command) -> None:
+    """Give every parameter of `command` (and its sub-commands) that uses one of click's
+    number types ours, with the same bounds: click words a bad value as "'abc' is not a
+    valid integer range.", ours as "must be a whole number (got 'abc')"."""
+    for param in command.params:
+        kind = param.type
+        if isinstance(kind, WholeNumber | Number):
+            continue
+        if isinstance(kind, click.types.IntParamType):
+            bounds = _bounds_of(kind)
+            param.type = WholeNumber(**bounds)
+        elif isinstance(kind, click.types.FloatParamType):
+            param.type = Number(**_bounds_of(kind))
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            plain_number_types(sub)
+
+
+def _bounds_of(kind: click.ParamType[Any, Any]) -> dict[str, Any]:
+    if not isinstance(kind, click.IntRange | click.FloatRange):
+        return {}
+    return {
+        "min": kind.min,
+        "max": kind.max,
+        "min_open": kind.min_open,
+        "max_open": kind.max_open,
+    }
+
+
+def _within(
+    kind: click.IntRange | click.FloatRange,
+    number: float,
+    param: click.Parameter | None,
+    ctx: click.Context | None,
+) -> float:
+    low, high = kind.min, kind.max
+    too_low = low is not None and (number <= low if kind.min_open else number < low)
+    too_high = high is not None and (number >= high if kind.max_open else number > high)
+    if too_low or too_high:
+        lower = f"more than {low}" if kind.min_open else f"at least {low}"
+        upper = f"less than {high}" if kind.max_open else f"at most {high}"
+        if low is None or high is None:
+            bounds = lower if high is None else upper
+        elif kind.min_open or kind.max_open:
+            bounds = f"{lower} and {upper}"
+        else:
+            bounds = f"between {low} and {high}"
+        kind.fail(f"must be {bounds} (got {number})", param, ctx)
+    return number
+
+
+class DatabaseUrl(click.ParamType[str, Any]):
+    """A PostgreSQL URL, checked before anything connects (`achilles.db.database.parse_url`)."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from achilles.db.database import parse_url
+
+        try:
+            parse_url(str(value))
+        except InvalidInputError as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
+
+
+def _require_database_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    if value is None and not ctx.resilient_parsing:
+        from achilles.db.database import URL_EXAMPLE
+
+        raise click.BadParameter(
+            f"not set (pass --database-url or set {DATABASE_URL_ENV}, e.g. {URL_EXAMPLE})",
+            ctx=ctx,
+            param=param,
+        )
+    return value or ""
+
+
+DATABASE_URL_ENV = "ACHILLES_DATABASE_URL"
 database_url_option = click.option(
     "--database-url",
-    envvar="ACHILLES_DATABASE_URL",
+    envvar=DATABASE_URL_ENV,
+    type=DatabaseUrl(),
+    callback=_require_database_url,
     metavar="URL",
-    help="PostgreSQL URL  [env: ACHILLES_DATABASE_URL]",
+    help=f"PostgreSQL URL, e.g. postgresql+psycopg://user:password@host:5432/achilles  "
+    f"[env: {DATABASE_URL_ENV}]",
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from achilles.cli.common import database_url_option, reports_errors
@@ -16,12 +18,28 @@ def db() -> None:
     """Database schema management."""
 
 
+class Revision(click.ParamType[str, Any]):
+    """A migration revision: an id (or a unique prefix), `heads`, `base`, or a relative
+    step; checked against the migrations before anything connects."""
+
+    name = "revision"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from achilles.db.migrate import check_revision
+        from achilles.errors import InvalidInputError
+
+        try:
+            return check_revision(str(value))
+        except InvalidInputError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @db.command()
 @database_url_option
-@click.option("--revision", default="heads", show_default=True, help="Target revision.")
+@click.argument("revision", type=Revision(), default="heads")
 @reports_errors
 def upgrade(database_url: str | None, revision: str) -> None:
-    """Apply migrations up to REVISION (a no-op when already there)."""
+    """Apply migrations up to REVISION (default: heads; a no-op when already there)."""
     from achilles.cli.common import open_database
     from achilles.services import schema
 
@@ -34,7 +52,7 @@ def upgrade(database_url: str | None, revision: str) -> None:
 
 @db.command()
 @database_url_option
-@click.argument("revision")
+@click.argument("revision", type=Revision())
 @reports_errors
 def downgrade(database_url: str | None, revision: str) -> None:
     """Revert migrations down to REVISION (`base` drops the schema and its data)."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from achilles.cli.common import (
+    WholeNumber,
     database_url_option,
     echo_json,
     echo_table,
@@ -71,7 +72,7 @@ def _short(text: str, width: int = _QUESTION_WIDTH) -> str:
     is_flag=True,
     help="Only items with an unprocessed reply (answered, not yet acknowledged by the agent).",
 )
-@click.option("--limit", default=200, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--limit", default=200, show_default=True, type=WholeNumber(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @reports_errors
 def list_items(
@@ -119,7 +120,7 @@ def list_items(
 
 @inbox.command("show")
 @database_url_option
-@click.argument("item_id", metavar="ITEM", type=click.IntRange(min=1))
+@click.argument("item_id", metavar="ITEM", type=WholeNumber(min=1))
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
 def show_item(database_url: str | None, item_id: int, as_json: bool) -> None:
@@ -159,7 +160,7 @@ def show_item(database_url: str | None, item_id: int, as_json: bool) -> None:
 
 @inbox.command("reply")
 @database_url_option
-@click.argument("item_id", metavar="ITEM", type=click.IntRange(min=1))
+@click.argument("item_id", metavar="ITEM", type=WholeNumber(min=1))
 @click.option("--text", "text", required=True, help="The reply ('-' reads it from stdin).")
 @click.option("--clarify", is_flag=True, help="Ask the agent to clarify instead of answering.")
 @click.option(

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from achilles.cli.common import database_url_option, echo_json, reports_errors
+from achilles.cli.common import WholeNumber, database_url_option, echo_json, reports_errors
 from achilles.domain.inbox import AckStatus, ItemState
 from achilles.errors import InboxConflict, InboxReplyPending, InvalidInboxTransition
 
@@ -91,7 +91,7 @@ def ask(
 
 @agent.command("take")
 @database_url_option
-@click.argument("item_id", metavar="ITEM", type=click.IntRange(min=1))
+@click.argument("item_id", metavar="ITEM", type=WholeNumber(min=1))
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
 def take(database_url: str | None, item_id: int, as_json: bool) -> None:
@@ -113,8 +113,8 @@ def take(database_url: str | None, item_id: int, as_json: bool) -> None:
 
 @agent.command("ack")
 @database_url_option
-@click.argument("item_id", metavar="ITEM", type=click.IntRange(min=1))
-@click.option("--serial", type=click.IntRange(min=1), required=True, help="The reply taken.")
+@click.argument("item_id", metavar="ITEM", type=WholeNumber(min=1))
+@click.option("--serial", type=WholeNumber(min=1), required=True, help="The reply taken.")
 @click.option("--outcome", required=True, help="What the agent did with the reply.")
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
@@ -136,9 +136,9 @@ def ack(database_url: str | None, item_id: int, serial: int, outcome: str, as_js
 
 @agent.command("advance")
 @database_url_option
-@click.argument("item_id", metavar="ITEM", type=click.IntRange(min=1))
-@click.option("--revision", type=click.IntRange(min=1), required=True, help="As last read.")
-@click.option("--board-version", type=click.IntRange(min=0), required=True, help="As last read.")
+@click.argument("item_id", metavar="ITEM", type=WholeNumber(min=1))
+@click.option("--revision", type=WholeNumber(min=1), required=True, help="As last read.")
+@click.option("--board-version", type=WholeNumber(min=0), required=True, help="As last read.")
 @click.option("--state", type=_STATES, required=True, help="The state to move to.")
 @click.option("--context", help="Replaces the item's context.")
 @click.option("--json", "as_json", is_flag=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from achilles.cli.common import database_url_option, echo_json, reports_errors
+from achilles.cli.common import WholeNumber, database_url_option, echo_json, reports_errors
 
 
 @click.group()
@@ -53,7 +53,7 @@ def load(database_url: str | None, file: Path) -> None:
 @ks.command()
 @database_url_option
 @click.option("--as", "user", required=True, help="Search with this user's access rights.")
-@click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option("--limit", type=WholeNumber(1, 100), default=10, show_default=True)
 @click.argument("query")
 @reports_errors
 def search(database_url: str | None, user: str, limit: int, query: str) -> None:
@@ -68,7 +68,7 @@ def search(database_url: str | None, user: str, limit: int, query: str) -> None:
 @ks.command()
 @database_url_option
 @click.option("--as", "user", required=True, help="Read with this user's access rights.")
-@click.argument("document_id", type=click.IntRange(min=1))
+@click.argument("document_id", type=WholeNumber(min=1))
 @reports_errors
 def read(database_url: str | None, user: str, document_id: int) -> None:
     """Read a document as USER would through an agent (prints JSON; exit 1 if not visible)."""

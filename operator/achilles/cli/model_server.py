@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from achilles.cli.common import reports_errors
+from achilles.cli.common import CommandFailed, WholeNumber, reports_errors
 
 
 @click.command("model-server")
@@ -20,7 +20,7 @@ from achilles.cli.common import reports_errors
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
-    type=click.IntRange(0, 65535),
+    type=WholeNumber(0, 65535),
     default=8400,
     show_default=True,
     help="Port to listen on (0: any free port; the chosen one is printed).",
@@ -45,7 +45,13 @@ def model_server(
         click.echo(f"{source}: {len(script.rules)} rule(s), valid")
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    server = ModelServer(script, host=host, port=port, api_key=api_key)
+    try:
+        server = ModelServer(script, host=host, port=port, api_key=api_key)
+    except OSError as exc:
+        raise CommandFailed(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+            " (check --host and --port; --port 0 picks any free port)"
+        ) from exc
     click.echo(f"model server listening on {server.base_url} (script: {source})")
     try:
         server.serve_forever()

@@ -10,7 +10,7 @@ import logging
 
 import click
 
-from achilles.cli.common import CommandFailed, database_url_option
+from achilles.cli.common import CommandFailed, Seconds, WholeNumber, database_url_option
 from achilles.runner.config import (
     API_KEY_ENV,
     DEFAULT_HEARTBEAT_SECONDS,
@@ -24,11 +24,11 @@ from achilles.runner.config import (
 
 
 @click.command()
-@click.option("--run-id", type=click.IntRange(min=1), required=True, help="The agent_runs id.")
+@click.option("--run-id", type=WholeNumber(min=1), required=True, help="The agent_runs id.")
 @database_url_option
 @click.option(
     "--heartbeat-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(min=0, min_open=True),
     envvar=HEARTBEAT_ENV,
     default=DEFAULT_HEARTBEAT_SECONDS,
     show_default=True,
@@ -37,7 +37,7 @@ from achilles.runner.config import (
 )
 @click.option(
     "--model-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(min=0, min_open=True),
     envvar=MODEL_TIMEOUT_ENV,
     default=DEFAULT_MODEL_TIMEOUT,
     show_default=True,
@@ -46,7 +46,7 @@ from achilles.runner.config import (
 )
 @click.option(
     "--model-max-retries",
-    type=click.IntRange(min=0),
+    type=WholeNumber(min=0),
     envvar=MODEL_MAX_RETRIES_ENV,
     default=DEFAULT_MODEL_MAX_RETRIES,
     show_default=True,

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from achilles.cli.common import database_url_option, echo_json, echo_table, reports_errors
+from achilles.cli.common import (
+    WholeNumber,
+    database_url_option,
+    echo_json,
+    echo_table,
+    reports_errors,
+)
 from achilles.domain.runs import RunState, RunTrigger
 from achilles.domain.timestamps import iso_utc
 
@@ -34,7 +40,7 @@ def _as_dict(run: RunRecord) -> dict[str, Any]:
     type=click.Choice([s.value for s in RunState]),
     help="Only runs in this state (repeatable).",
 )
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--limit", default=50, show_default=True, type=WholeNumber(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @reports_errors
 def list_runs(
@@ -78,7 +84,7 @@ def list_runs(
 
 @runs.command("show")
 @database_url_option
-@click.argument("run_id", type=click.IntRange(min=1))
+@click.argument("run_id", type=WholeNumber(min=1))
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
 def show_run(database_url: str | None, run_id: int, as_json: bool) -> None:

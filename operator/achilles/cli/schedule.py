@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from achilles.cli.common import echo_json, echo_table, reports_errors
+from achilles.cli.common import WholeNumber, echo_json, echo_table, reports_errors
 from achilles.domain.timestamps import iso_utc
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def schedule() -> None:
 )
 @click.option(
     "--count",
-    type=click.IntRange(1, MAX_PREVIEW_COUNT),
+    type=WholeNumber(1, MAX_PREVIEW_COUNT),
     default=5,
     show_default=True,
     help="How many slots to list.",

@@ -4,46 +4,71 @@ Every entry point (the CLI, the runner, the operator) opens a `Database` once an
 passes it down; services open transactions on it with `with database.transaction()
 as session:`, and the db layer's query functions take that session (the caller owns
 the transaction). A connection failure becomes `DatabaseUnavailable` with libpq's
-message on one line, and a malformed URL `ConfigurationError`, wherever they happen.
+message on one line, a malformed URL `InvalidInputError`, and a query on a database
+that was never migrated `SchemaError`, wherever they happen.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from achilles.errors import ConfigurationError, DatabaseUnavailable
+from achilles.errors import DatabaseUnavailable, InvalidInputError, SchemaError
 
 DATABASE_URL_ENV = "ACHILLES_DATABASE_URL"
-URL_EXAMPLE = "postgresql://user:password@host:5432/achilles"
+# The spelling the docs use (`achilles dev env`, the chart's Secrets); `postgresql://` and
+# `postgres://` mean the same.
+URL_EXAMPLE = "postgresql+psycopg://user:password@host:5432/achilles"
+_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgres+psycopg")
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 # Nothing may hang on an unreachable database; libpq's default is to wait for the OS.
 CONNECT_TIMEOUT_SECONDS = 10
 
 
+def _redacted(url: str) -> str:
+    return _PASSWORD.sub(r"\1***@", url)
+
+
 def parse_url(url: str) -> URL:
     """A PostgreSQL URL pinned to the psycopg 3 driver; `postgres://` is accepted too
-    (hosted offers hand those out). Anything else is a `ConfigurationError`."""
+    (hosted offers hand those out). Anything libpq would not take is an
+    `InvalidInputError` saying why, with the password masked."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigurationError(
-            f"database URL {url!r} is not a URL (expected e.g. {URL_EXAMPLE})"
+    except (ArgumentError, ValueError) as exc:
+        raise InvalidInputError(
+            f"not a PostgreSQL URL (got {_redacted(url)!r}; e.g. {URL_EXAMPLE})"
         ) from exc
-    backend = parsed.get_backend_name()
-    if backend not in ("postgresql", "postgres"):
-        raise ConfigurationError(f"database URL must be PostgreSQL, got {parsed.drivername!r}")
-    if parsed.drivername not in ("postgres", "postgresql", "postgresql+psycopg"):
-        raise ConfigurationError(
-            f"database URL driver {parsed.drivername!r} is not supported; use postgresql://"
+    if parsed.drivername not in _SCHEMES:
+        raise InvalidInputError(
+            f"{parsed.drivername}:// is not supported (got {_redacted(url)!r});"
+            f" use a PostgreSQL URL, e.g. {URL_EXAMPLE}"
         )
-    return parsed.set(drivername="postgresql+psycopg")
+    parsed = parsed.set(drivername="postgresql+psycopg")
+    _check_connection_options(parsed)
+    return parsed
+
+
+def _check_connection_options(url: URL) -> None:
+    """libpq refuses unknown options (`?sslmod=...`) only when it connects, as a
+    programming error; say so up front instead."""
+    from psycopg.conninfo import make_conninfo
+
+    try:
+        make_conninfo("", **{key: str(value) for key, value in url.query.items()})
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInputError(
+            f"{exc} (got {url.render_as_string(hide_password=True)!r})"
+        ) from exc
 
 
 def normalise_url(url: str) -> str:
@@ -52,19 +77,20 @@ def normalise_url(url: str) -> str:
 
 def with_connect_timeout(url: str, seconds: int = CONNECT_TIMEOUT_SECONDS) -> str:
     """The URL with libpq's `connect_timeout`, unless it already sets one."""
-    parse_url(url)  # validated; the URL keeps its own spelling
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if "connect_timeout" in parsed.query:
         return url
-    return parsed.update_query_dict({"connect_timeout": str(seconds)}).render_as_string(
-        hide_password=False
+    return (
+        make_url(url)
+        .update_query_dict({"connect_timeout": str(seconds)})
+        .render_as_string(hide_password=False)
     )
 
 
 def database_url_from_env() -> str:
     url = os.environ.get(DATABASE_URL_ENV)
     if not url:
-        raise ConfigurationError(
+        raise InvalidInputError(
             f"no database URL: pass --database-url or set {DATABASE_URL_ENV} (e.g. {URL_EXAMPLE})"
         )
     return url
@@ -73,6 +99,21 @@ def database_url_from_env() -> str:
 def unavailable(exc: OperationalError) -> DatabaseUnavailable:
     detail = " ".join(str(exc.orig).split())  # one line, whatever libpq said
     return DatabaseUnavailable(f"database unreachable: {detail}")
+
+
+# SQLSTATEs of a schema older than the code: no such table, column or function.
+_SCHEMA_BEHIND = frozenset({"42P01", "42703", "42883"})
+
+
+def schema_behind(exc: ProgrammingError) -> SchemaError | None:
+    """A database never migrated (or migrated by an older release) fails every query
+    with "relation ... does not exist"; say what to do instead."""
+    if getattr(exc.orig, "sqlstate", None) not in _SCHEMA_BEHIND:
+        return None
+    detail = str(exc.orig).splitlines()[0]
+    return SchemaError(
+        f"the database schema is missing or out of date ({detail}): run `achilles db upgrade`"
+    )
 
 
 class Database:
@@ -103,19 +144,22 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """One session in one transaction, committed when the block succeeds."""
-        try:
-            with self.sessions() as session, session.begin():
-                yield session
-        except OperationalError as exc:
-            raise unavailable(exc) from exc
+        with self.connection_errors(), self.sessions() as session, session.begin():
+            yield session
 
     @contextmanager
     def connection_errors(self) -> Iterator[None]:
-        """Map connection failures of work done on `self.engine` directly (migrations)."""
+        """Map connection failures (and a schema never migrated) of work done on
+        `self.engine` or `self.sessions` directly (migrations, Knowledge Store reads)."""
         try:
             yield
         except OperationalError as exc:
             raise unavailable(exc) from exc
+        except ProgrammingError as exc:
+            behind = schema_behind(exc)
+            if behind is None:
+                raise
+            raise behind from exc
 
     def dispose(self) -> None:
         self.engine.dispose()

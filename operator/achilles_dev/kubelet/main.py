@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from kubernetes import client
 from kubernetes.informer import ADDED, DELETED, MODIFIED, SharedInformer
@@ -127,8 +128,16 @@ def run(options: Options, stop: threading.Event) -> None:
         log.info("stand-in stopped; pod processes keep running and will be adopted")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad options fail as every `achilles` command does: one `error:` line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {message}\n")
+        sys.exit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="achilles-kubelet",
         description="A kubelet stand-in that runs pods' commands as local processes.",
     )
