@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
-from achilles.db.journal.runs import fail_run, reap_stale_runs
-from achilles.db.journal.settings import database_now
+from achilles.db.journal.runs import ReapedRun, fail_run, reap_stale_runs
+from achilles.db.journal.settings import database_now, database_started_at
 from achilles.domain.pod_outcome import JobObservation, PodObservation, job_verdict, pod_verdict
 from achilles.domain.runs import STALE_AFTER, FailReason, RunState
 from achilles.k8s.jobs import RunJobs
@@ -63,10 +63,18 @@ def fold_job(database: Database, job: JobObservation) -> FailedRun | None:
 def sweep(
     database: Database, jobs: RunJobs, *, stale_after: timedelta = STALE_AFTER
 ) -> SweepResult:
-    """Reap stale runs, then repair runs whose Job is missing."""
+    """Reap stale runs, then repair runs whose Job is missing.
+
+    Silence counts only while the database is up: a runner cannot beat while PostgreSQL
+    is down, so for `stale_after` after the server (re)starts nothing is reaped, and the
+    runners that outlived the outage beat again meanwhile (each retries at its next beat).
+    """
     result = SweepResult()
     with database.transaction() as session:
-        reaped = reap_stale_runs(session, stale_after=stale_after)
+        now = database_now(session)
+        reaped: list[ReapedRun] = []
+        if now - database_started_at(session) >= stale_after:
+            reaped = reap_stale_runs(session, now=now, stale_after=stale_after)
     for run in reaped:
         jobs.delete(run.run_id)
         result.reaped.append(run.run_id)

@@ -41,3 +41,9 @@ def load_settings(session: Session) -> Settings:
 def database_now(session: Session) -> datetime:
     """The database's clock: the one clock every writer and the reaper agree on."""
     return session.execute(select(func.now())).scalar_one()
+
+
+def database_started_at(session: Session) -> datetime:
+    """When this PostgreSQL server started: no heartbeat could be written before it."""
+    started: datetime = session.execute(select(func.pg_postmaster_start_time())).scalar_one()
+    return started
