@@ -52,6 +52,10 @@ test-cluster: control-plane ## Cluster tests (start their own control plane and 
 bench: control-plane ## The benchmark suite at default sizes (long; see docs/performance.md)
 	$(RUN) achilles bench all
 
+.PHONY: chaos
+chaos: control-plane ## The fault suite on a stack of its own (~20 min, root; see docs/reliability.md)
+	$(RUN) achilles chaos all
+
 .PHONY: dev
 dev: control-plane ## The local stack with the operator, then one run of the demo agent
 	$(RUN) achilles dev up

@@ -41,13 +41,14 @@ _SUBCOMMANDS: dict[str, str] = {
 }
 
 
-# Checkout-only groups: the local development stack and the benchmarks are not part of
-# the product (not in the wheel, so not in the images). `achilles dev` and `achilles
-# bench` exist only where their package is importable, i.e. in a checkout. Looked up by
-# name, so no product module imports them.
+# Checkout-only groups: the local development stack, the benchmarks and the fault suite
+# are not part of the product (not in the wheel, so not in the images). `achilles dev`,
+# `achilles bench` and `achilles chaos` exist only where their package is importable,
+# i.e. in a checkout. Looked up by name, so no product module imports them.
 _CHECKOUT_ONLY: dict[str, tuple[str, str]] = {
     "dev": ("achilles_dev", "achilles_dev.cli:dev"),
     "bench": ("bench", "bench.cli:bench"),
+    "chaos": ("achilles_chaos", "achilles_chaos.cli:chaos"),
 }
 
 

@@ -1,0 +1,204 @@
+"""The suite's own local stack: a real node, PostgreSQL, the chart, and the model endpoints.
+
+`achilles chaos` brings up a stack of its own (free ports, its own state directory,
+network namespace, cgroup subtree and PostgreSQL data directory), so it never touches a
+developer's `achilles dev up` or a test session's stack, and tears it down afterwards.
+Everything a scenario injects goes through here: the runner's container process (found
+by its command line inside this node's cgroup subtree), PostgreSQL, the API server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
+
+from achilles.k8s.client import api_client
+from achilles_chaos.journal import Journal
+from achilles_chaos.kube import RUNS_NAMESPACE, Kube, manifest, refusal
+from achilles_chaos.models import BrokenModel, ModelServer
+from achilles_chaos.waiting import wait_for
+from achilles_dev import controlplane, postgres
+from achilles_dev.chart import install_into_stack
+from achilles_dev.config import Ports, StackConfig
+from achilles_dev.node import host
+from achilles_dev.node.network import stack_id
+from achilles_dev.pki import Pki
+from achilles_dev.processes import is_alive, running_from_pidfile, signal_group, spawn
+from achilles_dev.stack import LocalStack
+from achilles_dev.versions import bin_dir
+
+Report = Callable[[str], None]
+
+# Runs executing at once that the suite may ask for: the runs namespace's pod quota.
+QUOTA_PODS = 24
+
+
+def default_state_dir() -> Path:
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "achilles" / "chaos"
+
+
+def _config(state_dir: Path) -> StackConfig:
+    if (state_dir / "stack.json").exists():
+        return StackConfig.load(state_dir)
+    return StackConfig(
+        state_dir=state_dir,
+        ports=Ports.free(),
+        postgres_dir=postgres.default_data_root() / f"chaos-{stack_id(state_dir)}",
+        durable=False,
+        with_postgres=True,
+        node="containerd",
+    )
+
+
+@dataclasses.dataclass
+class ChaosCluster:
+    stack: LocalStack
+    workdir: Path
+    kube: Kube
+    journal: Journal
+    models: ModelServer
+    broken: BrokenModel
+
+    # --- up and down --------------------------------------------------------------------
+
+    @classmethod
+    def up(cls, state_dir: Path, report: Report) -> ChaosCluster:
+        stack = LocalStack(_config(state_dir), report=report)
+        started = stack.up()
+        if started or not _chart_installed(stack):
+            install_into_stack(stack)
+        workdir = state_dir / "chaos"
+        workdir.mkdir(parents=True, exist_ok=True)
+        api = api_client(stack.config.kubeconfig)
+        kube = Kube(api)
+        _raise_quota(kube, QUOTA_PODS)
+        _wait_for_policies(kube)
+        host_ip = stack.config.network.host_ip
+        models = ModelServer.start(host_ip, workdir)
+        broken = BrokenModel(host_ip)
+        report(f"model server {models.base_url}; broken endpoint on {host_ip}:{broken.port}")
+        return cls(stack, workdir, kube, Journal(stack.config.database_url), models, broken)
+
+    def down(self, *, keep: bool) -> None:
+        self.models.stop()
+        self.broken.stop()
+        self.kube.api.close()  # type: ignore[no-untyped-call]
+        if keep:
+            return
+        self.stack.down()
+        shutil.rmtree(self.stack.config.postgres_dir, ignore_errors=True)
+        shutil.rmtree(self.stack.config.state_dir, ignore_errors=True)
+
+    # --- what scenarios use --------------------------------------------------------------
+
+    @property
+    def config(self) -> StackConfig:
+        return self.stack.config
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.stack.config.kubeconfig
+
+    @property
+    def database_url(self) -> str:
+        return self.stack.config.database_url
+
+    def runner_pids(self) -> dict[int, int]:
+        """run id -> host pid of `achilles runner --run-id N` in this node's containers."""
+        found: dict[int, int] = {}
+        for pid in host.cgroup_processes(self.stack.node().cgroup_root):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"runner" in argv and b"--run-id" in argv:
+                index = argv.index(b"--run-id") + 1
+                if index < len(argv) and argv[index].isdigit():
+                    found[int(argv[index])] = pid
+        return found
+
+    # --- PostgreSQL -----------------------------------------------------------------------
+
+    def stop_postgres(self) -> None:
+        """`pg_ctl stop -m fast`: every connection is cut, the server is gone."""
+        postgres.stop(self.config.postgres_dir)
+
+    def start_postgres(self) -> None:
+        net = self.config.network
+        postgres.ensure_running(
+            self.config.postgres_dir,
+            self.config.ports.postgres,
+            durable=self.config.durable,
+            listen=(net.host_ip,),
+            trust=(net.pod_cidr, net.link_cidr),
+        )
+
+    # --- the API server -------------------------------------------------------------------
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL, as a crashed or OOM-killed API server dies."""
+        pidfile = self.config.pidfile("kube-apiserver")
+        process = running_from_pidfile(pidfile)
+        if process is None:
+            raise RuntimeError("kube-apiserver is not running")
+        signal_group(process, signal.SIGKILL)
+        wait_for(lambda: not is_alive(process), 30, what="kube-apiserver to die")
+        pidfile.unlink(missing_ok=True)
+
+    def start_apiserver(self) -> float:
+        """Start it again exactly as the stack does; seconds until it is ready."""
+        started = time.monotonic()
+        pki = Pki(self.config.pki_dir)
+        spawn(
+            controlplane.apiserver_argv(bin_dir(), self.config, pki),
+            log=self.config.log("kube-apiserver"),
+            pidfile=self.config.pidfile("kube-apiserver"),
+        )
+        wait_for(
+            lambda: controlplane.apiserver_is_ready(self.config, pki),
+            120,
+            what="kube-apiserver to be ready again",
+        )
+        return time.monotonic() - started
+
+
+def _chart_installed(stack: LocalStack) -> bool:
+    with api_client(stack.config.kubeconfig) as api:
+        return Kube(api).namespace_exists(RUNS_NAMESPACE)
+
+
+def _raise_quota(kube: Kube, pods: int) -> None:
+    """The chart sizes the runs namespace's pod quota to maxConcurrency; the suite sets the
+    cap per scenario, so the quota is the largest cap it uses."""
+    for quota in kube.core.list_namespaced_resource_quota(RUNS_NAMESPACE).items:
+        name = quota.metadata.name if quota.metadata else None
+        if name:
+            kube.core.patch_namespaced_resource_quota(
+                name, RUNS_NAMESPACE, {"spec": {"hard": {"pods": str(pods)}}}
+            )
+
+
+def _wait_for_policies(kube: Kube) -> None:
+    """The single-default-model policy refuses every AgentModel until its informer synced."""
+    probe = manifest(
+        "AgentModel", "chaos-probe", {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}
+    )
+
+    def accepted() -> bool:
+        try:
+            kube.create(probe, dry_run=True)
+        except ApiException as error:
+            if "not yet synced" in refusal(error):
+                return False
+            raise
+        return True
+
+    wait_for(accepted, 60, what="the admission policies to sync")

@@ -1,0 +1,1 @@
+"""The scenarios, one function each: `run(context)` fills `context.result`."""

@@ -1,0 +1,365 @@
+"""Faults of the operator itself: two replicas without peering on 1,000 due agents, SIGKILL
+mid-dispatch ten times, and downtime while slots pass."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from achilles_chaos import models
+from achilles_chaos.journal import Row
+from achilles_chaos.scenario import Context
+from achilles_chaos.waiting import ChaosTimeout, wait_for
+
+START_TIMEOUT = 240.0
+
+
+def _create_agents(ctx: Context, names: list[str], prompt: str, model: str, **spec: Any) -> None:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda name: ctx.agent(name, prompt, model, **spec), names))
+
+
+def _slots_ready(ctx: Context, count: int, timeout: float) -> None:
+    wait_for(
+        lambda: (
+            ctx.journal.scalar(
+                "SELECT count(*) FROM agents WHERE cr_namespace = %s AND next_run_at IS NOT NULL",
+                (ctx.namespace,),
+            )
+            == count
+        ),
+        timeout,
+        what=f"{count} agents with a slot",
+        interval=1,
+    )
+
+
+class _CapSampler:
+    """Executing runs as the cap counts them (running, or queued with a Job), sampled."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.max_running = 0
+        self.max_executing = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-cap", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        try:
+            with self.ctx.journal.connect() as conn:
+                while not self._stop.wait(0.1):
+                    row = conn.execute(
+                        b"SELECT count(*) FILTER (WHERE state = 'running') AS running,"
+                        b" count(*) FILTER (WHERE state = 'running'"
+                        b"  OR (state = 'queued' AND dispatched_at IS NOT NULL)) AS executing"
+                        b" FROM agent_runs"
+                    ).fetchone()
+                    assert row is not None
+                    self.max_running = max(self.max_running, int(row["running"]))
+                    self.max_executing = max(self.max_executing, int(row["executing"]))
+                    self.samples += 1
+        except psycopg.Error:
+            return
+
+
+def double_leader(ctx: Context) -> None:
+    """Two replicas, no peering, both leading: 1,000 agents due at once."""
+    r = ctx.result
+    count, cap = (100, 6) if ctx.quick else (1000, 10)
+    window = 90.0 if ctx.quick else 150.0
+    r.injected = f"2 operator replicas without peering; {count} agents due at once; cap {cap}"
+    boot = ctx.operator("boot")
+    ctx.platform(maxConcurrency=cap)
+    model = ctx.model("m")
+    names = [f"due-{i:04d}" for i in range(count)]
+    created = time.monotonic()
+    _create_agents(
+        ctx, names, models.QUICK.prompt(), model, schedule={"type": "interval", "everyHours": 24}
+    )
+    _slots_ready(ctx, count, 600)
+    r.note(f"{count} Agents created and reconciled in {time.monotonic() - created:.0f}s")
+    boot.stop()
+    # The slot arrives for all of them at once (the clock, through next_run_at).
+    ctx.journal.execute(
+        "UPDATE agents SET next_run_at = now() - interval '1 second' WHERE cr_namespace = %s",
+        (ctx.namespace,),
+    )
+    sampler = _CapSampler(ctx)
+    sampler.start()
+    replicas = [ctx.operator("a"), ctx.operator("b")]
+    started = time.monotonic()
+    try:
+        rows = ctx.wait_runs(
+            lambda rows: len(rows) >= count, 300, f"{count} scheduled runs to be enqueued"
+        )
+        enqueued_after = time.monotonic() - started
+        target = 40 if ctx.quick else 120
+        try:
+            rows = ctx.wait_runs(
+                lambda rows: sum(row["state"] in ("succeeded", "failed") for row in rows) >= target,
+                window,
+                f"{target} runs to end",
+            )
+        except ChaosTimeout:
+            rows = ctx.runs()  # the window closed: judge what ran in it
+        jobs_by = {p.name: p.metric("achilles_jobs_created_total") for p in replicas}
+        ctx.check_operators_alive(replicas)
+    finally:
+        for process in replicas:
+            process.stop()
+        sampler.stop()
+    per_agent: dict[int, int] = {}
+    for row in rows:
+        per_agent[row["agent_id"]] = per_agent.get(row["agent_id"], 0) + 1
+    doubled = {agent: n for agent, n in per_agent.items() if n > 1}
+    r.check(len(per_agent) == count, f"{count - len(per_agent)} agents got no run")
+    r.check(not doubled, f"agents with more than one run for one slot: {list(doubled)[:10]}")
+    r.check(all(row["trigger"] == "scheduled" for row in rows), "a run not scheduled")
+    future = ctx.journal.scalar(
+        "SELECT count(*) FROM agents WHERE cr_namespace = %s AND next_run_at > now()",
+        (ctx.namespace,),
+    )
+    r.check(future == count, f"{count - int(future)} agents' next slot did not advance")
+    ended = [row for row in rows if row["state"] in ("succeeded", "failed")]
+    failed = [row["id"] for row in ended if row["state"] != "succeeded"]
+    r.check(not failed, f"runs failed: {failed[:10]}")
+    r.check(sampler.max_running <= cap, f"{sampler.max_running} runs running at once > cap {cap}")
+    r.check(
+        sampler.max_executing <= cap,
+        f"{sampler.max_executing} runs executing (running or dispatched) > cap {cap}",
+    )
+    r.check(sampler.max_running == cap, f"the cap {cap} was never reached ({sampler.max_running})")
+    r.check(all(v > 0 for v in jobs_by.values()), f"a replica created no Job: {jobs_by}")
+    _check_fifo(ctx, rows)
+    dispatched = [row["id"] for row in rows if row["dispatched_at"] is not None]
+    ctx.check_jobs(dispatched)
+    job_ids = ctx.kube.job_run_ids()
+    r.check(len(job_ids) == len(set(job_ids)), "two Jobs for one run")
+    r.figures.update(
+        agents=count,
+        runs=len(rows),
+        duplicates=len(doubled),
+        enqueued_seconds=enqueued_after,
+        ended=len(ended),
+        jobs_created_by=jobs_by,
+        max_running=sampler.max_running,
+        max_executing=sampler.max_executing,
+        samples=sampler.samples,
+    )
+    r.figure = (
+        f"{len(rows)} runs for {count} agents (0 dup? {not doubled}) in {enqueued_after:.0f}s; "
+        f"{len(ended)} ran, Jobs by replica {sorted(int(v) for v in jobs_by.values())}; max "
+        f"executing {sampler.max_executing}/{cap} over {sampler.samples} samples"
+    )
+    ctx.check_journal(settled=False)
+
+
+def _check_fifo(ctx: Context, rows: list[Row]) -> None:
+    """Dispatch is FIFO: the runs given a Job are the oldest ones."""
+    ordered = sorted(rows, key=lambda row: (row["created_at"], row["id"]))
+    dispatched = [
+        row["dispatched_at"] is not None or row["started_at"] is not None for row in ordered
+    ]
+    first_waiting = dispatched.index(False) if False in dispatched else len(dispatched)
+    late = [
+        row["id"]
+        for row, d in zip(ordered[first_waiting:], dispatched[first_waiting:], strict=True)
+        if d
+    ]
+    ctx.result.check(not late, f"runs dispatched ahead of older queued ones: {late[:10]}")
+
+
+def operator_sigkill(ctx: Context) -> None:
+    """SIGKILL the operator as soon as it dispatched something, ten times; every request
+    must end in exactly one run, run once."""
+    r = ctx.result
+    kills = 4 if ctx.quick else 10
+    r.injected = f"operator SIGKILLed mid-dispatch x {kills}, restarted each time"
+    ctx.operator("boot")
+    ctx.platform(maxConcurrency=8)
+    model = ctx.model("m")
+    names = [f"kept-{i}" for i in range(8)]
+    _create_agents(ctx, names, models.QUICK.prompt(), model)
+    ids = ctx.agent_ids(names)
+    ctx.stop_operators()
+    op = ctx.operator("victim", start=False)
+    requests: dict[str, list[str]] = {name: [] for name in names}
+    mid_dispatch = 0
+    for number in range(kills):
+        for name in names:
+            if _answered(ctx, ids[name], requests[name]):
+                requests[name].append(ctx.request(name))
+        jobs_before = len(ctx.kube.job_run_ids())
+        op.start()
+
+        def new_job(jobs_before: int = jobs_before) -> bool:
+            return len(ctx.kube.job_run_ids()) > jobs_before
+
+        try:
+            wait_for(
+                new_job,
+                90,
+                what="the restarted operator to create a Job",
+                interval=0.05,
+            )
+            mid_dispatch += 1
+        except ChaosTimeout:
+            r.note(f"kill {number + 1}: no new Job within 90s; killed anyway")
+        op.kill()
+    op.start()
+    written = [value for values in requests.values() for value in values]
+    rows = ctx.wait_runs(
+        lambda rows: (
+            {row["request_key"] for row in rows} >= set(written)
+            and all(row["state"] not in ("queued", "running") for row in rows)
+        ),
+        START_TIMEOUT,
+        "every request to end in a run",
+    )
+    keys = [row["request_key"] for row in rows if row["request_key"] is not None]
+    duplicates = len(keys) - len(set(keys))
+    lost = sorted(set(written) - set(keys))
+    not_ok = [row["id"] for row in rows if row["state"] != "succeeded"]
+    r.check(duplicates == 0, f"{duplicates} requests answered by two runs")
+    r.check(not lost, f"requests without a run: {lost}")
+    r.check(not not_ok, f"runs that did not succeed: {not_ok}")
+    r.check(mid_dispatch >= kills // 2, f"only {mid_dispatch}/{kills} kills came mid-dispatch")
+    r.figures.update(
+        kills=kills, mid_dispatch=mid_dispatch, requests=len(written), runs=len(rows),
+        duplicates=duplicates, lost=len(lost),
+    )  # fmt: skip
+    r.figure = (
+        f"{kills} kills ({mid_dispatch} right after a Job was created); {len(written)} requests"
+        f" -> {len(rows)} runs, {duplicates} duplicates, {len(lost)} lost"
+    )
+    ctx.check_journal()
+    ctx.check_jobs(row["id"] for row in rows)
+    ctx.check_status(names)
+    ctx.check_operators_alive([op])
+
+
+def _answered(ctx: Context, agent_id: int, values: list[str]) -> bool:
+    """The agent's last request has its run, and that run is over."""
+    if not values:
+        return True
+    row = ctx.journal.one(
+        "SELECT state FROM agent_runs WHERE agent_id = %s AND request_key = %s",
+        (agent_id, values[-1]),
+    )
+    return row is not None and row["state"] not in ("queued", "running")
+
+
+def downtime_slots(ctx: Context) -> None:
+    """The operator is down while several slots pass: one catch-up run per agent, then the
+    schedule continues on its grid."""
+    r = ctx.result
+    r.injected = "operator down for 3.5 h of interval slots (4 missed) and 3 days of daily slots"
+    ctx.operator("boot")
+    model = ctx.model("m")
+    hourly = [f"hourly-{i}" for i in range(4 if ctx.quick else 6)]
+    daily = [f"daily-{i}" for i in range(2 if ctx.quick else 4)]
+    _create_agents(
+        ctx, hourly, models.QUICK.prompt(), model, schedule={"type": "interval", "everyHours": 1}
+    )
+    _create_agents(
+        ctx,
+        daily,
+        models.QUICK.prompt(),
+        model,
+        schedule={"type": "calendar", "cadence": "daily", "time": "03:17"},
+    )
+    ids = ctx.agent_ids([*hourly, *daily])
+    _slots_ready(ctx, len(ids), 120)
+    ctx.stop_operators()
+    # While it is down, the clock passes the slots: 4 hourly slots, 3 daily ones.
+    ctx.journal.execute(
+        "UPDATE agents SET next_run_at = now() - interval '3 hours 30 minutes' WHERE id = ANY(%s)",
+        ([ids[n] for n in hourly],),
+    )
+    ctx.journal.execute(
+        "UPDATE agents SET next_run_at = next_run_at - interval '3 days' WHERE id = ANY(%s)",
+        ([ids[n] for n in daily],),
+    )
+    missed = {
+        int(row["id"]): row["next_run_at"]
+        for row in ctx.journal.rows(
+            "SELECT id, next_run_at FROM agents WHERE id = ANY(%s)", (list(ids.values()),)
+        )
+    }
+    op = ctx.operator("back")
+    rows = ctx.wait_runs(
+        lambda rows: (
+            len({row["agent_id"] for row in rows}) == len(ids)
+            and all(row["state"] not in ("queued", "running") for row in rows)
+        ),
+        START_TIMEOUT,
+        "one catch-up run per agent to end",
+    )
+    per_agent = _runs_per_agent(rows)
+    expected = {
+        **{ids[n]: missed[ids[n]] + timedelta(hours=4) for n in hourly},
+        **{ids[n]: missed[ids[n]] + timedelta(days=3) for n in daily},
+    }
+    slots = _slots(ctx, ids.values())
+    r.check(all(n == 1 for n in per_agent.values()), f"catch-up runs per agent: {per_agent}")
+    wrong = {
+        agent: (slots[agent], expected[agent])
+        for agent in ids.values()
+        if slots[agent] != expected[agent]
+    }
+    r.check(not wrong, f"next slots off the grid (got, expected): {wrong}")
+    # The schedule continues: the next slot comes (the clock, again) and runs once.
+    last = ctx.last_run_id()
+    ctx.journal.execute(
+        "UPDATE agents SET next_run_at = now() - interval '1 second' WHERE id = ANY(%s)",
+        (list(ids.values()),),
+    )
+    again = ctx.wait_runs(
+        lambda rows: (
+            len({row["agent_id"] for row in rows if row["id"] > last}) == len(ids)
+            and all(row["state"] not in ("queued", "running") for row in rows)
+        ),
+        START_TIMEOUT,
+        "the next slot's run of each agent to end",
+    )
+    second = _runs_per_agent([row for row in again if row["id"] > last])
+    r.check(all(n == 1 for n in second.values()), f"runs of the next slot per agent: {second}")
+    not_ok = [row["id"] for row in again if row["state"] != "succeeded"]
+    r.check(not not_ok, f"runs that did not succeed: {not_ok}")
+    r.figures.update(catch_up=per_agent, next_slot=second)
+    r.figure = (
+        f"{len(ids)} agents: catch-up runs per agent {sorted(set(per_agent.values()))}, next "
+        f"slots on the grid {len(ids) - len(wrong)}/{len(ids)}, then 1 run each at the next slot"
+    )
+    ctx.check_journal()
+    ctx.check_status([*hourly, *daily])
+    ctx.check_operators_alive([op])
+
+
+def _runs_per_agent(rows: list[Row]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for row in rows:
+        counts[row["agent_id"]] = counts.get(row["agent_id"], 0) + 1
+    return counts
+
+
+def _slots(ctx: Context, agent_ids: Any) -> dict[int, Any]:
+    return {
+        int(row["id"]): row["next_run_at"]
+        for row in ctx.journal.rows(
+            "SELECT id, next_run_at FROM agents WHERE id = ANY(%s)", (list(agent_ids),)
+        )
+    }

@@ -1,0 +1,99 @@
+"""The suite: which scenarios exist, in what order they run, and how each is run — its own
+namespace and operators, its time measured, its failure recorded rather than raised, and
+its clean-up always done, so one broken scenario never hides the others."""
+
+from __future__ import annotations
+
+import platform
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from achilles_chaos.cluster import ChaosCluster
+from achilles_chaos.report import Result
+from achilles_chaos.scenario import Context
+from achilles_chaos.scenarios import bad_input, infra, operator, pods, runner, triggers
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    run: Callable[[Context], None]
+    summary: str
+    node: str = "containerd"  # every scenario runs its pods on the real node
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("runner-sigkill", runner.runner_sigkill, "runner SIGKILLed x100 in waves"),
+    Scenario("runner-sigstop", runner.runner_sigstop, "runner frozen past the stale threshold"),
+    Scenario("no-false-stale", runner.no_false_stale, "healthy long runs under CPU and DB stress"),
+    Scenario("double-leader", operator.double_leader, "two replicas, 1,000 due agents"),
+    Scenario("operator-sigkill", operator.operator_sigkill, "operator SIGKILLed mid-dispatch x10"),
+    Scenario("downtime-slots", operator.downtime_slots, "operator down while slots pass"),
+    Scenario("postgres-outage", infra.postgres_outage, "PostgreSQL restarted, away 60 s"),
+    Scenario("apiserver-restart", infra.apiserver_restart, "kube-apiserver killed mid-dispatch"),
+    Scenario("parallel-triggers", triggers.parallel_triggers, "200 parallel triggers of one agent"),
+    Scenario("never-starts", pods.never_starts, "a pod that never starts"),
+    Scenario("oom", pods.oom, "a runner OOM-killed by its memory limit"),
+    Scenario("run-deadline", pods.run_deadline, "a run hanging past runTimeoutSeconds"),
+    Scenario("bad-input", bad_input.bad_input, "bad input at every door"),
+)
+BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
+# The subset the test command runs (tests/cluster/test_chaos.py), at --quick sizes.
+QUICK_SUBSET = ("runner-sigkill",)
+
+
+def run_suite(
+    names: Sequence[str],
+    *,
+    state_dir: Path,
+    keep: bool,
+    quick: bool,
+    report: Report,
+) -> tuple[list[Result], dict[str, object]]:
+    started = time.monotonic()
+    meta: dict[str, object] = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "quick": quick,
+    }
+    cluster = ChaosCluster.up(state_dir, report)
+    meta["stack_seconds"] = round(time.monotonic() - started, 1)
+    results: list[Result] = []
+    try:
+        for name in names:
+            results.append(run_one(BY_NAME[name], cluster, quick=quick, report=report))
+    finally:
+        cluster.down(keep=keep)
+    meta["total_seconds"] = round(time.monotonic() - started, 1)
+    return results, meta
+
+
+def run_one(scenario: Scenario, cluster: ChaosCluster, *, quick: bool, report: Report) -> Result:
+    result = Result(scenario=scenario.name, node=scenario.node)
+    report(f"--- {scenario.name}: {scenario.summary}")
+    started = time.monotonic()
+    context = Context(cluster, result, quick)
+    try:
+        scenario.run(context)
+    except Exception as error:
+        result.failures.append(f"{type(error).__name__}: {error}")
+        report(traceback.format_exc())
+    finally:
+        try:
+            context.cleanup()
+        except Exception as error:
+            result.failures.append(f"clean-up failed: {type(error).__name__}: {error}")
+            report(traceback.format_exc())
+    result.passed = not result.failures
+    result.seconds = time.monotonic() - started
+    verdict = "PASS" if result.passed else "FAIL"
+    report(f"{verdict} {scenario.name} ({result.seconds:.0f}s): {result.figure}")
+    for failure in result.failures:
+        report(f"  failure: {failure}")
+    return result
