@@ -98,7 +98,7 @@ def test_examples_apply_and_show_in_kubectl_get(
         header = table[0].split()
         assert header == [
             "NAME", "OWNER", "ENABLED", "ADMIN-PAUSED", "MODEL", "SCHEDULE", "NEXT-RUN",
-            "LAST-STATE", "AGE",
+            "LAST-STATE", "PHASE", "AGE",
         ]  # fmt: skip
         assert table[1].split()[:5] == ["inbox-triage", "bob", "true", "false", "gpt-small"]
         assert table[2].split()[:5] == ["weekly-digest", "alice", "true", "false", "gpt-small"]
