@@ -99,14 +99,19 @@ def _collect(watcher: JobWatch, size: int, slot: datetime, progress: Progress) -
 
 
 def _achilles_burst(
-    cluster: BenchCluster, database: Database, size: int, report: Report, progress: Progress
+    cluster: BenchCluster,
+    database: Database,
+    size: int,
+    lead_s: float,
+    report: Report,
+    progress: Progress,
 ) -> Burst:
     owners = math.ceil(size / AGENTS_PER_OWNER)
     insert_owners(database, owners)
     ensure_namespace(cluster, AGENTS_NAMESPACE)
     with running_operator(cluster, progress, runner_command="/bin/true") as operator:
         create_model(cluster, MODEL, "http://127.0.0.1:9/v1")
-        slot = next_minute_after(60 + 0.15 * size)
+        slot = next_minute_after(lead_s)
         schedule = {"type": "calendar", "cadence": "daily", "time": f"{slot:%H:%M}"}
         manifests = [
             agent_manifest(f"burst-{i}", f"owner-{1 + i % owners}", MODEL, schedule)
@@ -189,9 +194,11 @@ def cronjob_manifest(name: str, slot: datetime) -> dict[str, Any]:
     }
 
 
-def _cronjob_burst(cluster: BenchCluster, size: int, report: Report, progress: Progress) -> Burst:
+def _cronjob_burst(
+    cluster: BenchCluster, size: int, lead_s: float, report: Report, progress: Progress
+) -> Burst:
     ensure_namespace(cluster, CRON_NAMESPACE)
-    slot = next_minute_after(60 + 0.05 * size)
+    slot = next_minute_after(lead_s / 3)
     took = create_all(
         [cronjob_manifest(f"burst-{i}", slot) for i in range(size)],
         lambda m: cluster.batch.create_namespaced_cron_job(CRON_NAMESPACE, m),
@@ -225,8 +232,13 @@ def _side(report: Report, side: str, burst: Burst) -> dict[str, Series]:
     return {"events": events.series, "created": created.series}
 
 
-def run(size: int, json_path: Path | None, server_url: str | None = None) -> Report:
+def run(
+    size: int, json_path: Path | None, server_url: str | None = None, *, lead_s: float | None = None
+) -> Report:
+    """`lead_s`: the least time from now to the Achilles slot (the Agents are created and
+    scheduled meanwhile; a third of it for the CronJobs); default 60 s + 0.15 s per agent."""
     progress = Progress(NAME)
+    lead_s = 60 + 0.15 * size if lead_s is None else lead_s
     report = Report(
         benchmark=NAME,
         size=size,
@@ -238,11 +250,11 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
         report.details["versions"] = cluster.versions()
         database = Database(cluster.database.url, pool_size=2, application_name="achilles-bench")
         try:
-            achilles = _achilles_burst(cluster, database, size, report, progress)
+            achilles = _achilles_burst(cluster, database, size, lead_s, report, progress)
         finally:
             database.dispose()
         _clear_achilles_jobs(cluster, progress)
-        cron = _cronjob_burst(cluster, size, report, progress)
+        cron = _cronjob_burst(cluster, size, lead_s, report, progress)
     ours = _side(report, "achilles", achilles)
     theirs = _side(report, "cronjob", cron)
     for statistic in ("median", "p99", "max"):

@@ -26,6 +26,7 @@ from achilles.db.database import Database
 from achilles.k8s.jobs import RUN_ID_LABEL, RUN_SELECTOR
 from bench.cluster import (
     RUNS_NAMESPACE,
+    BenchCluster,
     agent_manifest,
     bench_cluster,
     create_agent,
@@ -65,6 +66,35 @@ def model_server() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def _container_starts(cluster: BenchCluster) -> dict[int, float]:
+    """When each run pod's runner container started (the kubelet's startedAt)."""
+    starts = {}
+    for pod in cluster.core.list_namespaced_pod(RUNS_NAMESPACE, label_selector=RUN_SELECTOR).items:
+        labels = (pod.metadata.labels if pod.metadata else None) or {}
+        statuses = (pod.status.container_statuses or []) if pod.status else []
+        for status in statuses:
+            state = status.state
+            at = None
+            if state is not None and state.running is not None:
+                at = state.running.started_at
+            elif state is not None and state.terminated is not None:
+                at = state.terminated.started_at
+            if at is not None and RUN_ID_LABEL in labels:
+                starts[int(labels[RUN_ID_LABEL])] = at.timestamp()
+    return starts
+
+
+def _runner_startup(times: int) -> list[float]:
+    samples = []
+    for _ in range(times):
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "achilles", "runner", "--help"], capture_output=True, check=True
+        )
+        samples.append(time.perf_counter() - started)
+    return samples
 
 
 def run(size: int, json_path: Path | None, server_url: str | None = None) -> Report:
@@ -110,6 +140,8 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
 
                 agents = wait_until(scheduled, 600, f"{size} agents scheduled", progress)
                 watcher = JobWatch(cluster.api, RUNS_NAMESPACE, RUN_SELECTOR).start()
+                pod_watcher = JobWatch(cluster.api, RUNS_NAMESPACE, RUN_SELECTOR, pods=True)
+                pod_watcher.start()
                 first = datetime.now(UTC) + timedelta(seconds=10)
                 fast_forward(
                     database,
@@ -133,7 +165,12 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
 
                 wait_until(all_claimed, size * SPACING_S + 300, f"{size} runs claimed", progress)
                 jobs = {int(job.labels[RUN_ID_LABEL]): job.seen_at for job in watcher.snapshot()}
+                pods = {
+                    int(pod.labels[RUN_ID_LABEL]): pod.seen_at for pod in pod_watcher.snapshot()
+                }
+                started = _container_starts(cluster)
                 watcher.stop()
+                pod_watcher.stop()
             with database.engine.connect() as conn:
                 rows = conn.execute(
                     text(
@@ -155,6 +192,30 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
     report.latency("slot -> first heartbeat, p99", total, unit="s", goal=at_most(8, "s"))
     report.latency("slot -> Job (watch event)", to_job, unit="s")
     report.latency("Job -> first heartbeat", job_to_beat, unit="s")
+    report.latency(
+        "Job -> pod (watch event)",
+        [pods[i] - jobs[i] for i in jobs if i in pods],
+        unit="s",
+        note="the Job controller makes the pod",
+    )
+    report.latency(
+        "pod -> container started",
+        [started[i] - pods[i] for i in pods if i in started],
+        unit="s",
+        note="the kubelet stand-in binds and starts it; startedAt has whole seconds",
+    )
+    report.latency(
+        "container started -> first heartbeat",
+        [row.started_at.timestamp() - started[row.id] for row in rows if row.id in started],
+        unit="s",
+        note="interpreter, imports, database connection, claim; startedAt has whole seconds",
+    )
+    report.latency(
+        "runner start-up alone (achilles runner --help)",
+        _runner_startup(5),
+        unit="s",
+        note="the floor of a run's start on this machine: interpreter and imports",
+    )
     path = report.write(json_path)
     progress(f"wrote {path} and {path.with_suffix('.md')}")
     return report

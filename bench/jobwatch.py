@@ -1,5 +1,5 @@
-"""Seeing Jobs appear: a watch on one namespace that records, for every Job created, the
-instant its ADDED event arrived and its `creationTimestamp` (whole seconds)."""
+"""Seeing Jobs (or pods) appear: a watch on one namespace that records, for every object
+created, the instant its ADDED event arrived and its `creationTimestamp` (whole seconds)."""
 
 from __future__ import annotations
 
@@ -28,20 +28,26 @@ class SeenJob:
 
 @dataclass
 class JobWatch:
-    """Watches `namespace` from now on; `jobs` fills as Jobs are created."""
+    """Watches `namespace` from now on; `jobs` fills as Jobs (with `pods=True`, pods)
+    are created."""
 
     api: client.ApiClient
     namespace: str
     label_selector: str | None = None
+    pods: bool = False
     jobs: dict[str, SeenJob] = field(default_factory=dict)
     error: BaseException | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def _lister(self) -> Any:
+        if self.pods:
+            return client.CoreV1Api(self.api).list_namespaced_pod
+        return client.BatchV1Api(self.api).list_namespaced_job
+
     def start(self) -> JobWatch:
-        batch = client.BatchV1Api(self.api)
-        listing = batch.list_namespaced_job(self.namespace, label_selector=self.label_selector)
+        listing = self._lister()(self.namespace, label_selector=self.label_selector)
         for job in listing.items:
             self._record(job, time.time())
         self._thread = threading.Thread(target=self._run, args=(_version_of(listing),), daemon=True)
@@ -61,13 +67,13 @@ class JobWatch:
                 )
 
     def _run(self, resource_version: str) -> None:
-        batch = client.BatchV1Api(self.api)
+        lister = self._lister()
         try:
             while not self._stop.is_set():
                 stream = watch.Watch()
                 try:
                     for event in stream.stream(
-                        batch.list_namespaced_job,
+                        lister,
                         self.namespace,
                         label_selector=self.label_selector,
                         resource_version=resource_version,
@@ -86,9 +92,7 @@ class JobWatch:
                         raise
                     # Expired: list again (whatever appeared meanwhile is recorded at
                     # list time, later than it was created: it only makes us slower).
-                    listing = batch.list_namespaced_job(
-                        self.namespace, label_selector=self.label_selector
-                    )
+                    listing = lister(self.namespace, label_selector=self.label_selector)
                     now = time.time()
                     for job in listing.items:
                         self._record(job, now)

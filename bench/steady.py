@@ -116,11 +116,11 @@ def _take_in(
 
 
 def _idle(
-    report: Report, cluster: BenchCluster, operator: OperatorUnderTest, crs: int
+    report: Report, cluster: BenchCluster, operator: OperatorUnderTest, crs: int, window_s: float
 ) -> tuple[float, float]:
     before = operator_request_counts(cluster)
     started = time.monotonic()
-    cores, rss = operator.usage_over(IDLE_WINDOW_S)
+    cores, rss = operator.usage_over(window_s)
     rates = request_rates(before, operator_request_counts(cluster), time.monotonic() - started)
     report.details.setdefault("operator requests per second, idle", {})[str(crs)] = rates
     return cores, rss
@@ -133,6 +133,7 @@ def run(
     *,
     rate: float = DEFAULT_RATE,
     duration: float = DEFAULT_DURATION_S,
+    idle_window_s: float = IDLE_WINDOW_S,
 ) -> Report:
     progress = Progress(NAME)
     slots_total = max(1, round(rate * duration))
@@ -147,7 +148,7 @@ def run(
             "duration_s": duration,
             "slots": slots_total,
             "agents_per_owner": AGENTS_PER_OWNER,
-            "idle_window_s": IDLE_WINDOW_S,
+            "idle_window_s": idle_window_s,
         },
     )
     owners = math.ceil(size / AGENTS_PER_OWNER)
@@ -170,7 +171,7 @@ def run(
             ) as operator:
                 create_model(cluster, MODEL, "http://127.0.0.1:9/v1")
                 time.sleep(5)
-                cores, rss = _idle(report, cluster, operator, 0)
+                cores, rss = _idle(report, cluster, operator, 0, idle_window_s)
                 report.add_value("operator RSS, 0 Agents", rss, "MiB")
                 created = 0
                 for checkpoint in checkpoints:
@@ -185,7 +186,7 @@ def run(
                     )
                     created = checkpoint
                     time.sleep(10)  # the status writes of the last agents settle
-                    cores, rss = _idle(report, cluster, operator, checkpoint)
+                    cores, rss = _idle(report, cluster, operator, checkpoint, idle_window_s)
                     goal = at_most(256, "MiB") if checkpoint == size else None
                     report.add_value(f"operator RSS, {checkpoint:,} Agents", rss, "MiB", goal=goal)
                     report.add_value(f"operator CPU idle, {checkpoint:,} Agents", cores, "cores")

@@ -1,0 +1,76 @@
+"""The cluster benchmarks at a tiny size, so they cannot rot: each starts its own control
+plane, runs the operator, measures, writes its JSON and markdown, and removes what it
+made. No figure is asserted (wall-clock numbers belong to docs/performance.md); what is
+checked is that each measured what it says and cleaned up."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from achilles_dev.postgres import LocalPostgres
+from bench import burst, heartbeat, steady
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+
+def _result(path: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(path.read_text())
+    assert path.with_suffix(".md").read_text().startswith(f"### {result['benchmark']}")
+    return result
+
+
+def _figures(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {figure["name"]: figure for figure in result["figures"]}
+
+
+def _bench_state(server: LocalPostgres) -> set[str]:
+    """The benchmarks' control-plane directories and databases that exist now."""
+    state = {str(p) for p in Path(tempfile.gettempdir()).glob("achilles-bench-*/stack")}
+    with psycopg.connect(server.libpq_dsn(), autocommit=True) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'achilles_bench%'")
+        state |= {str(row[0]) for row in rows}
+    return state
+
+
+@pytest.fixture
+def leaves_nothing(postgres_server: LocalPostgres) -> Iterator[None]:
+    before = _bench_state(postgres_server)
+    yield
+    assert _bench_state(postgres_server) - before == set()
+
+
+def test_burst_vs_cronjob(
+    postgres_server: LocalPostgres, tmp_path: Path, leaves_nothing: None
+) -> None:
+    out = tmp_path / "burst.json"
+    burst.run(3, out, postgres_server.url(), lead_s=5)
+    figures = _figures(_result(out))
+    assert figures["achilles: slot -> Job (watch event)"]["series"]["count"] == 3
+    assert figures["cronjob: slot -> Job (watch event)"]["series"]["count"] == 3
+    assert "achilles / cronjob, p99 (watch event)" in figures
+
+
+def test_steady_state(postgres_server: LocalPostgres, tmp_path: Path, leaves_nothing: None) -> None:
+    out = tmp_path / "steady.json"
+    steady.run(12, out, postgres_server.url(), rate=2, duration=3, idle_window_s=2)
+    result = _result(out)
+    figures = _figures(result)
+    assert figures["slot -> Job (watch event)"]["series"]["count"] == 6
+    assert figures["operator RSS, 12 Agents"]["value"] > 0
+    assert result["details"]["runs by state"] == {"succeeded": 6}
+
+
+def test_slot_to_heartbeat(
+    postgres_server: LocalPostgres, tmp_path: Path, leaves_nothing: None
+) -> None:
+    out = tmp_path / "heartbeat.json"
+    heartbeat.run(2, out, postgres_server.url())
+    figures = _figures(_result(out))
+    assert figures["slot -> first heartbeat, p99"]["series"]["count"] == 2
