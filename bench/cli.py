@@ -98,15 +98,33 @@ def burst_vs_cronjob(size: int, json_path: Path | None, server_url: str | None) 
     show_default=True,
     help="Seconds of steady load.",
 )
+@click.option(
+    "--operator-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An environment variable for the operator process (repeatable), e.g. "
+    "MALLOC_ARENA_MAX=2 to compare its memory.",
+)
 @json_option
 @server_option
 def steady_state(
-    size: int, rate: float, duration: float, json_path: Path | None, server_url: str | None
+    size: int,
+    rate: float,
+    duration: float,
+    operator_env: tuple[str, ...],
+    json_path: Path | None,
+    server_url: str | None,
 ) -> None:
     """The operator at N Agents: slot -> Job under steady load, RSS, CPU, API requests."""
     from bench import steady
 
-    _show(steady.run(size, json_path, server_url, rate=rate, duration=duration))
+    env = {}
+    for item in operator_env:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--operator-env")
+        env[name] = value
+    _show(steady.run(size, json_path, server_url, rate=rate, duration=duration, operator_env=env))
 
 
 @bench.command(name="slot-to-heartbeat")

@@ -297,6 +297,29 @@ def request_rates(
     return {verb: round((after[verb] - before[verb]) / seconds, 3) for verb in before}
 
 
+def etcd_sizes(cluster: BenchCluster) -> dict[str, int]:
+    """etcd's database size, total and in use (bytes), from its own /metrics."""
+    import urllib.request
+
+    url = f"http://127.0.0.1:{cluster.stack.config.ports.etcd}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        metrics = response.read().decode()
+    sizes = {}
+    for name in ("etcd_mvcc_db_total_size_in_bytes", "etcd_mvcc_db_total_size_in_use_in_bytes"):
+        match = re.search(rf"^{name} ([0-9.e+]+)$", metrics, re.MULTILINE)
+        sizes[name.removeprefix("etcd_mvcc_")] = int(float(match.group(1))) if match else 0
+    return sizes
+
+
+def mean_object_bytes(cluster: BenchCluster, plural: str, sample: int = 100) -> float:
+    """The mean JSON size of up to `sample` objects of a namespaced custom resource."""
+    listing = cluster.custom.list_cluster_custom_object(GROUP, VERSION, plural, limit=sample)
+    items = listing.get("items", []) if isinstance(listing, dict) else []
+    if not items:
+        return 0.0
+    return sum(len(json.dumps(item, separators=(",", ":"))) for item in items) / len(items)
+
+
 # --- the operator process ------------------------------------------------------------
 
 
@@ -424,12 +447,15 @@ def running_operator(
     progress(f"operator started (pid {operator.process.pid if operator.process else '?'})")
     try:
         yield operator
-    finally:
+    except BaseException:
+        # Keep the log of a failed benchmark: the work directory goes with the stack.
         operator.stop()
-        # Keep the log: the work directory goes with the stack.
         kept = Path(tempfile.gettempdir()) / f"achilles-bench-operator-{os.getpid()}.log"
         shutil.copyfile(operator.log_path, kept)
-        progress(f"operator stopped (its log: {kept})")
+        progress(f"operator stopped; its log: {kept}")
+        raise
+    operator.stop()
+    progress("operator stopped")
 
 
 # --- Kubernetes objects in bulk ------------------------------------------------------

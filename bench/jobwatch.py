@@ -13,6 +13,12 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 
+def _field(obj: Any, *path: str) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
 def _version_of(listing: Any) -> str:
     return str(listing.metadata.resource_version)
 
@@ -82,7 +88,13 @@ class JobWatch:
                     ):
                         seen_at = time.time()
                         obj = event["object"]
-                        resource_version = obj.metadata.resource_version
+                        if event["type"] == "ERROR":
+                            # Usually 410 Gone as an event: list again, below.
+                            raise ApiException(status=int(_field(obj, "code") or 500))
+                        if isinstance(obj, dict):  # a BOOKMARK: only a resourceVersion
+                            resource_version = _field(obj, "metadata", "resourceVersion")
+                        else:
+                            resource_version = obj.metadata.resource_version
                         if event["type"] == "ADDED":
                             self._record(obj, seen_at)
                         if self._stop.is_set():

@@ -36,8 +36,10 @@ from bench.cluster import (
     create_all,
     create_model,
     ensure_namespace,
+    etcd_sizes,
     fast_forward,
     insert_owners,
+    mean_object_bytes,
     operator_request_counts,
     request_rates,
     run_states,
@@ -118,6 +120,10 @@ def _take_in(
 def _idle(
     report: Report, cluster: BenchCluster, operator: OperatorUnderTest, crs: int, window_s: float
 ) -> tuple[float, float]:
+    report.details.setdefault("etcd", {})[str(crs)] = {
+        **etcd_sizes(cluster),
+        "agent_json_bytes": round(mean_object_bytes(cluster, "agents")),
+    }
     before = operator_request_counts(cluster)
     started = time.monotonic()
     cores, rss = operator.usage_over(window_s)
@@ -134,6 +140,7 @@ def run(
     rate: float = DEFAULT_RATE,
     duration: float = DEFAULT_DURATION_S,
     idle_window_s: float = IDLE_WINDOW_S,
+    operator_env: dict[str, str] | None = None,
 ) -> Report:
     progress = Progress(NAME)
     slots_total = max(1, round(rate * duration))
@@ -149,6 +156,7 @@ def run(
             "slots": slots_total,
             "agents_per_owner": AGENTS_PER_OWNER,
             "idle_window_s": idle_window_s,
+            "operator_env": operator_env or {},
         },
     )
     owners = math.ceil(size / AGENTS_PER_OWNER)
@@ -167,7 +175,7 @@ def run(
         try:
             insert_owners(database, owners)
             with running_operator(
-                cluster, progress, runner_command=f"/bin/sh {script}"
+                cluster, progress, runner_command=f"/bin/sh {script}", **(operator_env or {})
             ) as operator:
                 create_model(cluster, MODEL, "http://127.0.0.1:9/v1")
                 time.sleep(5)
