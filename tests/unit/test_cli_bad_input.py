@@ -20,7 +20,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from achilles.cli.common import DatabaseUrl, WholeNumber
+from achilles.cli.common import DatabaseUrl, UserKey, WholeNumber
 from achilles.cli.db import Revision
 from achilles.cli.main import cli
 
@@ -134,6 +134,8 @@ def malformed_value(param: click.Parameter, tmp_path: Path) -> tuple[str, str] |
         return "garbage", "not a PostgreSQL URL"
     if isinstance(kind, Revision):
         return "bogus", "unknown revision 'bogus'"
+    if isinstance(kind, UserKey):
+        return "bad key", "a user key starts with a letter or digit"
     if isinstance(kind, click.Path) and kind.exists:
         return str(tmp_path / "missing"), "does not exist"
     return None

@@ -36,6 +36,8 @@ SHIPPED = {
     "REPLY_KIND_CHECK": "reply_kind IN ('answer', 'clarify')",
     "REPLY_CHANNEL_CHECK": "reply_channel IN ('inbox', 'chat')",
     "UNPROCESSED_REPLY_PREDICATE": "handled_at IS NOT NULL AND outcome IS NULL",
+    # 0007_user_key_check
+    "USER_KEY_CHECK": "key ~ '^[A-Za-z0-9][A-Za-z0-9._@+-]*$' AND length(key) <= 253",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from achilles.cli.common import database_url_option, echo_json, reports_errors
+from achilles.cli.common import UserKey, database_url_option, echo_json, reports_errors
 from achilles.domain.timestamps import iso_utc
 
 
@@ -15,7 +15,9 @@ def budget() -> None:
 
 @budget.command("show")
 @database_url_option
-@click.option("--owner", required=True, metavar="USER", help="The owner's user key.")
+@click.option(
+    "--owner", required=True, type=UserKey(), metavar="USER", help="The owner's user key."
+)
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
 def show(database_url: str | None, owner: str, as_json: bool) -> None:

@@ -117,6 +117,20 @@ def _within(
     return number
 
 
+class UserKey(click.ParamType[str, Any]):
+    """A user key as Agents name their owner (`achilles.domain.users`, the CRD's pattern)."""
+
+    name = "user"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from achilles.domain.users import check_user_key
+
+        try:
+            return check_user_key(str(value))
+        except InvalidInputError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class DatabaseUrl(click.ParamType[str, Any]):
     """A PostgreSQL URL, checked before anything connects (`achilles.db.database.parse_url`)."""
 

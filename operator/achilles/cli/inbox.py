@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from achilles.cli.common import (
+    UserKey,
     WholeNumber,
     database_url_option,
     echo_json,
@@ -58,7 +59,9 @@ def _short(text: str, width: int = _QUESTION_WIDTH) -> str:
 
 @inbox.command("list")
 @database_url_option
-@click.option("--owner", metavar="USER", help="Only agents of this owner (user key).")
+@click.option(
+    "--owner", type=UserKey(), metavar="USER", help="Only agents of this owner (user key)."
+)
 @click.option("--agent", "agent_ref", metavar="ID|NAME", help="Only this agent's items.")
 @click.option(
     "--state",

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from achilles.cli.common import WholeNumber, database_url_option, echo_json, reports_errors
+from achilles.cli.common import (
+    UserKey,
+    WholeNumber,
+    database_url_option,
+    echo_json,
+    reports_errors,
+)
 
 
 @click.group()
@@ -28,6 +34,7 @@ def load(database_url: str | None, file: Path) -> None:
     from pydantic import ValidationError
 
     from achilles.cli.common import open_database
+    from achilles.domain.validation import describe_document_error
     from achilles.ks.bundle import KnowledgeBundle
     from achilles.services.knowledge import load_bundle
 
@@ -38,9 +45,7 @@ def load(database_url: str | None, file: Path) -> None:
     try:
         bundle = KnowledgeBundle.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "file"
-        raise click.UsageError(f"{file}: {where}: {first['msg']}") from exc
+        raise click.UsageError(describe_document_error(exc, str(file), data)) from exc
     summary = load_bundle(open_database(database_url), bundle)
     click.echo(
         f"loaded {file}: {summary.documents_created} document(s) created, "
@@ -52,7 +57,14 @@ def load(database_url: str | None, file: Path) -> None:
 
 @ks.command()
 @database_url_option
-@click.option("--as", "user", required=True, help="Search with this user's access rights.")
+@click.option(
+    "--as",
+    "user",
+    required=True,
+    type=UserKey(),
+    metavar="USER",
+    help="Search with this user's access rights.",
+)
 @click.option("--limit", type=WholeNumber(1, 100), default=10, show_default=True)
 @click.argument("query")
 @reports_errors
@@ -67,7 +79,14 @@ def search(database_url: str | None, user: str, limit: int, query: str) -> None:
 
 @ks.command()
 @database_url_option
-@click.option("--as", "user", required=True, help="Read with this user's access rights.")
+@click.option(
+    "--as",
+    "user",
+    required=True,
+    type=UserKey(),
+    metavar="USER",
+    help="Read with this user's access rights.",
+)
 @click.argument("document_id", type=WholeNumber(min=1))
 @reports_errors
 def read(database_url: str | None, user: str, document_id: int) -> None:

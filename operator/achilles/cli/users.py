@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from achilles.cli.common import database_url_option, reports_errors
+from achilles.cli.common import UserKey, database_url_option, reports_errors
 
 
 @click.group()
@@ -14,7 +14,7 @@ def users() -> None:
 
 @users.command("upsert")
 @database_url_option
-@click.argument("key", metavar="USER")
+@click.argument("key", metavar="USER", type=UserKey())
 @click.option(
     "--timezone", metavar="TZ", help="IANA zone for calendar slots (default: the organisation's)."
 )
@@ -30,12 +30,10 @@ def upsert(database_url: str | None, key: str, timezone: str | None, inactive: b
     from achilles.domain.schedule.timezones import load_timezone
     from achilles.services.users import upsert_user
 
-    if not key.strip() or len(key) > 253:
-        raise click.BadParameter("must be 1-253 characters", param_hint="USER")
     if timezone is not None:
         load_timezone(timezone, field="--timezone")
     result = upsert_user(open_database(database_url), key, timezone=timezone, active=not inactive)
-    verb = "created" if result.created else "updated"
+    verb = "created" if result.created else "updated" if result.changed else "unchanged"
     status = "inactive" if inactive else "active"
     click.echo(f"user {key} {verb} ({status})")
     if result.agents_disabled:

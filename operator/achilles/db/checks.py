@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from achilles.domain import users
 from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
 from achilles.domain.runs import (
     ACTIVE_STATES,
@@ -68,3 +69,9 @@ REPLY_KIND_CHECK = in_check("reply_kind", ReplyKind)
 REPLY_CHANNEL_CHECK = in_check("reply_channel", ReplyChannel)
 # An unprocessed reply ("answered but not processed"): the partial index and the queries.
 UNPROCESSED_REPLY_PREDICATE = "handled_at IS NOT NULL AND outcome IS NULL"
+
+# --- users (0007_user_key_check) ---
+
+# The key an Agent names its owner by (the CRD's pattern); PostgreSQL's `$`, like the
+# API server's, matches only at the very end.
+USER_KEY_CHECK = f"key ~ '{users.USER_KEY_PATTERN}' AND length(key) <= {users.USER_KEY_MAX_LENGTH}"

@@ -20,6 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+# The "field" of an error about the input as a whole.
+_NO_PATH = "(input)"
 # A long input (a whole object given where a number belongs) is cut to keep one short line.
 _MAX_SHOWN_INPUT = 60
 # Error types whose `input` is not the offending value (or is obvious from the message).
@@ -40,6 +42,27 @@ def describe_validation_error(
     key of the input object but one of its values) and left out of the field path.
     """
     return "; ".join(_describe_one(error, root, data) for error in exc.errors())
+
+
+def describe_document_error(exc: ValidationError, source: str, data: object) -> str:
+    """One line for a document read from `source` (a file): `FILE: rules[0].reply: problem`,
+    or `FILE: problem` when the document as a whole is wrong (not an object at all)."""
+    errors = exc.errors()
+    problems = [
+        _describe_one(error, "", data).removeprefix(f"{_NO_PATH}: ")
+        for error in errors
+        if not _is_echo_of_an_item_error(error, errors)
+    ]
+    return f"{source}: {'; '.join(problems)}"
+
+
+def _is_echo_of_an_item_error(error: ErrorDetails, errors: Sequence[ErrorDetails]) -> bool:
+    """pydantic drops a sequence's invalid items and then also reports the sequence as
+    too short; the item's own error is the one that says what to fix."""
+    loc = tuple(error["loc"])
+    return error["type"] == "too_short" and any(
+        len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors
+    )
 
 
 def _describe_one(error: ErrorDetails, root: str, data: object | None) -> str:
@@ -107,7 +130,7 @@ def _join_path(root: str, loc: Sequence[int | str]) -> str:
             path += f"[{step}]"
         else:
             path += f".{step}" if path else step
-    return path or "(input)"
+    return path or _NO_PATH
 
 
 def _show(value: object) -> str:

@@ -27,8 +27,10 @@ stored but visible to nobody.
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from achilles.domain.schedule.timezones import load_timezone
+from achilles.domain.users import USER_KEY_RULE, is_valid_user_key
 from achilles.errors import UnknownTimezoneError
 
 _Key = Field(min_length=1, max_length=200, pattern=r"^\S(.*\S)?$")
@@ -39,8 +41,16 @@ class _Strict(BaseModel):
 
 
 class UserEntry(_Strict):
-    key: str = _Key
+    key: str
     timezone: str | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _nameable_key(cls, value: str) -> str:
+        # The key Agents name their owner by: the domain's one rule (the CRD's pattern).
+        if not is_valid_user_key(value):
+            raise PydanticCustomError("user_key", USER_KEY_RULE)
+        return value
 
     @field_validator("timezone")
     @classmethod

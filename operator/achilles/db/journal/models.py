@@ -54,6 +54,7 @@ def timestamp_column() -> Mapped[datetime]:
 
 class User(Base):
     __tablename__ = "users"
+    __table_args__ = (CheckConstraint(checks.USER_KEY_CHECK, name="key_format"),)
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     key: Mapped[str] = mapped_column(Text, nullable=False, unique=True)  # e.g. "alice"

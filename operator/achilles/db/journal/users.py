@@ -36,12 +36,20 @@ def find_user(session: Session, key: str) -> Owner | None:
 class UserUpsert:
     user_id: int
     created: bool
+    # False when the user already existed exactly so: nothing was written.
+    changed: bool
     agents_disabled: int
 
 
 def upsert_user(session: Session, key: str, *, timezone: str | None, active: bool) -> UserUpsert:
     """Create or update a user. `timezone=None` leaves an existing user's zone as it is."""
-    existed = session.execute(select(User.id).where(User.key == key)).scalar_one_or_none()
+    existing = session.execute(
+        select(User.id, User.timezone, User.active).where(User.key == key).with_for_update()
+    ).first()
+    wanted_zone = timezone if timezone is not None else existing.timezone if existing else None
+    if existing is not None and (existing.timezone, existing.active) == (wanted_zone, active):
+        disabled = 0 if active else disable_agents_of(session, existing.id)
+        return UserUpsert(existing.id, created=False, changed=False, agents_disabled=disabled)
     changes: dict[str, object] = {"active": active}
     if timezone is not None:
         changes["timezone"] = timezone
@@ -52,7 +60,9 @@ def upsert_user(session: Session, key: str, *, timezone: str | None, active: boo
         .returning(User.id)
     ).scalar_one()
     disabled = 0 if active else disable_agents_of(session, user_id)
-    return UserUpsert(user_id=user_id, created=existed is None, agents_disabled=disabled)
+    return UserUpsert(
+        user_id=user_id, created=existing is None, changed=True, agents_disabled=disabled
+    )
 
 
 def disable_agents_of(session: Session, user_id: int) -> int:

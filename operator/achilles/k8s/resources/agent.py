@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
 from achilles.domain.schedule import SCHEDULE_ADAPTER, Schedule
+from achilles.domain.users import USER_KEY_MAX_LENGTH, USER_KEY_PATTERN
 from achilles.k8s.resources.cel import PATH, CelRule, Reason, cel_rules
 from achilles.k8s.resources.common import (
     CustomResource,
@@ -26,9 +27,10 @@ from achilles.k8s.resources.common import (
     drop_nulls,
 )
 
-# A user key of the platform's users table ("alice", "alice@example.org").
-OWNER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$"
-OWNER_MAX_LENGTH = 253
+# A user key of the platform's users table ("alice", "alice@example.org"): the domain's
+# one rule, which the CLI and the database's CHECK share.
+OWNER_PATTERN = USER_KEY_PATTERN
+OWNER_MAX_LENGTH = USER_KEY_MAX_LENGTH
 DISPLAY_NAME_MAX_LENGTH = 200
 DESCRIPTION_MAX_LENGTH = 2000
 PROMPT_MAX_LENGTH = 65536
