@@ -399,6 +399,7 @@ class LocalStack:
             if pods:
                 stopped.append(f"{pods} pod sandbox(es)")
         for name in (
+            MODEL_SERVER,  # listens on the node network's host address: before the network
             "kube-proxy",
             "containerd",
             "kube-scheduler",

@@ -1,0 +1,83 @@
+"""`make dev` as a test: a whole local stack on a real node, the chart installed as a user
+would (the operator as its Deployment, from the engine image, under its ServiceAccount
+and RBAC), the demo applied, and one run of the demo agent through a real Job whose
+container runs as non-root with no service-account token."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from achilles.k8s.client import api_client
+from achilles.k8s.jobs import RUN_SELECTOR
+from achilles_dev.chart import install_into_stack
+from achilles_dev.config import Ports, StackConfig
+from achilles_dev.demo import DEMO_AGENT, OPERATOR_DEPLOYMENT, install_demo, run_demo
+from achilles_dev.postgres import default_data_root
+from achilles_dev.stack import LocalStack
+from tests.cluster.conftest import external_kubeconfig
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def dev_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    if external_kubeconfig() is not None or os.geteuid() != 0:
+        pytest.skip("a stack of our own with a real node (needs root)")
+    postgres_dir = default_data_root() / f"test-demo-{uuid.uuid4().hex[:8]}"
+    config = StackConfig(
+        state_dir=tmp_path_factory.mktemp("dev"),
+        ports=Ports.free(),
+        postgres_dir=postgres_dir,
+        durable=False,
+        node="containerd",
+    )
+    stack = LocalStack(config)
+    try:
+        stack.up()
+        install_into_stack(stack)
+        install_demo(stack)
+        yield stack
+    finally:
+        stack.down()
+        shutil.rmtree(postgres_dir, ignore_errors=True)
+
+
+def test_the_demo_agent_runs_through_the_operator_deployment(dev_stack: LocalStack) -> None:
+    assert run_demo(dev_stack, timeout=300) == 0
+    namespace, name = DEMO_AGENT
+    with api_client(dev_stack.config.kubeconfig) as api:
+        agent: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "achilles.io", "v1alpha1", namespace, "agents", name
+        )
+        assert agent["status"]["lastRun"]["state"] == "succeeded"
+        assert agent["status"]["phase"] == "Ready"
+        operator_ns, operator_name = OPERATOR_DEPLOYMENT
+        deployment: Any = client.AppsV1Api(api).read_namespaced_deployment(
+            operator_name, operator_ns
+        )
+        assert deployment.status.ready_replicas == 1
+        pod_spec = deployment.spec.template.spec
+        assert pod_spec.service_account_name == operator_name
+        assert pod_spec.containers[0].command == ["achilles"]
+        pods: Any = client.CoreV1Api(api).list_namespaced_pod(
+            "achilles-runs", label_selector=RUN_SELECTOR
+        )
+    (run_pod,) = pods.items
+    spec: Any = run_pod.spec
+    assert spec.automount_service_account_token is False
+    assert spec.security_context.run_as_non_root is True
+    container: Any = spec.containers[0]
+    assert container.security_context.read_only_root_filesystem is True
+    assert container.security_context.capabilities.drop == ["ALL"]
+    assert not any(
+        mount.mount_path.startswith("/var/run/secrets/kubernetes.io")
+        for mount in container.volume_mounts or []
+    )
+    assert run_pod.status.container_statuses[0].state.terminated.exit_code == 0
