@@ -14,6 +14,7 @@ the new schema on the next `dev up`. The same steps upgrade CRDs on a real clust
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -122,6 +123,73 @@ def install_chart(install: ChartInstall, *, extra_args: tuple[str, ...] = ()) ->
         )
 
 
+@dataclass(frozen=True)
+class ReleaseStatus:
+    """What Helm records of a release: `state` is deployed, failed, pending-install, ..."""
+
+    name: str
+    namespace: str
+    revision: int
+    state: str
+    description: str
+    manifest: str
+
+
+def release_status(
+    kubeconfig: Path,
+    bin_dir: Path,
+    release: str = RELEASE,
+    namespace: str = RELEASE_NAMESPACE,
+    *,
+    helm_env: Mapping[str, str] | None = None,
+) -> ReleaseStatus | None:
+    """The release's last revision, or None when there is none."""
+    argv = [str(bin_dir / "helm"), "--kubeconfig", str(kubeconfig)]
+    argv += ["status", release, "--namespace", namespace, "--output", "json"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, check=False, env={**os.environ, **(helm_env or {})}
+    )
+    if done.returncode != 0:
+        if "not found" in done.stderr:
+            return None
+        raise LocalStackError(f"`helm status {release}` failed: {done.stderr.strip()}")
+    document = json.loads(done.stdout)
+    info = document.get("info", {})
+    return ReleaseStatus(
+        name=release,
+        namespace=namespace,
+        revision=int(document.get("version", 0)),
+        state=str(info.get("status", "unknown")),
+        description=str(info.get("description", "")),
+        manifest=str(document.get("manifest", "")),
+    )
+
+
+def recover_release(install: ChartInstall, report: Report) -> None:
+    """Make a release that an interrupted or failed `helm` left behind upgradable again.
+
+    A failed release upgrades as it is. One left pending (helm killed mid-way) refuses
+    every upgrade ("another operation is in progress") until it is rolled back, or, if it
+    never got installed, removed: nothing else works on it in this stack.
+    """
+    status = release_status(
+        install.kubeconfig,
+        install.bin_dir,
+        install.release,
+        install.namespace,
+        helm_env=install.helm_env,
+    )
+    if status is None or status.state in ("deployed", "failed", "superseded"):
+        return
+    where = f"{install.namespace}/{install.release}"
+    if status.state in ("pending-upgrade", "pending-rollback") and status.revision > 1:
+        report(f"chart: release {where} was left {status.state}; rolling back first")
+        install.helm("rollback", install.release, "--namespace", install.namespace, "--wait")
+    else:
+        report(f"chart: release {where} was left {status.state}; removing it first")
+        install.helm("uninstall", install.release, "--namespace", install.namespace, "--wait")
+
+
 def _run(argv: list[str], env: Mapping[str, str] | None = None) -> str:
     try:
         done = subprocess.run(
@@ -164,7 +232,11 @@ def install_local_chart(
     if database_url is not None:
         _ensure_namespace(kubeconfig, install.namespace)
         _ensure_secret(kubeconfig, install.namespace, DATABASE_SECRET, database_url)
-    install_chart(install)
+    recover_release(install, report)
+    # Every `dev up` applies the chart, whatever the release's state: a failed or missing
+    # release is installed again and a deleted object (AgentPlatform/default) recreated.
+    # The stack owns its platform settings, so its values win over a kubectl edit.
+    install_chart(install, extra_args=("--force-conflicts",))
     if database_url is not None:
         _ensure_secret(kubeconfig, _runs_namespace(install), RUNNER_DATABASE_SECRET, database_url)
     report(

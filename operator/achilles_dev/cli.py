@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from achilles.cli.common import echo_table, reports_errors
+from achilles.cli.common import CommandFailed, echo_table, reports_errors
 
 state_dir_option = click.option(
     "--state-dir",
@@ -95,15 +95,17 @@ def build(force: bool, no_images: bool, only: tuple[str, ...]) -> None:
 def up(state_dir: Path | None, node: str | None) -> None:
     """Start the local stack, install the chart (with the operator on a real node) and the
     demo (owner, model, agent)."""
+    from achilles_dev.chart import install_into_stack  # the chart: CRDs, RBAC, policies
+
     stack = _stack(state_dir, node)
-    if stack.up():
-        from achilles_dev.chart import install_into_stack  # the chart: CRDs, RBAC, policies
+    stack.up()
+    # Converge, not just start: the chart and the demo are applied on every `up`, so a
+    # failed or missing release, or a deleted object of it, is put back.
+    install_into_stack(stack)
+    if stack.config.real_node and stack.with_postgres:
+        from achilles_dev.demo import install_demo
 
-        install_into_stack(stack)
-        if stack.config.real_node and stack.with_postgres:
-            from achilles_dev.demo import install_demo
-
-            install_demo(stack)
+        install_demo(stack)
     click.echo('point your shell at it:  eval "$(achilles dev env)"')
 
 
@@ -144,17 +146,15 @@ def env(state_dir: Path | None) -> None:
 @state_dir_option
 @reports_errors
 def status(state_dir: Path | None) -> None:
-    """Show which components run."""
-    from achilles_dev import postgres
+    """Show whether each part runs: processes, the chart's release, the operator.
+
+    Exits 1 when any part is not healthy (stopped, failed, missing), 0 otherwise.
+    """
+    from achilles_dev.health import stack_checks
 
     stack = _stack(state_dir)
-    rows = [
-        [c.name, "running" if c.process else "stopped", str(c.process.pid) if c.process else "-"]
-        for c in stack.components()
-    ]
-    pg_running = postgres.is_running(stack.config.postgres_dir)
-    rows.insert(0, ["postgres", "running" if pg_running else "stopped", "-"])
-    echo_table(["component", "state", "pid"], rows)
+    checks = stack_checks(stack)
+    echo_table(["part", "state", "detail"], [[c.name, c.state, c.detail] for c in checks])
     click.echo(f"state: {stack.config.state_dir}")
     if stack.config.real_node and stack.config.network_index:
         net = stack.config.network
@@ -162,6 +162,9 @@ def status(state_dir: Path | None) -> None:
             f"node: {stack.config.node_name}, {net.node_ip} in network namespace {net.netns}, "
             f"pods on {net.pod_cidr}; API server on {stack.config.apiserver_url}"
         )
+    unhealthy = [c.name for c in checks if not c.healthy]
+    if unhealthy:
+        raise CommandFailed(f"not healthy: {', '.join(unhealthy)}")
 
 
 @dev.command(

@@ -114,7 +114,8 @@ class LocalStack:
         )
 
     def is_up(self) -> bool:
-        return all(c.running for c in self.components())
+        running = all(c.running for c in self.components())
+        return running and (not self.with_postgres or postgres.is_running(self.config.postgres_dir))
 
     def env_lines(self) -> list[str]:
         lines = [f"export KUBECONFIG={self.config.kubeconfig}"]
@@ -146,7 +147,7 @@ class LocalStack:
                 self.node().load_images(ensure_images(report=self.report), self.report)
                 self.report(f"already running (state {self.config.state_dir}); images current")
                 return False
-            self.report(f"already running (state {self.config.state_dir}); nothing to do")
+            self.report(f"already running (state {self.config.state_dir})")
             return False
         real = self.config.real_node
         if real:

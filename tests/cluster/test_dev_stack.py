@@ -4,19 +4,32 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from achilles.cli.main import cli
+from achilles.errors import LocalStackError
 from achilles.k8s.client import api_client
 from achilles_dev import postgres
+from achilles_dev.chart import (
+    CHART_DIR,
+    DATABASE_SECRET,
+    RELEASE_NAMESPACE,
+    ChartInstall,
+    _ensure_secret,
+    install_chart,
+    local_values,
+)
 from achilles_dev.config import Ports, StackConfig
+from achilles_dev.health import stack_checks
 from achilles_dev.processes import read_pidfile
-from achilles_dev.stack import COMPONENTS, LocalStack
+from achilles_dev.stack import COMPONENTS, MODEL_SERVER, LocalStack
+from achilles_dev.versions import bin_dir
 from tests.cluster.kube import create_pod, gated_program, pid_from, pod_phase, process_is_gone
 from tests.waiting import wait_for
 
@@ -51,8 +64,8 @@ def test_up_is_idempotent_and_down_leaves_no_process(
     postmaster = int((stack.config.postgres_dir / "postmaster.pid").read_text().split()[0])
 
     lines.clear()
-    assert stack.up() is False  # so `achilles dev up` skips the chart too: a true no-op
-    assert lines == [f"already running (state {stack.config.state_dir}); nothing to do"]
+    assert stack.up() is False  # nothing started (`achilles dev up` still converges the chart)
+    assert lines == [f"already running (state {stack.config.state_dir})"]
 
     env = CliRunner().invoke(cli, ["dev", "env", "--state-dir", str(stack.config.state_dir)])
     assert env.exit_code == 0, env.output
@@ -61,9 +74,14 @@ def test_up_is_idempotent_and_down_leaves_no_process(
     assert f"export ACHILLES_DATABASE_URL={database}" in env.output.splitlines()
 
     status = CliRunner().invoke(cli, ["dev", "status", "--state-dir", str(stack.config.state_dir)])
-    assert status.exit_code == 0, status.output
-    states = {line.split()[0]: line.split()[1] for line in status.output.splitlines()[1:-1]}
-    assert states == dict.fromkeys(("postgres", *COMPONENTS), "running")
+    checks = {check.name: check for check in stack_checks(stack)}
+    assert {name: checks[name].state for name in ("postgres", *COMPONENTS, MODEL_SERVER)} == (
+        dict.fromkeys(("postgres", *COMPONENTS, MODEL_SERVER), "running")
+    )
+    # Without the chart (this test's `up` is the stack's alone) the stack is not healthy.
+    assert checks["release"].state == "not installed"
+    assert status.exit_code == 1, status.output
+    assert status.stderr == "error: not healthy: release, operator\n"
 
     pid_file = tmp_path / "pid"
     pod = {
@@ -95,3 +113,100 @@ def test_up_is_idempotent_and_down_leaves_no_process(
     assert process_is_gone(postmaster)
     assert not postgres.is_running(stack.config.postgres_dir)
     assert not any(c.running for c in stack.components())
+
+
+def dev(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["dev", *args])
+
+
+def healthy(stack: LocalStack) -> dict[str, str]:
+    """The state of every part that is not healthy."""
+    return {c.name: f"{c.state}: {c.detail}" for c in stack_checks(stack) if not c.healthy}
+
+
+def migration_hook_exists(stack: LocalStack) -> bool:
+    from kubernetes import client
+
+    with api_client(stack.config.kubeconfig) as api:
+        jobs = client.BatchV1Api(api).list_namespaced_job(RELEASE_NAMESPACE).items
+    return any(job.metadata and (job.metadata.name or "").endswith("-migrate") for job in jobs)
+
+
+@pytest.mark.timeout(1200)
+def test_up_converges_the_chart_and_status_tells_the_truth(
+    own_stack: tuple[LocalStack, list[str]],
+) -> None:
+    """A failed release, a deleted object of it, an interrupted helm and a stopped component
+    are each shown by `dev status` (exit 1) and put right by the next `dev up`."""
+    stack, _ = own_stack
+    stack.config.save()  # so that `dev up --state-dir` finds this stack's ports
+    state = ("--state-dir", str(stack.config.state_dir))
+    kubeconfig = stack.config.kubeconfig
+
+    def up_and_healthy() -> None:
+        up = dev("up", *state)
+        assert up.exit_code == 0, up.output
+        status = dev("status", *state)
+        assert status.exit_code == 0, status.output
+        assert healthy(stack) == {}
+
+    up_and_healthy()
+    checks = {check.name: check for check in stack_checks(stack)}
+    assert checks["release"].state == "deployed"
+    assert checks["operator"].state == "not deployed"  # the stand-in runs none
+    assert checks[MODEL_SERVER].state == "running"
+
+    # A release whose install failed (its migration hook could not reach the database).
+    bad_url = "postgresql://nobody@127.0.0.1:1/none"
+    install = ChartInstall(
+        kubeconfig=kubeconfig, bin_dir=bin_dir(), values=local_values(with_database=True)
+    )
+    _ensure_secret(kubeconfig, RELEASE_NAMESPACE, DATABASE_SECRET, bad_url)
+    with pytest.raises(LocalStackError, match="pre-upgrade hooks failed"):
+        install_chart(install)
+    status = dev("status", *state)
+    assert status.exit_code == 1
+    assert healthy(stack).keys() == {"release"}
+    assert healthy(stack)["release"].startswith("failed:")
+    up_and_healthy()
+
+    # An object of the release deleted behind Helm's back.
+    deleted = install.kubectl("delete", "clusterrole", "achilles-portal")
+    assert "deleted" in deleted
+    assert healthy(stack) == {
+        "release": f"incomplete: {RELEASE_NAMESPACE}/achilles revision 3: missing "
+        "ClusterRole/achilles-portal; run `achilles dev up`"
+    }
+    up_and_healthy()
+
+    # A helm killed mid-upgrade leaves the release pending: nothing upgrades it any more.
+    _ensure_secret(kubeconfig, RELEASE_NAMESPACE, DATABASE_SECRET, bad_url)
+    helm = subprocess.Popen(
+        [
+            str(bin_dir() / "helm"), "--kubeconfig", str(kubeconfig), "upgrade", "achilles",
+            str(CHART_DIR), "--namespace", RELEASE_NAMESPACE, "--set", "operator.enabled=false",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: migration_hook_exists(stack), 120, what="the upgrade's hook Job")
+    finally:
+        helm.kill()
+        helm.wait()
+    assert healthy(stack)["release"].startswith("pending-upgrade:")
+    up_and_healthy()
+
+    # A component that stopped.
+    stack.stop_component("kube-controller-manager")
+    assert healthy(stack) == {"kube-controller-manager": "stopped: run `achilles dev up`"}
+    assert dev("status", *state).exit_code == 1
+    up_and_healthy()
+
+    # Everything stopped: status says so, and fails.
+    stack.down()
+    status = dev("status", *state)
+    assert status.exit_code == 1
+    assert {c.name for c in stack_checks(stack) if c.state == "stopped"} >= {
+        "postgres", *COMPONENTS, MODEL_SERVER,
+    }  # fmt: skip
