@@ -267,9 +267,10 @@ class Engine:
 
     def _forget_deleted_agents(self) -> bool:
         """Agents deleted while no operator watched: their rows (and runs) go too."""
+        listed_at = agents.database_clock(self.database)  # before the listing begins
         live = self.resources.agent_uids()
         if live is not None:
-            for agent_id in agents.forget_agents_not_in(self.database, live):
+            for agent_id in agents.forget_agents_not_in(self.database, live, listed_at=listed_at):
                 self.jobs.delete_for_agent(agent_id)
                 log.info("agent row %s removed: its Agent no longer exists", agent_id)
         return True

@@ -9,6 +9,7 @@ new agent with a journal of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from achilles.db.database import Database
@@ -125,10 +126,22 @@ def agents_of_inactive_owners(database: Database) -> list[tuple[int, str, str]]:
     return [(agent_id, ns, name) for agent_id, ns, name in rows if ns and name]
 
 
-def forget_agents_not_in(database: Database, live_uids: set[str]) -> list[int]:
-    """Rows whose Agent CR no longer exists (deleted while no operator ran): removed."""
+def database_clock(database: Database) -> datetime:
     with database.transaction() as session:
-        gone = [uid for uid in agent_rows.agent_uids(session) if uid not in live_uids]
+        return database_now(session)
+
+
+def forget_agents_not_in(
+    database: Database, live_uids: set[str], *, listed_at: datetime
+) -> list[int]:
+    """Rows whose Agent CR no longer exists (deleted while no operator ran): removed.
+
+    `live_uids` is a listing that began at `listed_at` (the database's clock): a row made
+    since then may belong to an Agent created after the listing was taken, so only older
+    rows are judged by it (`achilles bench steady-state` found new agents forgotten)."""
+    with database.transaction() as session:
+        rows = agent_rows.agent_uids(session, created_before=listed_at)
+        gone = [uid for uid in rows if uid not in live_uids]
         return [
             agent_id for uid in gone if (agent_id := agent_rows.delete_agent_by_uid(session, uid))
         ]

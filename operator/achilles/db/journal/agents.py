@@ -191,6 +191,10 @@ def agent_id_by_uid(session: Session, uid: str) -> int | None:
     return session.execute(select(Agent.id).where(Agent.cr_uid == uid)).scalar_one_or_none()
 
 
-def agent_uids(session: Session) -> dict[str, int]:
-    rows = session.execute(select(Agent.cr_uid, Agent.id).where(Agent.cr_uid.is_not(None)))
+def agent_uids(session: Session, *, created_before: datetime | None = None) -> dict[str, int]:
+    """Rows linked to a CR, by the CR's uid; with `created_before`, only rows older."""
+    query = select(Agent.cr_uid, Agent.id).where(Agent.cr_uid.is_not(None))
+    if created_before is not None:
+        query = query.where(Agent.created_at < created_before)
+    rows = session.execute(query)
     return {uid: agent_id for uid, agent_id in rows.tuples() if uid is not None}
