@@ -26,6 +26,10 @@ class ObjectRef:
     uid: str | None = None
 
 
+# The API server answers a list with only each object's metadata.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
 class Resources:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
@@ -74,6 +78,8 @@ class Resources:
                 AGENT.plural,
                 _preload_content=False,
                 _request_timeout=60,
+                # Only the metadata: without it every Agent comes whole, status and all.
+                _headers={"Accept": METADATA_LIST},
             )
         except ApiException:
             return None
