@@ -17,7 +17,7 @@ from achilles.db.journal.runs import EnqueueResult, enqueue_run
 from achilles.db.journal.settings import database_now, load_settings
 from achilles.domain.runs import RunTrigger
 from achilles.domain.schedule import collapse_missed_slots, load_timezone, parse_schedule
-from achilles.errors import StartRefused
+from achilles.errors import StartRefused, UnknownTimezoneError
 
 BATCH = 500
 
@@ -28,6 +28,8 @@ class TickResult:
     lateness_seconds: list[float] = field(default_factory=list)
     refused: list[int] = field(default_factory=list)
     rescheduled: list[int] = field(default_factory=list)
+    # Agents whose owner's zone is not a known zone: no slot can be computed for them.
+    unschedulable: list[int] = field(default_factory=list)
     nearest_next_run: datetime | None = None
     now: datetime | None = None
 
@@ -42,11 +44,19 @@ def schedule_due_agents(database: Database, *, batch: int = BATCH) -> TickResult
             due = schedule_rows.take_due_agents(session, now, batch)
             for agent in due:
                 assert agent.next_run_at is not None
+                try:
+                    zone = load_timezone(agent.zone)
+                except UnknownTimezoneError:
+                    # The owner's zone is no zone: no slot for this agent, and the others'
+                    # slots still run (one bad `users` row must not stop the scheduler).
+                    schedule_rows.set_next_run(session, agent.agent_id, None, None)
+                    result.unschedulable.append(agent.agent_id)
+                    continue
                 advance = collapse_missed_slots(
                     parse_schedule(agent.schedule),
                     agent.next_run_at,
                     now,
-                    load_timezone(agent.zone),
+                    zone,
                     anchor=agent.next_run_at,
                 )
                 try:
@@ -73,11 +83,15 @@ def schedule_due_agents(database: Database, *, batch: int = BATCH) -> TickResult
         schedule_rows.clear_closed_schedules(session)
         while True:
             stale = schedule_rows.take_agents_to_reschedule(session, batch)
+            given = 0
             for agent in stale:
-                schedule_rows.refresh_next_run(session, agent.agent_id, now, reset=False)
-                result.rescheduled.append(agent.agent_id)
-            if len(stale) < batch:
-                break
+                if schedule_rows.refresh_next_run(session, agent.agent_id, now, reset=False):
+                    given += 1
+                    result.rescheduled.append(agent.agent_id)
+                else:
+                    result.unschedulable.append(agent.agent_id)
+            if len(stale) < batch or not given:
+                break  # the rest (if any) cannot have a slot: their zones are no zones
         result.nearest_next_run = schedule_rows.nearest_next_run(session)
         result.now = now
     return result

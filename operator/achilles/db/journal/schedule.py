@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, PlatformSettings, User
 from achilles.domain.schedule import load_timezone, next_slot_after, parse_schedule
+from achilles.errors import UnknownTimezoneError
 
 
 @dataclass(frozen=True)
@@ -152,28 +153,35 @@ def nearest_next_run(session: Session) -> datetime | None:
     return value
 
 
-def refresh_next_run(session: Session, agent_id: int, now: datetime, *, reset: bool) -> None:
-    """Give a startable scheduled agent its next slot; no slot for any other.
+def refresh_next_run(session: Session, agent_id: int, now: datetime, *, reset: bool) -> bool:
+    """Give a startable scheduled agent its next slot; no slot for any other. True when
+    the agent has a slot afterwards.
 
     `reset` (the schedule itself changed) starts over from now; otherwise a slot
     computed in the current zone stays, and an interval keeps its grid (anchor = the
-    previous `next_run_at`).
+    previous `next_run_at`). An owner's zone that is no zone (`users` is the platform's
+    table) gives no slot, rather than failing the reconcile or the scheduler's pass.
     """
     scheduled = schedule_of(session, agent_id)
     if scheduled is None:
         set_next_run(session, agent_id, None, None)
-        return
+        return False
     if (
         not reset
         and scheduled.next_run_at is not None
         and scheduled.schedule_zone == scheduled.zone
     ):
-        return
+        return True
     schedule = parse_schedule(scheduled.schedule)
-    tz = load_timezone(scheduled.zone)
+    try:
+        tz = load_timezone(scheduled.zone)
+    except UnknownTimezoneError:
+        set_next_run(session, agent_id, None, None)
+        return False
     anchor = None if reset else scheduled.next_run_at
     if anchor is not None and anchor > now and schedule.type == "interval":
         next_run_at = anchor  # the grid's next slot is still ahead
     else:
         next_run_at = next_slot_after(schedule, now, tz, anchor)
     set_next_run(session, agent_id, next_run_at, scheduled.zone)
+    return True
