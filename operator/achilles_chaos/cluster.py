@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.client import api_client
@@ -25,8 +26,17 @@ from achilles_chaos.kube import RUNS_NAMESPACE, Kube, manifest, refusal
 from achilles_chaos.models import BrokenModel, ModelServer
 from achilles_chaos.waiting import wait_for
 from achilles_dev import controlplane, postgres
-from achilles_dev.chart import install_into_stack
+from achilles_dev.chart import (
+    DATABASE_SECRET,
+    DATABASE_SECRET_KEY,
+    RUNNER_DATABASE_SECRET,
+    ChartInstall,
+    apply_crds,
+    install_chart,
+    local_values,
+)
 from achilles_dev.config import Ports, StackConfig
+from achilles_dev.images import ENGINE_IMAGE
 from achilles_dev.node import host
 from achilles_dev.node.network import stack_id
 from achilles_dev.pki import Pki
@@ -72,14 +82,12 @@ class ChaosCluster:
     @classmethod
     def up(cls, state_dir: Path, report: Report) -> ChaosCluster:
         stack = LocalStack(_config(state_dir), report=report)
-        started = stack.up()
-        if started or not _chart_installed(stack):
-            install_into_stack(stack)
+        stack.up()
         workdir = state_dir / "chaos"
         workdir.mkdir(parents=True, exist_ok=True)
         api = api_client(stack.config.kubeconfig)
         kube = Kube(api)
-        _raise_quota(kube, QUOTA_PODS)
+        _install_chart(stack, kube, report)
         _wait_for_policies(kube)
         host_ip = stack.config.network.host_ip
         models = ModelServer.start(host_ip, workdir)
@@ -170,20 +178,35 @@ class ChaosCluster:
         return time.monotonic() - started
 
 
-def _chart_installed(stack: LocalStack) -> bool:
-    with api_client(stack.config.kubeconfig) as api:
-        return Kube(api).namespace_exists(RUNS_NAMESPACE)
+def _install_chart(stack: LocalStack, kube: Kube, report: Report) -> None:
+    """The chart as `achilles dev up` installs it, with two differences: no operator
+    Deployment (the suite runs each scenario's operators as processes it can configure,
+    kill and restart), and the runs namespace's pod quota (the chart sizes it from
+    maxConcurrency) as large as the largest cap a scenario sets."""
+    values = local_values(with_database=True, image=ENGINE_IMAGE)
+    values["operator"] = {"enabled": False}
+    values["maxConcurrency"] = QUOTA_PODS
+    install = ChartInstall(kubeconfig=stack.config.kubeconfig, bin_dir=bin_dir(), values=values)
+    apply_crds(install)
+    kube.create_namespace(install.namespace)
+    _secret(kube, install.namespace, DATABASE_SECRET, stack.config.pod_database_url)
+    # On a stack the suite ran before, the chart's values win over the scenarios' patches.
+    install_chart(install, extra_args=("--force-conflicts",))
+    _secret(kube, RUNS_NAMESPACE, RUNNER_DATABASE_SECRET, stack.config.pod_database_url)
+    report(f"chart: release {install.release} (no operator Deployment), run pod quota {QUOTA_PODS}")
 
 
-def _raise_quota(kube: Kube, pods: int) -> None:
-    """The chart sizes the runs namespace's pod quota to maxConcurrency; the suite sets the
-    cap per scenario, so the quota is the largest cap it uses."""
-    for quota in kube.core.list_namespaced_resource_quota(RUNS_NAMESPACE).items:
-        name = quota.metadata.name if quota.metadata else None
-        if name:
-            kube.core.patch_namespaced_resource_quota(
-                name, RUNS_NAMESPACE, {"spec": {"hard": {"pods": str(pods)}}}
-            )
+def _secret(kube: Kube, namespace: str, name: str, url: str) -> None:
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+        string_data={DATABASE_SECRET_KEY: url},
+    )
+    try:
+        kube.core.create_namespaced_secret(namespace, body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        kube.core.replace_namespaced_secret(name, namespace, body)
 
 
 def _wait_for_policies(kube: Kube) -> None:

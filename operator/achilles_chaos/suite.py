@@ -45,7 +45,7 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
 # The subset the test command runs (tests/cluster/test_chaos.py), at --quick sizes.
-QUICK_SUBSET = ("runner-sigkill",)
+QUICK_SUBSET = ("runner-sigkill", "runner-sigstop")
 
 
 def run_suite(

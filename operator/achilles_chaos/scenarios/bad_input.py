@@ -269,9 +269,11 @@ def _accepted_but_wrong(ctx: Context, good_model: str) -> list[str]:
     host_ip = ctx.cluster.config.network.host_ip
     closed = ctx.model("closed-port", f"http://{host_ip}:1/v1")
     no_secret = ctx.model("no-secret", None, apiKeySecretRef={"name": "chaos-missing", "key": "k"})
+    # The users table is the platform's: nothing stops it from holding a zone that is none.
     journal.execute(
-        "INSERT INTO users (key, timezone) VALUES ('chaos-martian', 'Mars/Olympus')"
-        " ON CONFLICT (key) DO UPDATE SET timezone = 'Mars/Olympus'"
+        "INSERT INTO users (key, timezone) VALUES ('chaos-martian', 'Mars/Olympus'),"
+        " ('chaos-venusian', 'Europe/Berlin')"
+        " ON CONFLICT (key) DO UPDATE SET timezone = excluded.timezone"
     )
     ctx.agent("ghost-owner", "hello", good_model, owner="chaos-nobody")
     ctx.agent("ghost-model", "hello", "chaos-no-such-model", owner=OWNER)
@@ -286,6 +288,13 @@ def _accepted_but_wrong(ctx: Context, good_model: str) -> list[str]:
         good_model,
         owner="chaos-martian",
         schedule={"type": "calendar", "cadence": "daily", "time": "09:00"},
+    )
+    ctx.agent(
+        "venusian",
+        models.QUICK.prompt(),
+        good_model,
+        owner="chaos-venusian",
+        schedule={"type": "interval", "everyHours": 24},
     )
     ctx.agent(
         "scheduled",
@@ -334,7 +343,12 @@ def _accepted_but_wrong(ctx: Context, good_model: str) -> list[str]:
             {"metadata": {"annotations": {RUN_REQUESTED_AT: value}}},
             ctx.namespace,
         )
-    ids = ctx.agent_ids(["ghost-tools", "closed-port", "no-secret", "scheduled", "martian"])
+    ids = ctx.agent_ids(["ghost-tools", "closed-port", "no-secret", "scheduled", "venusian"])
+    wait_for(
+        lambda: journal.scalar("SELECT next_run_at FROM agents WHERE id = %s", (ids["venusian"],)),
+        60,
+        what="venusian's first slot",
+    )
     runs_before = journal.scalar(
         "SELECT count(*) FROM agent_runs WHERE agent_id = %s", (ids["ghost-tools"],)
     )
@@ -345,10 +359,12 @@ def _accepted_but_wrong(ctx: Context, good_model: str) -> list[str]:
     before = ctx.last_run_id()
     for name in ("ghost-tools", "closed-port", "no-secret"):
         ctx.request(name)
-    # A due slot of a healthy agent, and of one whose owner's zone does not exist.
+    # Later the venusian owner's zone turns into no zone; then a slot of a healthy agent
+    # and of the venusian one come due together. The healthy one must still run.
+    journal.execute("UPDATE users SET timezone = 'Venus/Maxwell' WHERE key = 'chaos-venusian'")
     journal.execute(
         "UPDATE agents SET next_run_at = now() - interval '1 second' WHERE id = ANY(%s)",
-        ([ids["scheduled"], ids["martian"]],),
+        ([ids["scheduled"], ids["venusian"]],),
     )
     expected = {
         "ghost-tools": ("succeeded", ""),
@@ -356,23 +372,37 @@ def _accepted_but_wrong(ctx: Context, good_model: str) -> list[str]:
         "no-secret": ("failed", "chaos-missing"),
         "scheduled": ("succeeded", ""),
     }
-    try:
-        runs = ctx.new_runs([ids[n] for n in expected], before, 120)
-        ended = ctx.wait_ended(runs.values(), START_TIMEOUT, "the accepted-but-wrong runs to end")
-    except ChaosTimeout as error:
-        problems.append(f"accepted-but-wrong runs: {error}")
-        return problems
     for name, (state, says) in expected.items():
-        row = ended[runs[ids[name]]]
+        try:
+            (run,) = ctx.new_runs([ids[name]], before, 90).values()
+            row = ctx.wait_ended([run], START_TIMEOUT, f"{name}'s run to end")[run]
+        except ChaosTimeout as error:
+            problems.append(f"{name}: no run ended: {error}")
+            continue
         if row["state"] != state or says not in (row["error"] or ""):
             problems.append(f"{name}: {row['state']}/{row['reason']}: {row['error']!r}")
         else:
             ctx.result.note(f"{name}: {row['state']} {row['error'] or ''}".strip())
-    martian = journal.rows(
-        "SELECT state, reason, error FROM agent_runs WHERE agent_id = %s", (ids["martian"],)
+    venusian = journal.rows(
+        "SELECT state, reason, error FROM agent_runs WHERE agent_id = %s", (ids["venusian"],)
     )
-    shown = kube.status("martian", ctx.namespace).get("phase")
-    ctx.result.note(f"martian (owner zone Mars/Olympus): runs {martian}; phase {shown}")
+    ctx.result.note(f"venusian (owner zone now Venus/Maxwell): runs {venusian}")
+
+    # The owner's zone is not a zone: the Agent must say so (not fail silently forever).
+    def says_zone() -> bool:
+        status = kube.status("martian", ctx.namespace)
+        text = " ".join(str(c.get("message", "")) for c in status.get("conditions", []))
+        return "Mars/Olympus" in text
+
+    try:
+        wait_for(says_zone, 60, what="the martian Agent's status to name the bad zone")
+    except ChaosTimeout:
+        row = journal.one("SELECT id, next_run_at FROM agents WHERE cr_name = 'martian'")
+        status = kube.status("martian", ctx.namespace)
+        problems.append(
+            "martian (owner timezone Mars/Olympus in users): the Agent's status does not say"
+            f" why (phase {status.get('phase')!r}, row {row})"
+        )
     return problems
 
 

@@ -9,7 +9,9 @@ import json
 from achilles.domain.pod_outcome import START_DEADLINE
 from achilles_chaos import models
 from achilles_chaos.journal import Row
+from achilles_chaos.kube import RUNS_NAMESPACE
 from achilles_chaos.scenario import Context
+from achilles_chaos.waiting import wait_for
 
 START_TIMEOUT = 240.0
 MISSING_IMAGE = "localhost/achilles/no-such-runner:chaos"
@@ -139,8 +141,14 @@ def run_deadline(ctx: Context) -> None:
     )
     r.check(ran <= timeout + 15, f"the hung run lasted {ran:.0f}s (limit {timeout}s)")
     r.note(f"run {row['id']}: {error}")
-    job = ctx.kube.batch.read_namespaced_job(f"achilles-run-{row['id']}", "achilles-runs")
-    reasons = [c.reason for c in (job.status.conditions or []) if c.type == "Failed"]
+
+    def job_failed() -> list[str] | None:
+        job = ctx.kube.batch.read_namespaced_job(f"achilles-run-{row['id']}", RUNS_NAMESPACE)
+        conditions = (job.status.conditions if job.status else None) or []
+        found = [str(c.reason) for c in conditions if c.type == "Failed" and c.status == "True"]
+        return found or None
+
+    reasons = wait_for(job_failed, 60, what="the Job's Failed condition")
     r.note(f"the Job's Failed condition: {reasons}")
     # The agent is free to run again.
     ctx.platform(runTimeoutSeconds=900)
