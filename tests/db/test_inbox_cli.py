@@ -292,3 +292,49 @@ def test_agent_side_commands_for_operators(db: Engine, database_url: str) -> Non
     )  # fmt: skip
     assert forbidden.returncode == 3
     assert "cannot move from done to na" in forbidden.stdout
+
+
+def test_asking_the_same_question_again_writes_nothing_whatever_the_state(
+    db: Engine, database_url: str
+) -> None:
+    """docs/inbox.md: the same question again writes nothing. `--state` used to default to
+    blocked, so asking again reopened a closed (done) item."""
+    make_agent(db, name="helper")
+    ask = ("agent", "ask", "helper", "--key", "k", "--question", "Ship it?", "--json")
+    created = as_json(achilles(database_url, *ask))
+    assert (created["state"], created["revision"]) == ("blocked", 1)
+    item = str(created["id"])
+    done = achilles(
+        database_url, "agent", "advance", item, "--revision", "1", "--board-version", "1",
+        "--state", "done",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    again = as_json(achilles(database_url, *ask))
+    assert (again["result"], again["state"], again["revision"]) == ("unchanged", "done", 2)
+    reopened = as_json(achilles(database_url, *ask, "--state", "blocked"))
+    assert (reopened["result"], reopened["state"], reopened["revision"]) == (
+        "updated",
+        "blocked",
+        3,
+    )
+
+
+def test_acknowledging_a_reply_that_never_came_says_so(db: Engine, database_url: str) -> None:
+    make_agent(db, name="helper")
+    item = str(
+        as_json(
+            achilles(
+                database_url, "agent", "ask", "helper", "--key", "k", "--question", "Q?", "--json"
+            )
+        )["id"]
+    )
+    none_yet = achilles(database_url, "agent", "ack", item, "--serial", "2", "--outcome", "x")
+    assert none_yet.returncode == 1
+    assert none_yet.stderr == f"error: item {item} has no reply #2 (nobody has replied yet)\n"
+    achilles(database_url, "reply", item, "--text", "A!")
+    later = achilles(database_url, "agent", "ack", item, "--serial", "2", "--outcome", "x")
+    assert later.returncode == 1
+    assert later.stderr == f"error: item {item} has no reply #2 (its latest is #1)\n"
+    untaken = achilles(database_url, "agent", "ack", item, "--serial", "1", "--outcome", "x")
+    assert untaken.returncode == 3
+    assert "not_taken" in untaken.stdout

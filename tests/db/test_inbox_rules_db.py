@@ -384,7 +384,7 @@ def test_acknowledge_names_the_reply_it_processed(db: Engine) -> None:
     assert box.take(db, item.id) is not None
     assert box.acknowledge(db, item.id, 2, "used the second") is AckStatus.ACKNOWLEDGED
     assert box.acknowledge(db, item.id, 2, "again") is AckStatus.ALREADY_ACKNOWLEDGED
-    assert box.acknowledge(db, item.id, 3) is AckStatus.NOT_TAKEN
+    assert box.acknowledge(db, item.id, 3) is AckStatus.NO_SUCH_REPLY  # never came
     final = box.read(db, item.id)[0].reply
     assert final is not None
     assert final.outcome == "used the second"

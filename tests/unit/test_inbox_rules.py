@@ -195,11 +195,11 @@ def test_take_marks_once_and_only_an_unprocessed_reply(
 @pytest.mark.parametrize(
     ("reply", "serial", "status"),
     [
-        (None, 1, AckStatus.NOT_TAKEN),
+        (None, 1, AckStatus.NO_SUCH_REPLY),
         (_reply(serial=2), 2, AckStatus.NOT_TAKEN),
         (_reply(serial=2, seen=True), 2, AckStatus.ACKNOWLEDGED),
         (_reply(serial=2, seen=True), 1, AckStatus.SUPERSEDED),
-        (_reply(serial=2, seen=True), 3, AckStatus.NOT_TAKEN),
+        (_reply(serial=2, seen=True), 3, AckStatus.NO_SUCH_REPLY),
         (_reply(serial=2, outcome="done"), 2, AckStatus.ALREADY_ACKNOWLEDGED),
         (_reply(serial=2, outcome="done"), 1, AckStatus.SUPERSEDED),
     ],

@@ -8,7 +8,7 @@ which owns its transaction.
 Exit codes: 0 written (or already so); 3 the rules refused the write and
 nothing changed (a compare-and-swap conflict, a forbidden move, a reply still
 to acknowledge, an acknowledgement of a superseded or untaken reply); 1 failed
-(not found, database unreachable); 2 malformed input.
+(not found, no such reply, database unreachable); 2 malformed input.
 """
 
 from __future__ import annotations
@@ -18,7 +18,13 @@ from typing import Any
 
 import click
 
-from achilles.cli.common import WholeNumber, database_url_option, echo_json, reports_errors
+from achilles.cli.common import (
+    CommandFailed,
+    WholeNumber,
+    database_url_option,
+    echo_json,
+    reports_errors,
+)
 from achilles.domain.inbox import AckStatus, ItemState
 from achilles.errors import InboxConflict, InboxReplyPending, InvalidInboxTransition
 
@@ -56,7 +62,13 @@ def _refused(error: Exception, as_json: bool) -> None:
 @click.option("--key", required=True, help="The question's stable key (same key, same row).")
 @click.option("--question", required=True)
 @click.option("--context")
-@click.option("--state", type=_STATES, default=ItemState.BLOCKED.value, show_default=True)
+@click.option(
+    "--state",
+    type=_STATES,
+    default=None,
+    help="Move the item to this state  [default: blocked for a new item; an existing one"
+    " keeps its state]",
+)
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
 def ask(
@@ -65,17 +77,26 @@ def ask(
     key: str,
     question: str,
     context: str | None,
-    state: str,
+    state: str | None,
     as_json: bool,
 ) -> None:
-    """Ask a question on AGENT's board, or update the one under KEY."""
+    """Ask a question on AGENT's board, or update the one under KEY.
+
+    The same question again writes nothing, whatever state the item is in; pass --state
+    to move it (e.g. `--state blocked` to ask a closed question again).
+    """
     from achilles.cli.common import open_database
     from achilles.domain.inbox_records import item_record
     from achilles.services import inbox as service
 
     try:
         result = service.ask(
-            open_database(database_url), agent_ref, key, question, context, ItemState(state)
+            open_database(database_url),
+            agent_ref,
+            key,
+            question,
+            context,
+            ItemState(state) if state is not None else None,
         )
     except _REFUSALS as refused:
         _refused(refused, as_json)
@@ -125,6 +146,12 @@ def ack(database_url: str | None, item_id: int, serial: int, outcome: str, as_js
     from achilles.services import inbox as service
 
     result = service.acknowledge(open_database(database_url), item_id, serial, outcome)
+    if result.status is AckStatus.NO_SUCH_REPLY:
+        latest = result.item.reply.serial if result.item.reply else None
+        raise CommandFailed(
+            f"item {item_id} has no reply #{serial}"
+            + (f" (its latest is #{latest})" if latest else " (nobody has replied yet)")
+        )
     _emit(
         {"status": result.status.value, "item": item_record(result.item)},
         f"item {item_id}, reply #{serial}: {result.status.value}",

@@ -194,14 +194,16 @@ class AckStatus(StrEnum):
     ALREADY_ACKNOWLEDGED = "already_acknowledged"
     # A newer reply replaced the one the agent took: take again.
     SUPERSEDED = "superseded"
-    # The reply was never taken (or there is no reply): take it first.
+    # The reply was never taken: take it first.
     NOT_TAKEN = "not_taken"
+    # No reply with this serial ever came (none at all, or only older ones).
+    NO_SUCH_REPLY = "no_such_reply"
 
 
 def acknowledge_status(item: InboxItem, reply_serial: int) -> AckStatus:
     reply = item.reply
     if reply is None or reply_serial > reply.serial:
-        return AckStatus.NOT_TAKEN
+        return AckStatus.NO_SUCH_REPLY
     if reply_serial < reply.serial:
         return AckStatus.SUPERSEDED
     if reply.outcome is not None:

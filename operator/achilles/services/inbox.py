@@ -168,8 +168,10 @@ def ask(
     key: str,
     question: str,
     context: str | None = None,
-    state: ItemState = ItemState.BLOCKED,
+    state: ItemState | None = None,
 ) -> AskResult:
+    """Ask, or re-ask under `key`; `state=None` keeps an existing item's state (a new item
+    is blocked), so the same question asked again writes nothing whatever its state."""
     with database.transaction() as session:
         agent_id = find_agent_id(session, agent_ref)
         return board.ask(session, agent_id, key, question, context, state)

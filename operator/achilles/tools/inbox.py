@@ -46,7 +46,9 @@ _ACK_HINTS = {
     AckStatus.ACKNOWLEDGED: "done; the reply is processed",
     AckStatus.ALREADY_ACKNOWLEDGED: "this reply was acknowledged before; nothing changed",
     AckStatus.SUPERSEDED: "a newer reply arrived; call inbox_answered and handle that one",
-    AckStatus.NOT_TAKEN: "no such reply was taken; call inbox_answered first",
+    AckStatus.NOT_TAKEN: "this reply was not taken yet; call inbox_answered first",
+    AckStatus.NO_SUCH_REPLY: "there is no reply with this serial; call inbox_answered for"
+    " the replies you have",
 }
 
 

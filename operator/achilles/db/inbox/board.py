@@ -148,14 +148,14 @@ def ask(
     key: str,
     question: str,
     context: str | None = None,
-    state: ItemState = ItemState.BLOCKED,
+    state: ItemState | None = ItemState.BLOCKED,
 ) -> AskResult:
     """Create the item for `key`, or update it in place (one question, one row).
 
     A changed question, context or state bumps `revision` (and the board); the
     same question asked again writes nothing. Moving an existing item follows
     the transition rules, and a blocked item with an unprocessed reply stays
-    blocked.
+    blocked. `state=None` keeps an existing item's state (a new one is blocked).
     """
     validate_key(key)
     validate_text("question", question, limit=MAX_QUESTION_LENGTH)
@@ -166,27 +166,33 @@ def ask(
 
     table = InboxItemRow.__table__
     proposed = insert(InboxItemRow).values(
-        agent_id=agent_id, key=key, state=state.value, question=question, context=context
+        agent_id=agent_id,
+        key=key,
+        state=(state or ItemState.BLOCKED).value,
+        question=question,
+        context=context,
     )
     new = proposed.excluded
-    sources = [s.value for s in states_that_may_become(state)]
+    # The state the row ends in: the one asked for, or (None) the one it has.
+    target = table.c.state if state is None else new.state
+    sources = [s.value for s in states_that_may_become(state)] if state is not None else []
     upsert = proposed.on_conflict_do_update(
         index_elements=[table.c.agent_id, table.c.key],
         set_={
             "question": new.question,
             "context": new.context,
-            "state": new.state,
+            "state": target,
             "revision": table.c.revision + 1,
         },
         where=and_(
             or_(
                 table.c.question.is_distinct_from(new.question),
                 table.c.context.is_distinct_from(new.context),
-                table.c.state.is_distinct_from(new.state),
+                table.c.state.is_distinct_from(target),
             ),
-            or_(table.c.state == new.state, table.c.state.in_(sources)),
+            or_(table.c.state == target, table.c.state.in_(sources)),
             or_(
-                table.c.state == new.state,
+                table.c.state == target,
                 table.c.state != ItemState.BLOCKED.value,
                 not_(has_unprocessed_reply()),
             ),
@@ -208,9 +214,10 @@ def ask(
         .where(InboxItemRow.agent_id == agent_id, InboxItemRow.key == key)
     ).one()
     current = item_from_row(current_row)
-    check_reask(current, state)
+    wanted = current.state if state is None else state
+    check_reask(current, wanted)
     # Not refused, so nothing changed: the same question asked again.
-    assert (current.question, current.context, current.state) == (question, context, state), (
+    assert (current.question, current.context, current.state) == (question, context, wanted), (
         "re-ask refused unexplained"
     )
     return AskResult(
