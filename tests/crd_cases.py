@@ -16,8 +16,12 @@ from achilles.errors import InvalidInputError
 from achilles.k8s.resources import parse_manifest
 
 API_VERSION = "achilles.io/v1alpha1"
-# The manifests of examples/ (not its subdirectories): both tiers hold them to the CRDs.
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+# What `kubectl apply -f examples/` applies (the README's command): what users own.
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
+# Every example manifest, the chart-owned AgentPlatform's handover example included:
+# both tiers hold them to the CRDs.
+ALL_EXAMPLES = [*EXAMPLES, *sorted((EXAMPLES_DIR / "platform").glob("*.yaml"))]
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,9 @@ def test_generation_is_deterministic() -> None:
 def test_check_reports_each_kind_of_drift_and_generate_repairs_it(tmp_path: Path) -> None:
     for directory in crdgen.OUTPUT_DIRS:
         shutil.copytree(REPO / directory, tmp_path / directory)
+    template = tmp_path / crdgen.TIMEZONES_TEMPLATE
+    template.parent.mkdir(parents=True)
+    shutil.copy(REPO / crdgen.TIMEZONES_TEMPLATE, template)
     agents = tmp_path / "crds" / "achilles.io_agents.yaml"
     agents.write_text(agents.read_text().replace("maxLength: 253", "maxLength: 254", 1))
     (tmp_path / "charts/achilles/crds/achilles.io_agenttools.yaml").unlink()
@@ -215,6 +218,42 @@ def test_platform_is_a_named_singleton() -> None:
             "message": "metadata.name must be 'default': there is one AgentPlatform per cluster",
         }
     ]
+
+
+def test_platform_timezone_is_checked_against_the_engines_list_with_a_readable_message() -> None:
+    """A runtime error in a rule (the API server's own zone lookup) shows as raw CEL text;
+    the engine's list makes the rule false instead, and the message shows the value."""
+    from achilles.domain.schedule.timezones import iana_timezones
+
+    timezone = resolve(dict(crd_schemas())["AgentPlatform"], "spec.timezone")
+    assert timezone is not None
+    (rule,) = timezone[VALIDATIONS_KEY]
+    assert rule["rule"] == f"self in [{', '.join(repr(n) for n in sorted(iana_timezones()))}]"
+    assert rule["messageExpression"] == (
+        '"unknown time zone \'" + self + "\' (expected an IANA name like Europe/Berlin)"'
+    )
+    assert "getHours" not in rule["rule"]
+    template = (REPO / crdgen.TIMEZONES_TEMPLATE).read_text()
+    assert sorted(iana_timezones()) == template.splitlines()[2].split()
+
+
+def _undescribed(node: dict[str, Any], path: str) -> list[str]:
+    found = []
+    for name, child in (node.get("properties") or {}).items():
+        if "description" not in child:
+            found.append(f"{path}.{name}")
+        found += _undescribed(child, f"{path}.{name}")
+        found += _undescribed(child.get("items") or {}, f"{path}.{name}[]")
+    return found
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
+def test_kubectl_explain_describes_every_field(kind: Any) -> None:
+    """`kubectl explain agent.spec.schedule` showed <no description> for cadence and
+    everyHours: every field of every kind says what it is."""
+    schema = crdgen.build_crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    # The API server owns metadata (and refuses a description of it there).
+    assert _undescribed(schema, kind.kind) == [f"{kind.kind}.metadata"]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)

@@ -22,7 +22,7 @@ from achilles.k8s.resources import (
     parse_manifest,
 )
 from achilles.k8s.resources.common import Condition
-from tests.crd_cases import EXAMPLES, INVALID, VALID, Case, agent
+from tests.crd_cases import ALL_EXAMPLES, EXAMPLES, INVALID, VALID, Case, agent
 
 
 @pytest.mark.parametrize("case", VALID, ids=lambda case: case.id)
@@ -46,14 +46,21 @@ def test_the_table_covers_every_kind() -> None:
     assert len(INVALID) >= 20
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
+@pytest.mark.parametrize("path", ALL_EXAMPLES, ids=lambda path: path.name)
 def test_examples_are_valid(path: Path) -> None:
     parse_manifest(yaml.safe_load(path.read_text()))
 
 
 def test_examples_cover_every_kind() -> None:
-    kinds = {yaml.safe_load(path.read_text())["kind"] for path in EXAMPLES}
+    kinds = {yaml.safe_load(path.read_text())["kind"] for path in ALL_EXAMPLES}
     assert kinds == {kind.kind for kind in KINDS}
+
+
+def test_kubectl_apply_of_examples_leaves_the_charts_object_alone() -> None:
+    """`kubectl apply -f examples/` (the README) applies what users own; AgentPlatform/default
+    belongs to the chart's release, so its example lives in examples/platform/."""
+    kinds = {yaml.safe_load(path.read_text())["kind"] for path in EXAMPLES}
+    assert "AgentPlatform" not in kinds
 
 
 def test_null_means_absent_and_defaults_apply() -> None:

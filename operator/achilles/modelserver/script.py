@@ -48,6 +48,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from achilles.domain.validation import describe_document_error
 from achilles.errors import ModelScriptError
 
 
@@ -123,9 +124,7 @@ def parse_script(data: object, *, source: str) -> Script:
     try:
         return Script.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ModelScriptError(f"{source}: {where}: {first['msg']}") from exc
+        raise ModelScriptError(describe_document_error(exc, source, data)) from exc
 
 
 def load_script(path: Path | None = None) -> Script:

@@ -73,9 +73,15 @@ class Achilles:
         return created
 
     def apply(
-        self, manifest: dict[str, Any], namespace: str | None = None, *, dry_run: bool = False
+        self,
+        manifest: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+        field_manager: str = FIELD_MANAGER,
     ) -> dict[str, Any]:
-        """Server-side apply (create or update), as `kubectl apply --server-side`."""
+        """Server-side apply (create or update), as `kubectl apply --server-side`; with
+        `field_manager="helm"`, as Helm applies the chart's objects."""
         # The generated client drops the body of apply-patch responses; read it raw.
         response = self._call(
             "patch",
@@ -83,7 +89,7 @@ class Achilles:
             namespace,
             name=manifest["metadata"]["name"],
             body=manifest,
-            field_manager=FIELD_MANAGER,
+            field_manager=field_manager,
             field_validation="Strict",
             force=True,
             _content_type=APPLY_PATCH,
@@ -94,8 +100,16 @@ class Achilles:
         return applied
 
     def patch(
-        self, kind: str, name: str, patch: dict[str, Any], namespace: str | None = None
+        self,
+        kind: str,
+        name: str,
+        patch: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        field_manager: str | None = None,
     ) -> dict[str, Any]:
+        """A merge patch; `field_manager="helm"` for the chart's own objects, which only
+        Helm may change (the platform-owner policy)."""
         patched: dict[str, Any] = self._call(
             "patch",
             kind,
@@ -104,10 +118,19 @@ class Achilles:
             body=patch,
             field_validation="Strict",
             _content_type=MERGE_PATCH,
+            **({"field_manager": field_manager} if field_manager else {}),
         )
         return patched
 
-    def replace(self, manifest: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    def replace(
+        self,
+        manifest: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+        field_manager: str | None = None,
+    ) -> dict[str, Any]:
+        """An update of the whole object; `field_manager="helm"` for the chart's own."""
         replaced: dict[str, Any] = self._call(
             "replace",
             manifest["kind"],
@@ -115,6 +138,8 @@ class Achilles:
             name=manifest["metadata"]["name"],
             body=manifest,
             field_validation="Strict",
+            **({"dry_run": "All"} if dry_run else {}),
+            **({"field_manager": field_manager} if field_manager else {}),
         )
         return replaced
 

@@ -10,6 +10,7 @@ ClusterRole is bound, by the chart's own value, to the user the tests impersonat
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,6 +102,7 @@ def achilles_release(
     )  # fmt: skip
     release = Release(install=install, database_url=url, values_file=values_file)
     _wait_until_admin_paused_policy_enforces(cluster)
+    wait_until_platform_owner_enforces(cluster.kubeconfig)
     _wait_until_default_model_policy_is_synced(cluster)
     yield release
     install.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
@@ -116,6 +118,23 @@ def _wait_until_admin_paused_policy_enforces(cluster: Cluster) -> None:
             timeout=30,
             what="the adminPaused policy to refuse the portal",
         )
+
+
+def wait_until_platform_owner_enforces(kubeconfig: Path) -> None:
+    """The release owns AgentPlatform/default once its policy refuses a kubectl edit."""
+
+    def refused() -> bool:
+        probe = subprocess.run(
+            [
+                str(bin_dir() / "kubectl"), "--kubeconfig", str(kubeconfig), "patch",
+                "agentplatform", "default", "--type=merge", "--dry-run=server",
+                "-p", '{"spec":{"maxIterations":3}}',
+            ],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        return "belongs to the Helm release" in probe.stderr
+
+    wait_for(refused, timeout=30, what="the platform-owner policy to refuse kubectl")
 
 
 def _wait_until_default_model_policy_is_synced(cluster: Cluster) -> None:

@@ -80,10 +80,21 @@ def test_default_render_has_every_component() -> None:
         "Service": 1,
         "Deployment": 1,
         "AgentPlatform": 1,
-        "ValidatingAdmissionPolicy": 2,
-        "ValidatingAdmissionPolicyBinding": 2,
+        "ValidatingAdmissionPolicy": 3,  # adminPaused, single default model, platform owner
+        "ValidatingAdmissionPolicyBinding": 3,
         "Job": 1,  # the migration hook
     }
+
+
+def test_platform_handed_over_leaves_out_the_object_and_its_guard() -> None:
+    """platform.create=false: kubectl owns AgentPlatform/default (the object stays: keep)."""
+    kinds = by_kind(render("platform.create=false"))
+    assert "AgentPlatform" not in kinds
+    assert all(
+        "platform-owner" not in p["metadata"]["name"] for p in kinds["ValidatingAdmissionPolicy"]
+    )
+    owned = one(render(), "AgentPlatform")
+    assert owned["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
 
 
 def test_operator_disabled_leaves_out_its_workload_and_identity() -> None:
@@ -207,6 +218,11 @@ def test_migration_job_is_a_pre_install_and_pre_upgrade_hook() -> None:
         ("maxConcurrency=0", "at '/maxConcurrency': minimum: got 0, want 1"),
         ("operator.replica=2", "additional properties 'replica' not allowed"),
         ("platform.timezone=Europe Berlin", "at '/platform/timezone'"),
+        # Well-formed but unknown: the chart checks the engine's list before installing.
+        (
+            "platform.timezone=Europe/Berln",
+            'platform.timezone: unknown time zone "Europe/Berln" (expected an IANA name',
+        ),
         ("runsNamespace.name=Runs_NS", "at '/runsNamespace/name'"),
         ("adminGroups=null", "missing property 'adminGroups'"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
@@ -274,7 +290,11 @@ def test_install_created_what_the_chart_promises(
         present(p.metadata, "a policy's metadata").name
         for p in admission.list_validating_admission_policy().items
     }
-    assert {"achilles-admin-paused", "achilles-single-default-model"} <= policies
+    assert {
+        "achilles-admin-paused",
+        "achilles-single-default-model",
+        "achilles-platform-owner",
+    } <= policies
 
 
 def test_install_ran_the_migration_hook(cluster: Cluster, achilles_release: Release) -> None:

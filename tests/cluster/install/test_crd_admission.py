@@ -24,11 +24,20 @@ from tests.crd_cases import (
     Case,
     agent,
     agent_model,
+    agent_platform,
     pydantic_verdict,
 )
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
+
+
+def update_as_helm(api: Achilles, platform: dict[str, Any]) -> dict[str, Any]:
+    """A dry-run update of the chart's AgentPlatform/default as its release (Helm) makes it:
+    the platform-owner policy refuses anyone else's (test_platform_owner.py)."""
+    current = api.get("AgentPlatform", "default")["metadata"]["resourceVersion"]
+    manifest = {**platform, "metadata": {**platform["metadata"], "resourceVersion": current}}
+    return api.replace(manifest, dry_run=True, field_manager="helm")
 
 
 def unique(case: Case) -> dict[str, Any]:
@@ -64,8 +73,10 @@ def test_valid_manifest_is_accepted(
 ) -> None:
     assert pydantic_verdict(case.manifest) is None
     manifest = unique(case)
-    if case.kind == "AgentPlatform":  # the chart's object exists: an update
-        accepted = verdict(lambda: admin_api.apply(manifest, dry_run=True))
+    if case.kind == "AgentPlatform":
+        # The chart's object exists: an update, which its release makes with Helm (the
+        # platform-owner policy refuses anyone else's, see test_platform_owner.py).
+        accepted = verdict(lambda: update_as_helm(admin_api, manifest))
     else:
         accepted = verdict(lambda: admin_api.create(manifest, "default", dry_run=True))
     assert accepted is None
@@ -88,12 +99,7 @@ def test_examples_apply_and_show_in_kubectl_get(
         for document in documents:
             document["metadata"].pop("namespace", None)
             assert pydantic_verdict(document) is None
-            # AgentPlatform/default belongs to the chart's release (Helm owns its fields):
-            # the server validates the example but does not store it.
-            chart_owned = document["kind"] == "AgentPlatform"
-            stored = admin_api.apply(document, namespace, dry_run=chart_owned)
-            if not chart_owned:
-                applied.append(stored)
+            applied.append(admin_api.apply(document, namespace))
         table = kubectl("get", "agents", "-n", namespace, "--sort-by=.metadata.name").splitlines()
         header = table[0].split()
         assert header == [
@@ -106,11 +112,23 @@ def test_examples_apply_and_show_in_kubectl_get(
         assert "agent.achilles.io/weekly-digest" in short
         assert "agentmodel.achilles.io/gpt-small" in short
         assert "agenttool.achilles.io/inbox" in short
-        assert "agentplatform.achilles.io/default" in short
+        assert "agentplatform.achilles.io/default" in short  # the chart's
     finally:
         for document in applied:
             if document["kind"] in ("AgentModel", "AgentTool"):
                 admin_api.delete(document["kind"], document["metadata"]["name"])
+
+
+def test_an_unknown_time_zone_is_refused_in_plain_words(admin_api: Achilles) -> None:
+    """Not the rule's raw CEL text ("unknown time zone X evaluating rule: ...")."""
+    platform = agent_platform(timezone="Europe/Berln")
+    status, message = rejection(lambda: update_as_helm(admin_api, platform))
+    assert status == 422
+    assert (
+        "spec.timezone: Invalid value: \"Europe/Berln\": unknown time zone 'Europe/Berln'"
+        " (expected an IANA name like Europe/Berlin)"
+    ) in message
+    assert "evaluating rule" not in message
 
 
 def test_null_fields_are_absent_and_defaults_apply(admin_api: Achilles, namespace: str) -> None:

@@ -49,8 +49,16 @@ class IntervalSchedule(BaseModel):
         validate_by_alias=True,
     )
 
-    type: Literal["interval"]
-    every_hours: int = Field(alias="everyHours", ge=MIN_EVERY_HOURS, le=MAX_EVERY_HOURS)
+    type: Literal["interval"] = Field(
+        description="interval: every N hours; calendar: daily or weekly at a wall-clock time"
+    )
+    every_hours: int = Field(
+        alias="everyHours",
+        ge=MIN_EVERY_HOURS,
+        le=MAX_EVERY_HOURS,
+        description="interval: hours between runs (1..720), counted in real hours from "
+        "when the schedule was set",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -81,8 +89,12 @@ class CalendarSchedule(BaseModel):
         validate_by_alias=True,
     )
 
-    type: Literal["calendar"]
-    cadence: Literal["daily", "weekly"]
+    type: Literal["calendar"] = Field(
+        description="interval: every N hours; calendar: daily or weekly at a wall-clock time"
+    )
+    cadence: Literal["daily", "weekly"] = Field(
+        description="calendar: every day, or once a week on weekday"
+    )
     weekday: int | None = Field(
         default=None,
         ge=WEEKDAY_MONDAY,

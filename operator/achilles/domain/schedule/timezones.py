@@ -8,15 +8,28 @@ not exist on a spring-forward day and some exist twice on a fall-back day.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
+from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from achilles.errors import UnknownTimezoneError
 
 
+@functools.cache
+def iana_timezones() -> frozenset[str]:
+    """Every zone name the engine accepts: the IANA list of the `tzdata` package (pinned by
+    the lock file), not whatever the host's tz database holds ("localtime" is no IANA name).
+    The CRD's rule and the chart's check are generated from it, so the API server, Helm and
+    the engine agree on one list."""
+    return frozenset(resources.files("tzdata").joinpath("zones").read_text().split())
+
+
 def load_timezone(name: str, *, field: str = "timezone") -> ZoneInfo:
     """The IANA zone `name` (e.g. "Europe/Berlin"); a clear error names `field` otherwise."""
     try:
+        if name not in iana_timezones():
+            raise ZoneInfoNotFoundError(name)
         return ZoneInfo(name)
     # ZoneInfo raises ValueError for malformed keys ("", "/abs", "../x"), OSError for a
     # directory such as "America", ZoneInfoNotFoundError (a KeyError) for unknown names.

@@ -339,7 +339,7 @@ _KEY_ORDER = (
     "items",
     VALIDATIONS_KEY,
 )
-_RULE_KEY_ORDER = ("rule", "message", "fieldPath", "reason")
+_RULE_KEY_ORDER = ("rule", "message", "messageExpression", "fieldPath", "reason")
 
 
 def _ordered(schema: Schema) -> Schema:

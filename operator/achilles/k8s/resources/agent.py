@@ -143,19 +143,21 @@ class LastRun(StatusModel):
     """The agent's most recent run, as recorded in the run journal."""
 
     id: int = Field(ge=1, description="agent_runs.id")
-    trigger: RunTrigger
-    state: RunState
-    reason: SkipReason | FailReason | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    tokens_used: int = Field(default=0, ge=0)
+    trigger: RunTrigger = Field(description="manual (a run request) or scheduled.")
+    state: RunState = Field(description="queued, running, succeeded, failed or skipped.")
+    reason: SkipReason | FailReason | None = Field(
+        default=None, description="Why it was skipped or failed (a machine code)."
+    )
+    started_at: datetime | None = Field(default=None, description="When the runner claimed it.")
+    finished_at: datetime | None = Field(default=None, description="When it ended.")
+    tokens_used: int = Field(default=0, ge=0, description="Model tokens the run spent.")
 
 
 class WeeklyTokens(StatusModel):
     """The owner's token use this week (all of their agents) against the weekly budget."""
 
-    used: int = Field(ge=0)
-    limit: int = Field(ge=0)
+    used: int = Field(ge=0, description="Tokens the owner's runs spent this week.")
+    limit: int = Field(ge=0, description="The weekly budget (AgentPlatform weeklyTokenBudget).")
     window_start: datetime = Field(description="Start of the budget week (Sunday 00:00).")
 
 
@@ -172,7 +174,9 @@ class AgentStatus(RowStatus):
     schedule_summary: str | None = Field(
         default=None, max_length=256, description="The schedule in words, for kubectl get."
     )
-    next_run_at: datetime | None = None
+    next_run_at: datetime | None = Field(
+        default=None, description="The next scheduled slot (none: manual runs only, or locked)."
+    )
     last_run: LastRun | None = None
     weekly_tokens: WeeklyTokens | None = None
     last_handled_run_request: str | None = Field(

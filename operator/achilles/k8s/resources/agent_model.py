@@ -31,8 +31,13 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"  # noqa: S105 - a key name format, not
 class SecretKeyRef(SpecModel):
     """A key of a Secret in the runs namespace."""
 
-    name: ResourceName
-    key: str = Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
+    name: ResourceName = Field(description="The Secret's name.")
+    key: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=SECRET_KEY_PATTERN,
+        description="The key in the Secret that holds the API key.",
+    )
 
 
 class AgentModelSpec(SpecModel):
@@ -62,6 +67,8 @@ class AgentModelSpec(SpecModel):
 
 
 class AgentModelStatus(RowStatus):
+    """What the operator reports about the model."""
+
     database_table = "agent_models"
 
 

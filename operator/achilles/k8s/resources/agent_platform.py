@@ -12,8 +12,9 @@ from pydantic import ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from achilles.domain.schedule import load_timezone
+from achilles.domain.schedule.timezones import iana_timezones
 from achilles.errors import UnknownTimezoneError
-from achilles.k8s.resources.cel import PATH, CelRule, cel_rules
+from achilles.k8s.resources.cel import PATH, CelRule, cel_rules, cel_string
 from achilles.k8s.resources.common import (
     CustomResource,
     ObjectMeta,
@@ -25,14 +26,18 @@ SINGLETON_NAME = "default"
 # IANA zone names ("UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+3").
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
 TIMEZONE_MAX_LENGTH = 64
-# CEL has no "is this a zone" function, but converting a timestamp to a zone looks the
-# name up in the API server's IANA database and fails for an unknown one, which rejects
-# the object ("unknown time zone Europe/Moskow evaluating rule: ..."). Go would also
-# accept "Local" (the server's own zone), which is not an IANA name.
+# CEL has no "is this a zone" function, and looking a name up in the API server's own
+# tz database (`timestamp(...).getHours(self)`) fails with a runtime error whose raw text
+# ("unknown time zone X evaluating rule: ...") becomes the message. So the rule is the
+# engine's own list (`iana_timezones`, the locked tzdata's), which also makes the API
+# server accept exactly what the engine can compute with.
 TIMEZONE_RULES = cel_rules(
     CelRule(
-        rule="self != 'Local' && timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",
+        rule=f"self in [{', '.join(cel_string(name) for name in sorted(iana_timezones()))}]",
         message=f"{PATH} must be an IANA time zone name like Europe/Berlin",
+        message_expression=(
+            '"unknown time zone \'" + self + "\' (expected an IANA name like Europe/Berlin)"'
+        ),
     )
 )
 MAX_WEEKLY_TOKEN_BUDGET = 10**12
@@ -93,10 +98,9 @@ class AgentPlatformSpec(SpecModel):
         return name
 
 
-# The platform is the `platform_settings` singleton: no row id to report. (No docstring:
-# a model's docstring becomes its schema description.)
+# The platform is the `platform_settings` singleton: no row id to report.
 class AgentPlatformStatus(ResourceStatus):
-    pass
+    """What the operator reports about the settings."""
 
 
 class AgentPlatformResource(CustomResource):

@@ -43,6 +43,8 @@ class AgentToolSpec(SpecModel):
 
 
 class AgentToolStatus(RowStatus):
+    """What the operator reports about the tool."""
+
     database_table = "tools"
 
 

@@ -47,6 +47,9 @@ class CelRule:
     message: str
     field_path: str | None = None
     reason: Reason = Reason.INVALID
+    # A CEL expression for the message when the value itself belongs in it (the API server
+    # falls back to `message` if it fails); it may say `{path}` too.
+    message_expression: str | None = None
 
     @property
     def is_transition_rule(self) -> bool:
@@ -55,11 +58,20 @@ class CelRule:
     def as_json(self) -> dict[str, JsonValue]:
         """The schema entry; the message may still hold the `{path}` placeholder."""
         entry: dict[str, JsonValue] = {"rule": self.rule, "message": self.message}
+        if self.message_expression is not None:
+            entry["messageExpression"] = self.message_expression
         if self.field_path is not None:
             entry["fieldPath"] = self.field_path
         if self.reason is not Reason.INVALID:
             entry["reason"] = self.reason.value
         return entry
+
+
+def cel_string(text: str) -> str:
+    """A CEL string literal (our own identifiers: no quotes or backslashes inside)."""
+    if "'" in text or "\\" in text:
+        raise ValueError(f"not a plain identifier: {text!r}")
+    return f"'{text}'"
 
 
 def cel_rules(*rules: CelRule) -> dict[str, JsonValue]:
@@ -69,5 +81,7 @@ def cel_rules(*rules: CelRule) -> dict[str, JsonValue]:
 
 def render_message(entry: dict[str, Any], path: str) -> dict[str, Any]:
     """The entry with `{path}` in its message replaced by the field's JSON path."""
-    message = str(entry.get("message", ""))
-    return {**entry, "message": message.replace(PATH, path)}
+    rendered = {**entry, "message": str(entry.get("message", "")).replace(PATH, path)}
+    if "messageExpression" in entry:
+        rendered["messageExpression"] = str(entry["messageExpression"]).replace(PATH, path)
+    return rendered

@@ -85,14 +85,22 @@ class Condition(StatusModel):
         max_length=316,
         pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
         r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        description="What the condition is about, e.g. Ready.",
     )
-    status: Literal["True", "False", "Unknown"]
-    observed_generation: int | None = Field(default=None, ge=0)
-    last_transition_time: datetime
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation the condition describes."
+    )
+    last_transition_time: datetime = Field(description="When the status last changed.")
     reason: str = Field(
-        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+        min_length=1,
+        max_length=1024,
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="Why, in one CamelCase word (for programs).",
     )
-    message: str = Field(default="", max_length=MAX_MESSAGE_LENGTH)
+    message: str = Field(
+        default="", max_length=MAX_MESSAGE_LENGTH, description="Why, in words (for people)."
+    )
 
 
 def _unique_condition_types(conditions: list[Condition]) -> list[Condition]:
@@ -119,8 +127,12 @@ class ResourceStatus(StatusModel):
     """What every kind's status says: its conditions, the generation they describe, and
     kopf's bookkeeping. A kind's status model adds its own fields after these."""
 
-    conditions: Conditions = Field(default_factory=list)
-    observed_generation: int | None = Field(default=None, ge=0)
+    conditions: Conditions = Field(
+        default_factory=list, description="The resource's conditions, one per type."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation this status describes."
+    )
     # kopf keeps its own bookkeeping under status.kopf; its shape is kopf's business, so it
     # is the one place where unknown fields are preserved rather than pruned.
     kopf: dict[str, Any] | None = Field(
