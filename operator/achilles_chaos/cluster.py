@@ -186,12 +186,16 @@ def _install_chart(stack: LocalStack, kube: Kube, report: Report) -> None:
     values = local_values(with_database=True, image=ENGINE_IMAGE)
     values["operator"] = {"enabled": False}
     values["maxConcurrency"] = QUOTA_PODS
+    # The scenarios set AgentPlatform/default themselves: the chart's documented handover
+    # to kubectl (platform.create=false), or its policy would refuse their patches.
+    values["platform"] = {"create": False}
     install = ChartInstall(kubeconfig=stack.config.kubeconfig, bin_dir=bin_dir(), values=values)
     apply_crds(install)
     kube.create_namespace(install.namespace)
     _secret(kube, install.namespace, DATABASE_SECRET, stack.config.pod_database_url)
-    # On a stack the suite ran before, the chart's values win over the scenarios' patches.
     install_chart(install, extra_args=("--force-conflicts",))
+    if kube.get("AgentPlatform", "default") is None:
+        kube.create(manifest("AgentPlatform", "default", {"maxConcurrency": QUOTA_PODS}))
     _secret(kube, RUNS_NAMESPACE, RUNNER_DATABASE_SECRET, stack.config.pod_database_url)
     report(f"chart: release {install.release} (no operator Deployment), run pod quota {QUOTA_PODS}")
 
