@@ -57,9 +57,14 @@ def setup(admin_api: Achilles, journal: Engine) -> Iterator[str]:
         conn.execute(text("INSERT INTO users (key) VALUES ('alice') ON CONFLICT DO NOTHING"))
     name = f"slow-{uuid.uuid4().hex[:6]}"
     admin_api.create(agent_model(name))
-    admin_api.patch("AgentPlatform", "default", {"spec": {"maxConcurrency": CAP}})
+    # AgentPlatform/default is the release's: only Helm may change it (as `helm upgrade
+    # --set maxConcurrency=...` would, without touching the quota).
+    helm = "helm"
+    admin_api.patch(
+        "AgentPlatform", "default", {"spec": {"maxConcurrency": CAP}}, field_manager=helm
+    )
     yield name
-    admin_api.patch("AgentPlatform", "default", {"spec": {"maxConcurrency": 4}})
+    admin_api.patch("AgentPlatform", "default", {"spec": {"maxConcurrency": 4}}, field_manager=helm)
     admin_api.delete("AgentModel", name)
 
 
