@@ -49,6 +49,7 @@ WORKING_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "inbox reply": ("1", "--text", "yes"),
     "inbox show": ("1",),
     "inbox wake-on-reply": ("helper",),
+    "ks language": ("german",),
     "ks load": (DEMO_BUNDLE,),
     "ks read": ("1", "--as", "alice"),
     "ks search": ("deploy", "--as", "alice"),

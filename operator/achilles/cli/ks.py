@@ -104,3 +104,30 @@ def read(database_url: str | None, user: str, document_id: int) -> None:
             "updated_at": document.updated_at,
         }
     )
+
+
+@ks.command()
+@database_url_option
+@click.argument("name", required=False, metavar="[LANGUAGE]")
+@reports_errors
+def language(database_url: str | None, name: str | None) -> None:
+    """Show or set the search language (a PostgreSQL text search configuration).
+
+    Stemming languages match word forms ("deploy" finds "deployment"); `simple` matches
+    exact words. The default is english. Setting it re-indexes every document.
+    """
+    from achilles.cli.common import open_database
+    from achilles.errors import InvalidInputError
+    from achilles.services.knowledge import search_language, set_search_language
+
+    database = open_database(database_url)
+    if name is None:
+        current = search_language(database)
+        click.echo(f"search language: {current.name}")
+        click.echo(f"available: {', '.join(current.available)}")
+        return
+    try:
+        reindexed = set_search_language(database, name)
+    except InvalidInputError as exc:
+        raise click.BadParameter(str(exc), param_hint="LANGUAGE") from exc
+    click.echo(f"search language: {name} ({reindexed} document(s) re-indexed)")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from achilles.db.database import Database
-from achilles.db.knowledge import store
+from achilles.db.knowledge import settings, store
+from achilles.db.knowledge.settings import SearchLanguage
 from achilles.errors import NotFound
 from achilles.ks.store import Document, SearchHit
 
@@ -39,6 +40,18 @@ def read_as(database: Database, user_key: str, document_id: int) -> Document:
     if document is None:
         raise NotFound(f"document {document_id} not found for {user_key!r}")
     return document
+
+
+def search_language(database: Database) -> SearchLanguage:
+    """The installation's search language and the ones PostgreSQL offers."""
+    with database.transaction() as session:
+        return settings.search_language(session)
+
+
+def set_search_language(database: Database, name: str) -> int:
+    """Search in `name` from now on; every document is re-indexed (returns how many)."""
+    with database.transaction() as session:
+        return settings.set_search_language(session, name)
 
 
 def _user_id(database: Database, key: str) -> int:

@@ -1,5 +1,6 @@
-"""Typed models of the Knowledge Store reference tables; the schema is migration
-`0002_knowledge_store` (with its row-level security, which models cannot express).
+"""Typed models of the Knowledge Store reference tables; the schema is migrations
+`0002_knowledge_store` (with its row-level security, which models cannot express) and
+`0008_ks_search_language` (the search language setting and the indexing trigger).
 
 `tests/db/test_knowledge_store.py` proves these agree with the migration. The store's
 queries are SQL text in `achilles.db.knowledge.store` (full-text search and RLS are
@@ -14,10 +15,11 @@ from datetime import datetime
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
-    Computed,
+    FetchedValue,
     ForeignKey,
     Identity,
     Index,
+    SmallInteger,
     Text,
     text,
 )
@@ -35,13 +37,22 @@ class KsDocument(Base):
     key: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
     title: Mapped[str] = mapped_column(Text, nullable=False)
     body: Mapped[str] = mapped_column(Text, nullable=False)
-    search: Mapped[str] = mapped_column(
-        TSVECTOR,
-        Computed("to_tsvector('simple'::regconfig, title || ' ' || body)", persisted=True),
-        nullable=False,
-    )
+    # Filled by the `ks_documents_index` trigger in the installation's search language
+    # (migration 0008, `ks_settings`).
+    search: Mapped[str] = mapped_column(TSVECTOR, FetchedValue(), nullable=False)
     created_at: Mapped[datetime] = timestamp_column()
     updated_at: Mapped[datetime] = timestamp_column()
+
+
+class KsSettings(Base):
+    """The installation's Knowledge Store settings: at most one row (none: the defaults)."""
+
+    __tablename__ = "ks_settings"
+    __table_args__ = (CheckConstraint("id = 1", name="singleton"),)
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, server_default=text("1"))
+    # A PostgreSQL text search configuration by name ('english' when there is no row).
+    text_search_config: Mapped[str] = mapped_column(Text, nullable=False)
 
 
 class KsGroup(Base):

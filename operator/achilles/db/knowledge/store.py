@@ -27,7 +27,8 @@ from achilles.ks.store import Document, RelatedDocument, SearchHit
 
 KS_READER_ROLE = "achilles_ks_reader"
 KS_USER_SETTING = "achilles.ks_user_id"
-TEXT_SEARCH_CONFIG = "simple"  # must match the generated column of ks_documents
+# The installation's search language (migration 0008): the index and every query use it.
+TEXT_SEARCH_CONFIG = "achilles_ks_text_search_config()"
 # A KS read is a few index lookups; anything slower is a fault, not a wait.
 STATEMENT_TIMEOUT_MS = 10_000
 _WORD = re.compile(r"\w+")
@@ -79,12 +80,12 @@ class PostgresKnowledgeStore:
                 text(
                     f"""
                     SELECT d.id, d.title,
-                           ts_headline('{TEXT_SEARCH_CONFIG}', d.body, q,
+                           ts_headline({TEXT_SEARCH_CONFIG}, d.body, q,
                                        'MaxWords=35, MinWords=10, MaxFragments=2,
                                         StartSel=**, StopSel=**') AS snippet,
                            ts_rank(d.search, q) AS rank
                     FROM ks_documents d,
-                         websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :query) AS q
+                         websearch_to_tsquery({TEXT_SEARCH_CONFIG}, :query) AS q
                     WHERE d.search @@ q
                     ORDER BY rank DESC, d.id
                     LIMIT :limit
