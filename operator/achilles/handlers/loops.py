@@ -34,6 +34,9 @@ log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
 
 SCHEDULER_MAX_SLEEP = 10.0
+# The scheduler's slot repair (closed locks, missing slots, moved zones) reads every
+# agent: every pass would cost O(agents) per slot and per NOTIFY (docs/performance.md).
+SCHEDULE_REPAIR_EVERY = 15.0
 DISPATCH_TICK = 5.0
 SWEEP_TICK = 10.0
 ORPHAN_SWEEP_EVERY = 6  # sweeps: about a minute
@@ -68,6 +71,7 @@ class Engine:
     dirty_agents: set[int] = field(default_factory=set)
     dirty_lock: threading.Lock = field(default_factory=threading.Lock)
     last_pass: dict[str, float] = field(default_factory=dict)
+    last_schedule_repair: float = float("-inf")
     threads: list[threading.Thread] = field(default_factory=list)
     # Handler calls that failed (database or API down), retried by the sweeper.
     retries: dict[str, Callable[[], None]] = field(default_factory=dict)
@@ -162,7 +166,10 @@ class Engine:
             self.schedule_wake.wait(sleep)
 
     def _schedule_once(self) -> scheduler.TickResult:
-        tick = scheduler.schedule_due_agents(self.database)
+        repair = time.monotonic() - self.last_schedule_repair >= SCHEDULE_REPAIR_EVERY
+        tick = scheduler.schedule_due_agents(self.database, repair=repair)
+        if repair:
+            self.last_schedule_repair = time.monotonic()
         for agent_id, outcome in tick.enqueued:
             metrics.RUNS_ENQUEUED.labels("scheduled", outcome.state, outcome.reason or "").inc()
             if outcome.state is RunState.SKIPPED:
