@@ -257,8 +257,16 @@ class LocalStack:
             trust=(net.pod_cidr, net.link_cidr) if net else (),
         )
         _ensure_database(server.libpq_dsn(), DATABASE_NAME)
+        # The server (its own user, when we are root) writes its log in its data directory;
+        # logs/postgres.log points there, beside every other component's log.
+        link = self.config.log("postgres")
+        if not (link.is_symlink() and link.readlink() == server.log_file):
+            link.unlink(missing_ok=True)
+            link.symlink_to(server.log_file)
         where = f"127.0.0.1 and {net.host_ip}" if net else "127.0.0.1"
-        self.report(f"postgres: ready on {where}:{server.port}, database {DATABASE_NAME}")
+        self.report(
+            f"postgres: ready on {where}:{server.port}, database {DATABASE_NAME}, log {link}"
+        )
 
     def _start(
         self,

@@ -62,6 +62,9 @@ def test_up_is_idempotent_and_down_leaves_no_process(
     component_pids = [read_pidfile(stack.config.pidfile(name)) for name in COMPONENTS]
     assert all(ref is not None for ref in component_pids)
     postmaster = int((stack.config.postgres_dir / "postmaster.pid").read_text().split()[0])
+    # Every component logs under logs/, PostgreSQL too (docs/development.md).
+    postgres_log = stack.config.logs_dir / "postgres.log"
+    assert "database system is ready to accept connections" in postgres_log.read_text()
 
     lines.clear()
     assert stack.up() is False  # nothing started (`achilles dev up` still converges the chart)

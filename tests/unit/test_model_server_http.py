@@ -142,7 +142,29 @@ def test_bad_requests_get_openai_style_errors(
     assert message in payload["error"]["message"]
 
 
+def _get(server: ModelServer, path: str, token: str | None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    request = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
 def test_health_and_model_list(server: ModelServer) -> None:
-    for path, key in (("/healthz", "status"), ("/v1/models", "data")):
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as r:
-            assert key in json.loads(r.read())
+    assert _get(server, "/healthz", None) == (200, {"status": "ok"})
+    code, models = _get(server, "/v1/models", "k")
+    assert code == 200
+    assert "data" in models
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_the_api_key_guards_every_api_route(server: ModelServer, token: str | None) -> None:
+    """`--api-key` used to leave GET /v1/models open; only the health probe is."""
+    for path in ("/v1/models", "/models"):
+        code, payload = _get(server, path, token)
+        assert (code, payload["error"]["type"]) == (401, "invalid_api_key")
+    code, _ = _post(server, "/v1/chat/completions", b"{}", token or "")
+    assert code == 401
+    assert _get(server, "/healthz", token)[0] == 200

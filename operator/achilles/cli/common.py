@@ -165,8 +165,7 @@ database_url_option = click.option(
     type=DatabaseUrl(),
     callback=_require_database_url,
     metavar="URL",
-    help=f"PostgreSQL URL, e.g. postgresql+psycopg://user:password@host:5432/achilles  "
-    f"[env: {DATABASE_URL_ENV}]",
+    help=f"PostgreSQL URL  [env: {DATABASE_URL_ENV}]",
 )
 
 

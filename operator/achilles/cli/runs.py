@@ -50,7 +50,12 @@ def list_runs(
     limit: int,
     as_json: bool,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first; skipped runs too (they are rows of the journal).
+
+    Run ids come from one sequence and may skip numbers: an insert that loses to another
+    (the same run request twice, two enqueues racing for the one active run) uses a
+    number without keeping its row.
+    """
     from achilles.cli.common import open_database
     from achilles.services.journal_queries import list_runs
 

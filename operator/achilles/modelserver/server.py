@@ -87,8 +87,19 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.info("%s %s", self.address_string(), format % args)
 
+    def _authorised(self) -> bool:
+        """With an API key, every API route needs it (only /healthz, the probe, is open)."""
+        if self.server.api_key is None:
+            return True
+        if self.headers.get("Authorization") == f"Bearer {self.server.api_key}":
+            return True
+        self._send_error(HTTPStatus.UNAUTHORIZED, "invalid API key", "invalid_api_key")
+        return False
+
     def do_GET(self) -> None:
         if self.path in ("/v1/models", "/models"):
+            if not self._authorised():
+                return
             self._send_json(
                 HTTPStatus.OK,
                 {
@@ -105,10 +116,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path not in _COMPLETIONS_PATHS:
             self._send_error(HTTPStatus.NOT_FOUND, f"no route {self.path}", "invalid_request_error")
             return
-        if self.server.api_key is not None and (
-            self.headers.get("Authorization") != f"Bearer {self.server.api_key}"
-        ):
-            self._send_error(HTTPStatus.UNAUTHORIZED, "invalid API key", "invalid_api_key")
+        if not self._authorised():
             return
         body = self._read_json()
         if body is None:
