@@ -68,7 +68,8 @@ def test_ks_load_search_and_read_as_a_user(
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("documents: [{key: a, title: A}]", "documents.0.body: Field required"),
+        ("documents: [{key: a, title: A}]", "bad.yaml: documents[0].body: required"),
+        ("users: [{key: bad key}]", "bad.yaml: users[0].key: a user key starts with"),
         ("documents: [{key: a, title: A, body: b, readers: [zed]}]", "unknown user 'zed'"),
         ("documents: [unclosed", "not valid YAML/JSON"),
     ],
@@ -164,4 +165,4 @@ def test_model_server_refuses_a_bad_script_with_exit_2(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "rules.0.reply" in result.stderr
+    assert "bad.yaml: rules[0].reply: a reply needs content" in result.stderr
