@@ -47,7 +47,7 @@ from achilles.services import dispatch as dispatch_service
 from achilles.services import scheduler
 from bench.pg import bench_database
 from bench.report import Progress, Report, at_least, at_most
-from bench.sql import captured_sql, plan_of, rolled_back, shorten, timed
+from bench.sql import captured, captured_sql, plan_of, rolled_back, server_seconds, shorten, timed
 
 NAME = "journal"
 DEFAULT_SIZE = 10_000_000
@@ -371,6 +371,19 @@ def measure_budget(report: Report, database: Database, sizes: Sizes, progress: P
         lambda s: weekly_tokens_used(s, owners[0], windows["last complete week"]),
         "sum(agent_runs.tokens_used)",
     )
+    # The same query as PostgreSQL alone times it, for 1 in 10 of the sampled owners.
+    sql, params = captured(
+        database,
+        lambda s: weekly_tokens_used(s, owners[0], windows["last complete week"]),
+        "sum(agent_runs.tokens_used)",
+    )
+    key = next(k for k, v in params.items() if v == owners[0])
+    report.latency(
+        "budget query (last complete week), in PostgreSQL",
+        server_seconds(database, sql, [{**params, key: o} for o in owners[::10]]),
+        goal=at_most(10, "ms"),
+        note="EXPLAIN ANALYZE execution time: the query without client and scheduling",
+    )
 
 
 def measure_reaper(report: Report, database: Database, sizes: Sizes, progress: Progress) -> None:
@@ -393,6 +406,13 @@ def measure_reaper(report: Report, database: Database, sizes: Sizes, progress: P
     )
     report.details.setdefault("plans", {})["reaper sweep"] = plan_of(
         database, lambda s: reap_stale_runs(s), "UPDATE agent_runs"
+    )
+    sql, params = captured(database, lambda s: reap_stale_runs(s), "UPDATE agent_runs")
+    report.latency(
+        "reaper sweep, in PostgreSQL",
+        server_seconds(database, sql, [params] * min(sizes.repeats, 50)),
+        goal=at_most(50, "ms"),
+        note="EXPLAIN ANALYZE execution time (each rolled back)",
     )
     progress(f"reaper: {sizes.repeats} sweeps of {sizes.running:,} running rows")
 

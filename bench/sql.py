@@ -73,6 +73,36 @@ def explain(database: Database, statement: str, parameters: Any) -> str:
     return "\n".join(str(row[0]) for row in rows)
 
 
+def captured(
+    database: Database, work: Callable[[Session], object], contains: str
+) -> tuple[str, Any]:
+    """The statement containing `contains` that `work` sends (run once, rolled back)."""
+    with captured_sql(database) as statements, rolled_back(database) as session:
+        work(session)
+    for sql, params in statements:
+        if contains in sql:
+            return sql, params
+    raise LookupError(f"no statement containing {contains!r} among {len(statements)}")
+
+
+def server_seconds(database: Database, statement: str, parameters: list[Any]) -> list[float]:
+    """PostgreSQL's own execution time of `statement` for each parameter set (EXPLAIN
+    ANALYZE without per-node timing, rolled back): the query's cost without the client's
+    Python, driver and scheduling, which a loaded machine inflates most."""
+    samples = []
+    with rolled_back(database) as session:
+        connection = session.connection()
+        for params in parameters:
+            connection.exec_driver_sql("SAVEPOINT bench_explain")
+            rows = connection.exec_driver_sql(
+                f"EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON) {statement}", params
+            ).all()
+            connection.exec_driver_sql("ROLLBACK TO SAVEPOINT bench_explain")
+            line = next(str(r[0]) for r in rows if str(r[0]).startswith("Execution Time"))
+            samples.append(float(line.split(":")[1].split()[0]) / 1000)
+    return samples
+
+
 def plan_of(database: Database, work: Callable[[Session], object], contains: str) -> dict[str, Any]:
     """Run `work` once (rolled back), find the statement containing `contains`, explain it."""
     with captured_sql(database) as statements, rolled_back(database) as session:
