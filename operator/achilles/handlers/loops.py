@@ -243,7 +243,7 @@ class Engine:
         for job in self.jobs.watch_jobs(WATCH_TIMEOUT_SECONDS):
             if self.stop.is_set():
                 break
-            failed = outcomes.fold_job(self.database, job)
+            failed = outcomes.fold_job(self.database, job, self.jobs)
             if failed is not None:
                 self._report_failures([failed], "RunFailed")
         return True

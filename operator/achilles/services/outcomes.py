@@ -51,10 +51,20 @@ def fold_pod(database: Database, jobs: RunJobs, pod: PodObservation) -> FailedRu
     return FailedRun(pod.run_id, verdict.error) if failed else None
 
 
-def fold_job(database: Database, job: JobObservation) -> FailedRun | None:
+def fold_job(
+    database: Database, job: JobObservation, jobs: RunJobs | None = None
+) -> FailedRun | None:
     verdict = job_verdict(job)
     if verdict is None:
         return None
+    if jobs is not None and job.failed_reason != "DeadlineExceeded":
+        # "BackoffLimitExceeded" only says that the pod failed; the pod says why (the
+        # runner's exit code, OOMKilled, an eviction). Whichever watcher sees its object
+        # first writes the error, so the Job's fold asks the pod first.
+        for pod in jobs.list_pods(run_id=job.run_id):
+            folded = fold_pod(database, jobs, pod)
+            if folded is not None:
+                return folded
     with database.transaction() as session:
         failed = fail_run(session, job.run_id, FailReason.ERROR, verdict.error, from_queued=True)
     return FailedRun(job.run_id, verdict.error) if failed else None
@@ -102,5 +112,5 @@ def fold_listing(database: Database, jobs: RunJobs, now: datetime | None = None)
     """One pass over every run pod and Job (after a watch restarts, nothing is missed)."""
     del now
     failed = [f for pod in jobs.list_pods() if (f := fold_pod(database, jobs, pod)) is not None]
-    failed += [f for job in jobs.list_jobs() if (f := fold_job(database, job)) is not None]
+    failed += [f for job in jobs.list_jobs() if (f := fold_job(database, job, jobs)) is not None]
     return failed
