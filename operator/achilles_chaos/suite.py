@@ -4,6 +4,7 @@ its clean-up always done, so one broken scenario never hides the others."""
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 import traceback
@@ -71,6 +72,7 @@ def run_suite(
     finally:
         cluster.down(keep=keep)
     meta["total_seconds"] = round(time.monotonic() - started, 1)
+    meta["cores"] = os.cpu_count()
     return results, meta
 
 
@@ -92,6 +94,8 @@ def run_one(scenario: Scenario, cluster: ChaosCluster, *, quick: bool, report: R
             report(traceback.format_exc())
     result.passed = not result.failures
     result.seconds = time.monotonic() - started
+    # The machine is shared: its load says how much of the time was the scenario's own.
+    result.figures["load_average_1m_5m_15m"] = [round(x, 1) for x in os.getloadavg()]
     verdict = "PASS" if result.passed else "FAIL"
     report(f"{verdict} {scenario.name} ({result.seconds:.0f}s): {result.figure}")
     for failure in result.failures:

@@ -134,14 +134,16 @@ def double_leader(ctx: Context) -> None:
     )
     r.check(future == count, f"{count - int(future)} agents' next slot did not advance")
     ended = [row for row in rows if row["state"] in ("succeeded", "failed")]
-    failed = [row["id"] for row in ended if row["state"] != "succeeded"]
-    r.check(not failed, f"runs failed: {failed[:10]}")
+    failed = [(row["id"], row["error"]) for row in ended if row["state"] != "succeeded"]
+    r.check(not failed, f"runs failed: {failed[:5]}")
     r.check(sampler.max_running <= cap, f"{sampler.max_running} runs running at once > cap {cap}")
     r.check(
         sampler.max_executing <= cap,
         f"{sampler.max_executing} runs executing (running or dispatched) > cap {cap}",
     )
-    r.check(sampler.max_running == cap, f"the cap {cap} was never reached ({sampler.max_running})")
+    r.check(
+        sampler.max_executing == cap, f"the cap {cap} was never reached ({sampler.max_executing})"
+    )
     r.check(all(v > 0 for v in jobs_by.values()), f"a replica created no Job: {jobs_by}")
     _check_fifo(ctx, rows)
     dispatched = [row["id"] for row in rows if row["dispatched_at"] is not None]
@@ -232,7 +234,9 @@ def operator_sigkill(ctx: Context) -> None:
     keys = [row["request_key"] for row in rows if row["request_key"] is not None]
     duplicates = len(keys) - len(set(keys))
     lost = sorted(set(written) - set(keys))
-    not_ok = [row["id"] for row in rows if row["state"] != "succeeded"]
+    not_ok = [
+        (row["id"], row["state"], row["error"]) for row in rows if row["state"] != "succeeded"
+    ]
     r.check(duplicates == 0, f"{duplicates} requests answered by two runs")
     r.check(not lost, f"requests without a run: {lost}")
     r.check(not not_ok, f"runs that did not succeed: {not_ok}")
@@ -337,7 +341,9 @@ def downtime_slots(ctx: Context) -> None:
     )
     second = _runs_per_agent([row for row in again if row["id"] > last])
     r.check(all(n == 1 for n in second.values()), f"runs of the next slot per agent: {second}")
-    not_ok = [row["id"] for row in again if row["state"] != "succeeded"]
+    not_ok = [
+        (row["id"], row["state"], row["error"]) for row in again if row["state"] != "succeeded"
+    ]
     r.check(not not_ok, f"runs that did not succeed: {not_ok}")
     r.figures.update(catch_up=per_agent, next_slot=second)
     r.figure = (
