@@ -38,6 +38,7 @@ from bench.cluster import (
     ensure_namespace,
     insert_owners,
     operator_request_counts,
+    report_timeline,
     running_operator,
     wait_until,
 )
@@ -147,6 +148,7 @@ def _achilles_burst(
         before = operator_request_counts(cluster)
         watcher = JobWatch(cluster.api, RUNS_NAMESPACE, RUN_SELECTOR).start()
         burst = _collect(watcher, size, slot, progress)
+        report_timeline(report, database, burst.jobs, "achilles: ")
         after = operator_request_counts(cluster)
         report.details["achilles: operator requests during the burst"] = {
             verb: after[verb] - before[verb] for verb in before

@@ -42,6 +42,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, BIGINT, TIMESTAMP
 
 from achilles.db.database import Database
 from achilles.k8s.client import api_client
+from achilles.k8s.jobs import RUN_ID_LABEL
 from achilles_dev.build import ensure_built
 from achilles_dev.chart import (
     RELEASE_NAMESPACE,
@@ -54,7 +55,9 @@ from achilles_dev.config import Ports, StackConfig
 from achilles_dev.postgres import free_port
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
+from bench.jobwatch import SeenJob
 from bench.pg import BenchDatabase, bench_database
+from bench.report import Report
 
 RUNS_NAMESPACE = "achilles-runs"
 RUNNER_SECRET = "achilles-runner-database"
@@ -580,3 +583,40 @@ def run_states(database: Database) -> dict[str, int]:
     with database.engine.connect() as conn:
         rows = conn.execute(text("SELECT state, count(*) FROM agent_runs GROUP BY state")).all()
     return {str(state): int(count) for state, count in rows}
+
+
+def report_timeline(
+    report: Report, database: Database, jobs: list[SeenJob], prefix: str = ""
+) -> None:
+    """Where each run's slot -> Job time went, from the journal's own stamps: the
+    scheduler's pass enqueued it (`created_at`, the pass's database clock), a dispatcher
+    pass took it (`dispatched_at`, likewise), its Job's ADDED event arrived."""
+    seen = {
+        int(job.labels[RUN_ID_LABEL]): job.seen_at for job in jobs if RUN_ID_LABEL in job.labels
+    }
+    with database.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT id, scheduled_for, created_at, dispatched_at FROM agent_runs "
+                "WHERE id = ANY(:ids) AND scheduled_for IS NOT NULL AND dispatched_at IS NOT NULL"
+            ).bindparams(bindparam("ids", type_=ARRAY(BIGINT))),
+            {"ids": list(seen)},
+        ).all()
+    if not rows:
+        return
+    report.latency(
+        f"{prefix}slot -> run enqueued (scheduler pass)",
+        [(r.created_at - r.scheduled_for).total_seconds() for r in rows],
+        unit="s",
+    )
+    report.latency(
+        f"{prefix}enqueued -> dispatcher pass",
+        [(r.dispatched_at - r.created_at).total_seconds() for r in rows],
+        unit="s",
+    )
+    report.latency(
+        f"{prefix}dispatcher pass -> Job (watch event)",
+        [seen[r.id] - r.dispatched_at.timestamp() for r in rows],
+        unit="s",
+        note="the Job create calls (8 in parallel) and the watch's delivery",
+    )

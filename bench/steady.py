@@ -41,6 +41,7 @@ from bench.cluster import (
     insert_owners,
     mean_object_bytes,
     operator_request_counts,
+    report_timeline,
     request_rates,
     run_states,
     running_operator,
@@ -258,8 +259,9 @@ def _steady(
         latencies,
         unit="s",
         goal=at_most(2, "s"),
-        note=f"{rate:g} slots/s for {len(latencies)} s-slots among {size:,} Agents",
+        note=f"{rate:g} slots/s, {len(latencies)} slots among {size:,} Agents",
     )
+    report_timeline(report, database, jobs)
     report.add_value(
         f"operator RSS under load, {size:,} Agents", rss, "MiB", goal=at_most(256, "MiB")
     )
