@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from achilles_dev.config import NODE_KINDS, NodeKind
 from bench.report import RESULTS_DIR, Report, summary_markdown
 
 json_option = click.option(
@@ -129,13 +130,28 @@ def steady_state(
 
 @bench.command(name="slot-to-heartbeat")
 @_size_option(60, "Runs (one per agent, slots 2 s apart)")
+@click.option(
+    "--node",
+    type=click.Choice(NODE_KINDS),
+    default="containerd",
+    show_default=True,
+    help="The real node (containerd + runc, the runner image; needs root) or the kubelet "
+    "stand-in (the runner as a host process: no container start-up).",
+)
 @json_option
 @server_option
-def slot_to_heartbeat(size: int, json_path: Path | None, server_url: str | None) -> None:
+def slot_to_heartbeat(
+    size: int, node: NodeKind, json_path: Path | None, server_url: str | None
+) -> None:
     """From a slot to the real runner's first heartbeat, with the model server."""
     from bench import heartbeat
 
-    _show(heartbeat.run(size, json_path, server_url))
+    if node == "containerd" and server_url is not None:
+        raise click.UsageError(
+            "--server-url needs --node process: the real node's pods reach a database "
+            "server of the benchmark's own"
+        )
+    _show(heartbeat.run(size, json_path, server_url, node=node))
 
 
 def _benchmarks() -> dict[str, Callable[[], Report]]:

@@ -1,12 +1,19 @@
 """What the cluster benchmarks share: a control plane of their own, the chart, the
 operator as a process under its own identity, and the measurements around it.
 
-- `bench_cluster`: a throwaway local stack (etcd, kube-apiserver, kube-controller-manager
-  built from source, the kubelet stand-in) on free ports, durable like a real one, with
+- `bench_cluster`: a throwaway local stack on free ports, durable like a real one, with
   the chart installed (operator Deployment off, as `achilles dev up` does) and a durable
   PostgreSQL database of its own (`bench.pg`); everything is stopped and removed after.
-  The kubelet stand-in runs the pods of `served_namespaces` only: elsewhere pods stay
-  Pending, which is what a benchmark of Job creation wants.
+  Its node is one of two:
+  - "process" (the default): etcd, kube-apiserver, kube-controller-manager built from
+    source and the kubelet stand-in, which runs the pods of `served_namespaces` only:
+    elsewhere pods stay Pending, which is what a benchmark of Job creation wants (a
+    thousand containers would swamp a small machine and measure it, not the operator);
+  - "containerd": the real node of `achilles dev up` (kube-scheduler, containerd + runc,
+    kubelet, kube-proxy in a network namespace of its own) running the locally built
+    runner image, for what a user feels end to end. Its database server also listens on
+    the host's end of the node's network and lets the pods in, as the dev stack's does;
+    the runners' Secret and `BenchCluster.host_for_pods` name that address.
 - `OperatorUnderTest`: `achilles operator` as a process (what the chart's Deployment
   runs), authenticated as a ServiceAccount of its own. FlowSchemas that match only that
   account, one per verb, make the API server count the operator's requests by verb in
@@ -51,12 +58,12 @@ from achilles_dev.chart import (
     install_chart,
     local_values,
 )
-from achilles_dev.config import Ports, StackConfig
+from achilles_dev.config import LOOPBACK, NodeKind, Ports, StackConfig
 from achilles_dev.postgres import free_port
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
 from bench.jobwatch import SeenJob
-from bench.pg import BenchDatabase, bench_database
+from bench.pg import LOOPBACK_ONLY, BenchDatabase, Reach, bench_database
 from bench.report import Report
 
 RUNS_NAMESPACE = "achilles-runs"
@@ -102,6 +109,21 @@ class BenchCluster:
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
 
+    @property
+    def real_node(self) -> bool:
+        return self.stack.config.real_node
+
+    @property
+    def host_for_pods(self) -> str:
+        """The address pods reach this host at: loopback for the stand-in's host
+        processes, the host's end of the real node's veth for containers."""
+        return self.stack.config.apiserver_host
+
+    @property
+    def pod_database_url(self) -> str:
+        """The benchmark database's URL as the runners' pods see it (their Secret)."""
+        return self.database.url.replace(f"@{LOOPBACK}:", f"@{self.host_for_pods}:", 1)
+
     def versions(self) -> dict[str, str]:
         info = client.VersionApi(self.api).get_code()
         return {"kubernetes": info.git_version, "postgresql": self.database.server["version"]}
@@ -114,23 +136,38 @@ def bench_cluster(
     served_namespaces: tuple[str, ...],
     max_concurrency: int,
     server_url: str | None = None,
+    node: NodeKind = "process",
 ) -> Iterator[BenchCluster]:
-    """A control plane, the chart and a migrated database, all removed afterwards."""
+    """A control plane, the chart and a migrated database, all removed afterwards.
+
+    `served_namespaces` are those whose pods the stand-in runs; a real node runs them all.
+    On a real node the database is on a server of the benchmark's own (pods must reach
+    it), so `server_url` is refused there."""
+    real = node == "containerd"
+    if real and server_url is not None:
+        raise ValueError("on the real node the benchmark runs a database server its pods reach")
     work_dir = Path(tempfile.mkdtemp(prefix="achilles-bench-"))
     config = StackConfig(
         state_dir=work_dir / "stack",
         ports=Ports.free(),
         durable=True,
         with_postgres=False,
-        node="process",
+        node=node,
         # A namespace nobody uses when none is served: pods elsewhere stay Pending.
         kubelet_namespaces=served_namespaces or ("bench-no-pods",),
     )
     stack = LocalStack(config, report=progress)
     try:
-        ensure_built(node=False, report=progress)
+        ensure_built(node=real, report=progress)
         stack.up()
-        with bench_database(progress, server_url) as database, api_client(config.kubeconfig) as api:
+        reach = LOOPBACK_ONLY
+        if real:
+            net = stack.config.network  # chosen by `up`
+            reach = Reach(listen=(net.host_ip,), trust=(net.pod_cidr, net.link_cidr))
+        with (
+            bench_database(progress, server_url, reach=reach) as database,
+            api_client(stack.config.kubeconfig) as api,
+        ):
             cluster = BenchCluster(stack=stack, api=api, database=database, work_dir=work_dir)
             _install_chart(cluster, max_concurrency, progress)
             yield cluster
@@ -155,7 +192,7 @@ def _install_chart(cluster: BenchCluster, max_concurrency: int, progress: Progre
     )
     apply_crds(install)
     install_chart(install)
-    _apply_secret(cluster.core, RUNS_NAMESPACE, RUNNER_SECRET, cluster.database.url)
+    _apply_secret(cluster.core, RUNS_NAMESPACE, RUNNER_SECRET, cluster.pod_database_url)
     progress(f"chart installed (maxConcurrency {max_concurrency}, operator Deployment off)")
 
 
@@ -429,19 +466,28 @@ class OperatorUnderTest:
 
 @contextmanager
 def running_operator(
-    cluster: BenchCluster, progress: Progress, *, runner_command: str, **env: str
+    cluster: BenchCluster,
+    progress: Progress,
+    *,
+    runner_command: str | None,
+    runner_image: str = "achilles-runner:bench",
+    **env: str,
 ) -> Iterator[OperatorUnderTest]:
-    """`achilles operator` against the bench cluster and database, as its own account."""
+    """`achilles operator` against the bench cluster and database, as its own account.
+
+    `runner_command` None keeps the run Jobs' own command (`achilles runner`, the image's);
+    the stand-in ignores images and needs a command runnable on this host."""
     kubeconfig = _operator_kubeconfig(cluster)
     _count_operator_requests(cluster)
+    command = {} if runner_command is None else {"ACHILLES_RUNNER_COMMAND": runner_command}
     operator = OperatorUnderTest(
         cluster=cluster,
         env={
             "KUBECONFIG": str(kubeconfig),
             "ACHILLES_DATABASE_URL": cluster.database.url,
             "ACHILLES_RUNS_NAMESPACE": RUNS_NAMESPACE,
-            "ACHILLES_RUNNER_IMAGE": "achilles-runner:bench",
-            "ACHILLES_RUNNER_COMMAND": runner_command,
+            "ACHILLES_RUNNER_IMAGE": runner_image,
+            **command,
             **env,
         },
         log_path=cluster.work_dir / "operator.log",

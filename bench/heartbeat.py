@@ -3,27 +3,42 @@ latency a user feels, with the real runner and the offline model server.
 
 N agents (default 60), each due once, `SPACING_S` apart (`bench.cluster.fast_forward`
 writes the slots). Each run is the whole path: scheduler -> enqueue -> dispatcher ->
-Job -> the Job controller's pod -> the kubelet stand-in starts `achilles runner` as a
-host process (no image pull, no container runtime: a real node adds its pod start-up)
--> the runner claims the run, which writes its first heartbeat. Measured from the
-journal (`scheduled_for`, `started_at` = the claim's `heartbeat_at`) and split at the
-Job's ADDED watch event: slot -> Job, Job -> first heartbeat.
+Job -> the Job controller's pod -> kube-scheduler binds it -> the kubelet has containerd
+and runc start the pod's sandbox and the runner image's container (`achilles runner`,
+the locally built image, as `achilles dev up` runs it) -> the runner claims the run,
+which writes its first heartbeat; then it asks the model server (on the host's end of
+the node's network) and finishes. Measured from the journal (`scheduled_for`,
+`started_at` = the claim's `heartbeat_at`) and split at the Job's and the pod's ADDED
+watch events and the container's start as the runtime recorded it (nanoseconds, from
+`crictl inspect`): slot -> Job, Job -> container started, container started -> first
+heartbeat.
+
+The real node needs root. `--node process` runs it on the kubelet stand-in instead (the
+runner as a host process: no sandbox, no image, no runc), which shows the same path
+without the container start-up a user's pods pay.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Row, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 
 from achilles.db.database import Database
+from achilles.domain.runs import TERMINAL_STATES
 from achilles.k8s.jobs import RUN_ID_LABEL, RUN_SELECTOR
+from achilles_dev.config import LOOPBACK, NodeKind
+from achilles_dev.images import RUNNER_IMAGE
 from bench.cluster import (
     RUNS_NAMESPACE,
     BenchCluster,
@@ -48,13 +63,15 @@ DEFAULT_SIZE = 60
 SPACING_S = 2.0
 NAMESPACE = "bench-heartbeat"
 MODEL = "bench-model-server"
+NODE_NAMES: dict[NodeKind, str] = {"containerd": "containerd (real)", "process": "kubelet stand-in"}
 
 
 @contextmanager
-def model_server() -> Iterator[str]:
-    """`achilles model-server` on a free port; its base URL."""
+def model_server(host: str = LOOPBACK) -> Iterator[str]:
+    """`achilles model-server` on a free port of `host` (where the pods reach this
+    host); its base URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "achilles", "model-server", "--port", "0"],
+        [sys.executable, "-m", "achilles", "model-server", "--host", host, "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -69,7 +86,8 @@ def model_server() -> Iterator[str]:
 
 
 def _container_starts(cluster: BenchCluster) -> dict[int, float]:
-    """When each run pod's runner container started (the kubelet's startedAt)."""
+    """When each run pod's runner container started: as the runtime recorded it on a
+    real node (nanoseconds), else the kubelet's `startedAt` (whole seconds)."""
     starts = {}
     for pod in cluster.core.list_namespaced_pod(RUNS_NAMESPACE, label_selector=RUN_SELECTOR).items:
         labels = (pod.metadata.labels if pod.metadata else None) or {}
@@ -81,48 +99,90 @@ def _container_starts(cluster: BenchCluster) -> dict[int, float]:
                 at = state.running.started_at
             elif state is not None and state.terminated is not None:
                 at = state.terminated.started_at
-            if at is not None and RUN_ID_LABEL in labels:
-                starts[int(labels[RUN_ID_LABEL])] = at.timestamp()
+            if at is None or RUN_ID_LABEL not in labels:
+                continue
+            started = at.timestamp()
+            if cluster.real_node and status.container_id:
+                started = _runtime_start(cluster, status.container_id) or started
+            starts[int(labels[RUN_ID_LABEL])] = started
     return starts
 
 
+def _runtime_start(cluster: BenchCluster, container_id: str) -> float | None:
+    """The container's start (`crictl inspect`: RFC 3339 with nanoseconds), or None when
+    the runtime no longer knows it."""
+    _, _, runtime_id = container_id.partition("://")
+    inspected = subprocess.run(
+        cluster.stack.node().crictl("inspect", "--output", "json", runtime_id),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if inspected.returncode != 0:
+        return None
+    stamp = str(json.loads(inspected.stdout)["status"]["startedAt"])
+    return parse_rfc3339_nano(stamp)
+
+
+def parse_rfc3339_nano(stamp: str) -> float:
+    """Seconds since the epoch of `2026-01-02T03:04:05.123456789Z` (or `+00:00`):
+    datetime parses at most microseconds, so the fraction is added apart."""
+    whole, dot, rest = stamp.partition(".")
+    if not dot:
+        return datetime.fromisoformat(stamp).timestamp()
+    digits = len(rest) - len(rest.lstrip("0123456789"))
+    fraction, zone = rest[:digits], rest[digits:]
+    return datetime.fromisoformat(whole + zone).timestamp() + float(f"0.{fraction or 0}")
+
+
 def _runner_startup(times: int) -> list[float]:
-    """A fresh interpreter importing what `achilles runner` imports before its claim."""
+    """A fresh interpreter importing what `achilles runner` imports before its claim.
+
+    From compiled bytecode, as the image has it (pip compiles at install; uv leaves a
+    virtualenv without, and PYTHONDONTWRITEBYTECODE would make every sample compile the
+    sources): one start unmeasured writes it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    argv = [sys.executable, "-c", "import achilles.services.run_execution"]
+    subprocess.run(argv, env=env, capture_output=True, check=True)
     samples = []
     for _ in range(times):
         started = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-c", "import achilles.services.run_execution"],
-            capture_output=True,
-            check=True,
-        )
+        subprocess.run(argv, env=env, capture_output=True, check=True)
         samples.append(time.perf_counter() - started)
     return samples
 
 
-def run(size: int, json_path: Path | None, server_url: str | None = None) -> Report:
+def run(
+    size: int,
+    json_path: Path | None,
+    server_url: str | None = None,
+    node: NodeKind = "containerd",
+) -> Report:
     progress = Progress(NAME)
-    report = Report(
-        benchmark=NAME,
-        size=size,
-        parameters={"runs": size, "spacing_s": SPACING_S, "node": "kubelet stand-in"},
-    )
+    real = node == "containerd"
+    parameters: dict[str, object] = {"runs": size, "spacing_s": SPACING_S, "node": NODE_NAMES[node]}
+    if real:
+        parameters["runner image"] = RUNNER_IMAGE
+    report = Report(benchmark=NAME, size=size, parameters=parameters)
     with (
         bench_cluster(
             progress,
             served_namespaces=(RUNS_NAMESPACE,),
             max_concurrency=size + 4,
             server_url=server_url,
+            node=node,
         ) as cluster,
-        model_server() as model_url,
+        model_server(cluster.host_for_pods) as model_url,
     ):
         report.details["versions"] = cluster.versions()
         database = Database(cluster.database.url, pool_size=2, application_name="achilles-bench")
         try:
             insert_owners(database, size)
             ensure_namespace(cluster, NAMESPACE)
+            # The stand-in ignores images: it runs the checkout's runner as a host process.
+            command = None if real else f"{sys.executable} -m achilles runner"
             with running_operator(
-                cluster, progress, runner_command=f"{sys.executable} -m achilles runner"
+                cluster, progress, runner_command=command, runner_image=RUNNER_IMAGE
             ) as operator:
                 create_model(cluster, MODEL, model_url)
                 schedule = {"type": "interval", "everyHours": 24}
@@ -157,14 +217,7 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
 
                 def all_claimed() -> bool:
                     operator.check_alive()
-                    with database.engine.connect() as conn:
-                        claimed = conn.execute(
-                            text(
-                                "SELECT count(*) FROM agent_runs "
-                                "WHERE scheduled_for IS NOT NULL AND started_at IS NOT NULL"
-                            )
-                        ).scalar_one()
-                    return int(claimed) >= size
+                    return _slot_runs(database)[0] >= size
 
                 wait_until(all_claimed, size * SPACING_S + 300, f"{size} runs claimed", progress)
                 jobs = {int(job.labels[RUN_ID_LABEL]): job.seen_at for job in watcher.snapshot()}
@@ -174,6 +227,14 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
                 started = _container_starts(cluster)
                 watcher.stop()
                 pod_watcher.stop()
+
+                # The model server and the operator stay until every run has ended, so
+                # the runs end as they would in use (and their states say how).
+                def all_ended() -> bool:
+                    operator.check_alive()
+                    return _slot_runs(database)[1] >= size
+
+                wait_until(all_ended, 300, f"{size} runs ended", progress)
             with database.engine.connect() as conn:
                 rows = conn.execute(
                     text(
@@ -181,20 +242,56 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
                         "WHERE scheduled_for IS NOT NULL AND started_at IS NOT NULL"
                     )
                 ).all()
-            # Let the last runs finish talking to the model server before it stops.
-            time.sleep(5)
             report.details["runs by state"] = run_states(database)
         finally:
             database.dispose()
+    report.details["load average (1, 5, 15 min) at the end"] = [
+        round(load, 2) for load in os.getloadavg()
+    ]
+    _report_figures(report, rows, jobs, pods, started, real)
+    path = report.write(json_path)
+    progress(f"wrote {path} and {path.with_suffix('.md')}")
+    return report
+
+
+def _slot_runs(database: Database) -> tuple[int, int]:
+    """Slot-made runs (not manual ones) claimed so far, and ended so far."""
+    with database.engine.connect() as conn:
+        claimed, ended = conn.execute(
+            text(
+                "SELECT count(*) FILTER (WHERE started_at IS NOT NULL), "
+                "count(*) FILTER (WHERE state = ANY(:terminal)) "
+                "FROM agent_runs WHERE scheduled_for IS NOT NULL"
+            ).bindparams(bindparam("terminal", type_=ARRAY(TEXT))),
+            {"terminal": sorted(state.value for state in TERMINAL_STATES)},
+        ).one()
+    return int(claimed), int(ended)
+
+
+def _report_figures(
+    report: Report,
+    rows: Sequence[Row[Any]],
+    jobs: dict[int, float],
+    pods: dict[int, float],
+    started: dict[int, float],
+    real: bool,
+) -> None:
     total = [(row.started_at - row.scheduled_for).total_seconds() for row in rows]
     to_job = [jobs[row.id] - row.scheduled_for.timestamp() for row in rows if row.id in jobs]
     job_to_beat = [row.started_at.timestamp() - jobs[row.id] for row in rows if row.id in jobs]
+    precision = "the runtime's start (ns)" if real else "startedAt has whole seconds"
     report.latency(
         "slot -> first heartbeat, median", total, unit="s", goal=at_most(3, "s"), on="median"
     )
     report.latency("slot -> first heartbeat, p99", total, unit="s", goal=at_most(8, "s"))
     report.latency("slot -> Job (watch event)", to_job, unit="s")
     report.latency("Job -> first heartbeat", job_to_beat, unit="s")
+    report.latency(
+        "Job -> container started",
+        [started[i] - jobs[i] for i in jobs if i in started],
+        unit="s",
+        note=f"the pod made, bound and started; {precision}",
+    )
     report.latency(
         "Job -> pod (watch event)",
         [pods[i] - jobs[i] for i in jobs if i in pods],
@@ -205,21 +302,23 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
         "pod -> container started",
         [started[i] - pods[i] for i in pods if i in started],
         unit="s",
-        note="the kubelet stand-in binds and starts it; startedAt has whole seconds",
+        note=(
+            "kube-scheduler binds it; the kubelet has containerd and runc start its sandbox "
+            f"and the runner's container; {precision}"
+            if real
+            else f"the kubelet stand-in binds and starts it as a host process; {precision}"
+        ),
     )
     report.latency(
         "container started -> first heartbeat",
         [row.started_at.timestamp() - started[row.id] for row in rows if row.id in started],
         unit="s",
-        note="interpreter, imports, database connection, claim; startedAt has whole seconds",
+        note=f"interpreter, imports, database connection, claim; {precision}",
     )
     report.latency(
         "runner start-up alone (interpreter and imports)",
         _runner_startup(5),
         unit="s",
-        note="python -c 'import achilles.services.run_execution': the floor of a run's "
-        "start on this machine, before any database work",
+        note="python -c 'import achilles.services.run_execution' on the host, from "
+        "bytecode: the floor of a run's start on this machine, before any database work",
     )
-    path = report.write(json_path)
-    progress(f"wrote {path} and {path.with_suffix('.md')}")
-    return report

@@ -5,7 +5,8 @@ a free port, removed at the end). Unlike the test suite's server this one is dur
 (fsync and synchronous commit on, the distribution's defaults otherwise), so commit
 costs are those of a real installation. `server_url` points at an existing server
 instead (a superuser's URL); only the benchmark's own database is created and dropped
-there.
+there. A server of its own can also listen on a real node's network and let its pods in
+(`Reach`), as the dev stack's PostgreSQL does.
 """
 
 from __future__ import annotations
@@ -41,6 +42,18 @@ SETTINGS = (
 
 
 @dataclass(frozen=True)
+class Reach:
+    """Who besides the host reaches a server of the benchmark's own: the addresses it
+    listens on (a real node's host end) and the networks let in without a password."""
+
+    listen: tuple[str, ...] = ()
+    trust: tuple[str, ...] = ()
+
+
+LOOPBACK_ONLY = Reach()
+
+
+@dataclass(frozen=True)
 class BenchDatabase:
     url: str  # postgresql+psycopg://... of the benchmark's own database
     server: dict[str, Any]  # version and settings
@@ -61,12 +74,18 @@ def describe_server(database: Database) -> dict[str, Any]:
 
 
 @contextmanager
-def own_server(report: Callable[[str], None]) -> Iterator[str]:
+def own_server(report: Callable[[str], None], reach: Reach = LOOPBACK_ONLY) -> Iterator[str]:
     """A durable PostgreSQL server of the benchmark's own; its superuser URL."""
     data_dir = postgres.default_data_root() / f"bench-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     report(f"starting PostgreSQL in {data_dir}")
     try:
-        server = postgres.ensure_running(data_dir, postgres.free_port(), durable=True)
+        server = postgres.ensure_running(
+            data_dir,
+            postgres.free_port(),
+            durable=True,
+            listen=reach.listen,
+            trust=reach.trust,
+        )
         yield server.url()
     finally:
         postgres.stop(data_dir)
@@ -76,11 +95,15 @@ def own_server(report: Callable[[str], None]) -> Iterator[str]:
 
 @contextmanager
 def bench_database(
-    report: Callable[[str], None], server_url: str | None = None, prefix: str = "achilles_bench"
+    report: Callable[[str], None],
+    server_url: str | None = None,
+    prefix: str = "achilles_bench",
+    reach: Reach = LOOPBACK_ONLY,
 ) -> Iterator[BenchDatabase]:
-    """A new database migrated to the newest schema, on `server_url` or a server of its own."""
+    """A new database migrated to the newest schema, on `server_url` or a server of its
+    own (which `reach` opens to a node's pods)."""
     if server_url is None:
-        with own_server(report) as url, bench_database(report, url, prefix) as database:
+        with own_server(report, reach) as url, bench_database(report, url, prefix) as database:
             yield database
         return
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"

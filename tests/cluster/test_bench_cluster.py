@@ -1,11 +1,13 @@
 """The cluster benchmarks at a tiny size, so they cannot rot: each starts its own control
 plane, runs the operator, measures, writes its JSON and markdown, and removes what it
 made. No figure is asserted (wall-clock numbers belong to docs/performance.md); what is
-checked is that each measured what it says and cleaned up."""
+checked is that each measured what it says and cleaned up. slot-to-heartbeat runs on the
+real node by default (root only, like the other real-node tests) and on the stand-in."""
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from achilles_dev.postgres import LocalPostgres
+from achilles_dev.postgres import LocalPostgres, default_data_root
 from bench import burst, heartbeat, steady
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -31,8 +33,10 @@ def _figures(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _bench_state(server: LocalPostgres) -> set[str]:
-    """The benchmarks' control-plane directories and databases that exist now."""
+    """The benchmarks' control-plane directories, servers of their own and databases
+    that exist now."""
     state = {str(p) for p in Path(tempfile.gettempdir()).glob("achilles-bench-*/stack")}
+    state |= {str(p) for p in default_data_root().glob("bench-*")}
     with psycopg.connect(server.libpq_dsn(), autocommit=True) as conn:
         rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'achilles_bench%'")
         state |= {str(row[0]) for row in rows}
@@ -67,10 +71,24 @@ def test_steady_state(postgres_server: LocalPostgres, tmp_path: Path, leaves_not
     assert result["details"]["runs by state"] == {"succeeded": 6}
 
 
-def test_slot_to_heartbeat(
+@pytest.mark.skipif(os.geteuid() != 0, reason="the real node needs root")
+def test_slot_to_heartbeat_on_the_real_node(tmp_path: Path, leaves_nothing: None) -> None:
+    out = tmp_path / "heartbeat.json"
+    heartbeat.run(2, out)
+    result = _result(out)
+    figures = _figures(result)
+    assert result["parameters"]["node"] == "containerd (real)"
+    assert figures["slot -> first heartbeat, p99"]["series"]["count"] == 2
+    assert figures["Job -> container started"]["series"]["count"] == 2
+    assert figures["container started -> first heartbeat"]["series"]["count"] == 2
+    assert result["details"]["runs by state"] == {"succeeded": 2}
+
+
+def test_slot_to_heartbeat_on_the_stand_in(
     postgres_server: LocalPostgres, tmp_path: Path, leaves_nothing: None
 ) -> None:
     out = tmp_path / "heartbeat.json"
-    heartbeat.run(2, out, postgres_server.url())
-    figures = _figures(_result(out))
-    assert figures["slot -> first heartbeat, p99"]["series"]["count"] == 2
+    heartbeat.run(2, out, postgres_server.url(), node="process")
+    result = _result(out)
+    assert result["parameters"]["node"] == "kubelet stand-in"
+    assert _figures(result)["slot -> first heartbeat, p99"]["series"]["count"] == 2
