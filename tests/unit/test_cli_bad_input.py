@@ -20,7 +20,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from achilles.cli.common import DatabaseUrl, UserKey, WholeNumber
+from achilles.cli.common import DatabaseUrl, HttpEndpoint, UserKey, WholeNumber
 from achilles.cli.db import Revision
 from achilles.cli.main import cli
 
@@ -137,6 +137,8 @@ def malformed_value(param: click.Parameter, tmp_path: Path) -> tuple[str, str] |
         return "bogus", "unknown revision 'bogus'"
     if isinstance(kind, UserKey):
         return "bad key", "a user key starts with a letter or digit"
+    if isinstance(kind, HttpEndpoint):
+        return "garbage", "must be an http://HOST:PORT/PATH URL"
     if isinstance(kind, click.Path) and kind.exists:
         return str(tmp_path / "missing"), "does not exist"
     return None
@@ -286,6 +288,85 @@ def test_the_operator_refuses_bad_settings_in_one_line() -> None:
         env={"ACHILLES_DATABASE_URL": UNREACHABLE_DATABASE, "ACHILLES_RUNNER_ENV": "{oops"},
     )
     assert "ACHILLES_RUNNER_ENV" in assert_one_error_line(bad_json, 2)
+
+
+def write_kubeconfig(path: Path) -> Path:
+    """A kubeconfig naming a cluster nobody serves (reading it needs no cluster)."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("ACHILLES_RUNNER_ENV", "[1]", "must be a JSON object (got '[1]')"),
+        ("ACHILLES_RUNNER_RESOURCES", '"1Gi"', "must be a JSON object (got '\"1Gi\"')"),
+        ("ACHILLES_RUNNER_TTL_SECONDS", "abc", "must be a whole number (got 'abc')"),
+        ("ACHILLES_RUNNER_TTL_SECONDS", "-1", "must be at least 0 (got -1)"),
+        ("ACHILLES_METRICS_PORT", "99999", "must be between 0 and 65535 (got 99999)"),
+        ("ACHILLES_STALE_AFTER_SECONDS", "0", "must be at least 1 (got 0)"),
+    ],
+)
+def test_each_operator_setting_is_checked_before_start(
+    variable: str, value: str, problem: str, tmp_path: Path
+) -> None:
+    env: dict[str, str | None] = {
+        "ACHILLES_DATABASE_URL": UNREACHABLE_DATABASE,
+        "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig")),
+        variable: value,
+    }
+    line = assert_one_error_line(run(["operator"], env=env), 2)
+    assert line == f"error: {variable}: {problem}", line
+
+
+def run_operator_process(env: dict[str, str]) -> str:
+    """The real `achilles operator` process, which must stop at once with one line (exit 1).
+
+    A process of its own because the kubernetes client reads KUBECONFIG when first
+    imported, so an in-process run would see whatever an earlier test left there.
+    """
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACHILLES_", "KUBERNETES_")) and k != "KUBECONFIG"
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("achilles")), "operator", "--liveness", ""],
+        env={**environment, "ACHILLES_DATABASE_URL": UNREACHABLE_DATABASE, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert done.returncode == 1, line
+    return line
+
+
+def test_the_operator_without_a_cluster_is_one_line_exit_1(tmp_path: Path) -> None:
+    """No kubeconfig and not in a pod: said once, not a start-up kopf retries every minute."""
+    line = run_operator_process({"KUBECONFIG": str(tmp_path / "none")})
+    assert line.startswith("error: no Kubernetes cluster is configured"), line
+
+
+def test_the_operator_on_a_busy_metrics_port_is_one_line_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))  # where the metrics server listens
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = run_operator_process(
+            {
+                "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig")),
+                "ACHILLES_METRICS_PORT": str(port),
+            }
+        )
+    assert line.startswith(f"error: cannot serve metrics on port {port}: Address already in use")
 
 
 def test_an_unexpected_error_is_one_line_saying_it_is_a_bug(

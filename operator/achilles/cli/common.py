@@ -146,6 +146,29 @@ class DatabaseUrl(click.ParamType[str, Any]):
         return str(value)
 
 
+class HttpEndpoint(click.ParamType[str, Any]):
+    """An `http://HOST[:PORT]/PATH` a server of ours listens on, or '' for none."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from urllib.parse import urlsplit
+
+        text = str(value)
+        if text == "":
+            return text
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018 - raises on a port that is not a number in range
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme != "http" or not parts.hostname:
+            self.fail(
+                f"must be an http://HOST:PORT/PATH URL, or '' for none (got {text!r})", param, ctx
+            )
+        return text
+
+
 def _require_database_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     if value is None and not ctx.resilient_parsing:
         from achilles.db.database import URL_EXAMPLE

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import click
 
+from achilles.cli.common import HttpEndpoint
+
 
 @click.command()
 @click.option(
     "--liveness",
+    type=HttpEndpoint(),
     default="http://0.0.0.0:8080/healthz",
     show_default=True,
     help="kopf's liveness endpoint (the chart's probes call it); '' to disable.",
@@ -26,9 +29,14 @@ def operator(liveness: str, verbose: bool) -> None:
     from prometheus_client import start_http_server
 
     import achilles.handlers  # noqa: F401 - registers the handlers
+    from achilles.cli.common import CommandFailed
     from achilles.handlers.config import OperatorConfig
+    from achilles.k8s.client import load_configuration
 
     config = OperatorConfig.from_env()  # fail fast, with a one-line error, on bad settings
+    # No cluster configured at all (no kubeconfig, not in a pod) is a setting, not an
+    # outage: say so once (exit 1) rather than let kopf retry its start-up every minute.
+    load_configuration()
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -36,7 +44,13 @@ def operator(liveness: str, verbose: bool) -> None:
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # every liveness probe
-    start_http_server(config.metrics_port)
+    try:
+        start_http_server(config.metrics_port)
+    except OSError as exc:
+        raise CommandFailed(
+            f"cannot serve metrics on port {config.metrics_port}: {exc.strerror or exc}"
+            " (ACHILLES_METRICS_PORT; 0 picks any free port)"
+        ) from exc
     asyncio.run(
         kopf.operator(
             clusterwide=True,

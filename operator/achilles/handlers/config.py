@@ -17,13 +17,15 @@ from achilles.k8s.jobs import JobTemplate, SecretKey
 def _env(name: str, default: str | None = None) -> str:
     value = os.environ.get(name, default)
     if value is None or value == "":
-        raise ConfigurationError(f"{name} is not set")
+        raise ConfigurationError(f"{name}: not set")
     return value
 
 
 def _database_url(name: str) -> str:
-    from achilles.db.database import parse_url
+    from achilles.db.database import URL_EXAMPLE, parse_url
 
+    if not os.environ.get(name):
+        raise ConfigurationError(f"{name}: not set (e.g. {URL_EXAMPLE})")
     value = _env(name)
     try:
         parse_url(value)
@@ -32,21 +34,29 @@ def _database_url(name: str) -> str:
     return value
 
 
-def _json(name: str) -> Any:
+def _json_object(name: str) -> dict[str, Any]:
+    raw = os.environ.get(name, "{}") or "{}"
     try:
-        return json.loads(os.environ.get(name, "{}") or "{}")
+        value = json.loads(raw)
     except ValueError as exc:
         raise ConfigurationError(f"{name}: not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{name}: must be a JSON object (got {raw!r})")
+    return value
 
 
-def _int(name: str, default: int) -> int:
+def _int(name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
     raw = os.environ.get(name)
     if not raw:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+        raise ConfigurationError(f"{name}: must be a whole number (got {raw!r})") from exc
+    if value < minimum or (maximum is not None and value > maximum):
+        allowed = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ConfigurationError(f"{name}: must be {allowed} (got {value})")
+    return value
 
 
 @dataclass(frozen=True)
@@ -60,8 +70,8 @@ class OperatorConfig:
     @classmethod
     def from_env(cls) -> OperatorConfig:
         command = os.environ.get("ACHILLES_RUNNER_COMMAND")
-        extra_env = _json("ACHILLES_RUNNER_ENV")
-        resources = _json("ACHILLES_RUNNER_RESOURCES")
+        extra_env = _json_object("ACHILLES_RUNNER_ENV")
+        resources = _json_object("ACHILLES_RUNNER_RESOURCES")
         template = JobTemplate(
             namespace=_env("ACHILLES_RUNS_NAMESPACE", "achilles-runs"),
             image=_env("ACHILLES_RUNNER_IMAGE", "achilles-runner:latest"),
@@ -71,15 +81,17 @@ class OperatorConfig:
             ),
             command=tuple(shlex.split(command)) if command else ("achilles", "runner"),
             image_pull_policy=_env("ACHILLES_RUNNER_IMAGE_PULL_POLICY", "IfNotPresent"),
-            ttl_seconds_after_finished=_int("ACHILLES_RUNNER_TTL_SECONDS", 3600),
+            ttl_seconds_after_finished=_int("ACHILLES_RUNNER_TTL_SECONDS", 3600, minimum=0),
             resources=resources,
             extra_env=tuple(sorted((str(k), str(v)) for k, v in extra_env.items())),
         )
         return cls(
             database_url=_database_url("ACHILLES_DATABASE_URL"),
             job_template=template,
-            metrics_port=_int("ACHILLES_METRICS_PORT", 9090),
+            metrics_port=_int("ACHILLES_METRICS_PORT", 9090, minimum=0, maximum=65535),
             stale_after=timedelta(
-                seconds=_int("ACHILLES_STALE_AFTER_SECONDS", int(STALE_AFTER.total_seconds()))
+                seconds=_int(
+                    "ACHILLES_STALE_AFTER_SECONDS", int(STALE_AFTER.total_seconds()), minimum=1
+                )
             ),
         )
