@@ -100,6 +100,9 @@ def test_enqueue_list_and_budget(db: Engine, database_url: str) -> None:
         ("skipped", "already_running"),
         ("queued", None),
     ]
+    # docs/runner.md: the insert the one-active-run index refused used a number, so the
+    # skipped row's id is one further on; no race is needed for a gap.
+    assert listed[0]["id"] == listed[1]["id"] + 2
     only_queued = json.loads(
         achilles(database_url, "runs", "list", "--state", "queued", "--json").stdout
     )

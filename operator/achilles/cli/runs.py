@@ -52,9 +52,9 @@ def list_runs(
 ) -> None:
     """List runs, newest first; skipped runs too (they are rows of the journal).
 
-    Run ids come from one sequence and may skip numbers: an insert that loses to another
-    (the same run request twice, two enqueues racing for the one active run) uses a
-    number without keeping its row.
+    Run ids come from one sequence and may skip numbers: an insert that does not keep its
+    row still uses one (a run skipped because another is active is first refused as a
+    queued row, then written as skipped under the next number; a run request seen twice).
     """
     from achilles.cli.common import open_database
     from achilles.services.journal_queries import list_runs
