@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
+from kubernetes.client import ApiClient
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -21,8 +22,10 @@ from achilles.db.journal import catalogue
 from achilles.db.journal import dispatch as queue
 from achilles.db.journal import runs as journal
 from achilles.db.journal.schedule import refresh_next_run, take_agents_to_reschedule
+from achilles.domain.pod_outcome import ContainerObservation, PodObservation
 from achilles.domain.runs import RunState, RunTrigger, SkipReason
-from achilles.services import scheduler
+from achilles.k8s.jobs import RunJobs
+from achilles.services import outcomes, scheduler
 from tests.db.factories import make_agent, make_model, make_owner, set_settings
 
 T = TypeVar("T")
@@ -44,6 +47,11 @@ def _parallel(engine: Engine, work: Callable[[Session], T], writers: int = PARAL
 
 def _count(engine: Engine, sql: str, **params: object) -> int:
     return int(_one(engine, sql, **params)[0])
+
+
+def _rows(engine: Engine, sql: str, **params: object) -> list[Any]:
+    with engine.begin() as conn:
+        return list(conn.execute(text(sql), params).all())
 
 
 def _one(engine: Engine, sql: str, **params: object) -> Any:
@@ -203,3 +211,47 @@ def test_model_withdrawal_stops_agents_and_a_new_model_of_that_name_revives_nobo
     row = _one(db, "SELECT model_id, next_run_at FROM agents WHERE id = :a", a=agent_id)
     assert row.model_id is None
     assert row.next_run_at is None
+
+
+def _ended_pod(run_id: int, phase: str, exit_code: int) -> PodObservation:
+    return PodObservation(
+        run_id=run_id,
+        name=f"achilles-run-{run_id}-second",
+        phase=phase,
+        reason=None,
+        message=None,
+        created_at=datetime.now(UTC),
+        runner=ContainerObservation(terminated_reason="Completed", exit_code=exit_code),
+    )
+
+
+def test_a_second_pod_of_a_claimed_run_that_exits_0_leaves_the_run_alone(
+    db: Engine, database_url: str
+) -> None:
+    """Kubernetes may start a Job's pod twice (its controller, after an API server
+    restart, creates a second one: found by `achilles chaos apiserver-restart`). The
+    second runner finds the run claimed and exits 0; that must not fail the run the first
+    runner is executing. A run no runner claimed still fails when its pod ends."""
+    claimed, unclaimed = make_agent(db), make_agent(db)
+    with Session(db) as session, session.begin():
+        running = journal.enqueue_run(session, claimed, RunTrigger.MANUAL).run_id
+        assert journal.claim_run(session, running)
+        queued = journal.enqueue_run(session, unclaimed, RunTrigger.MANUAL).run_id
+    database = Database(database_url)
+    jobs = RunJobs(ApiClient(), "achilles-runs")  # an ended pod's verdict deletes no Job
+    try:
+        assert outcomes.fold_pod(database, jobs, _ended_pod(running, "Succeeded", 0)) is None
+        assert _one(db, "SELECT state FROM agent_runs WHERE id = :r", r=running)[0] == "running"
+        failed = outcomes.fold_pod(database, jobs, _ended_pod(queued, "Succeeded", 0))
+        assert failed is not None
+        assert "without recording an outcome" in failed.error
+        # A runner that crashed did end its run, whichever pod it ran in.
+        crashed = outcomes.fold_pod(database, jobs, _ended_pod(running, "Failed", 1))
+        assert crashed is not None
+        assert "exited with code 1" in crashed.error
+    finally:
+        database.dispose()
+    states = dict(
+        _rows(db, "SELECT id, state FROM agent_runs WHERE id IN (:a, :b)", a=running, b=queued)
+    )
+    assert states == {running: "failed", queued: "failed"}

@@ -56,6 +56,15 @@ def _pod(
             _pod("Pending", age=START_DEADLINE * 2, unschedulable="0/1 nodes are available"),
             "could not be scheduled",
         ),
+        (
+            _pod(
+                "Pending",
+                age=START_DEADLINE * 2,
+                waiting_reason="CreateContainerConfigError",
+                waiting_message='secret "achilles-runner-database" not found',
+            ),
+            "did not start within 60 s: CreateContainerConfigError",
+        ),
     ],
 )
 def test_pods_that_end_a_run(pod: PodObservation, words: str) -> None:
@@ -72,6 +81,12 @@ def test_pods_that_end_a_run(pod: PodObservation, words: str) -> None:
         _pod("Pending", waiting_reason="ImagePullBackOff"),  # young: a registry hiccup
         _pod("Pending", waiting_reason="ContainerCreating"),
         _pod("Pending", unschedulable="0/1 nodes are available"),  # young: room may free up
+        # young: the kubelet retries (a Secret cache not synced while the API server restarts)
+        _pod(
+            "Pending",
+            waiting_reason="CreateContainerConfigError",
+            waiting_message="failed to sync secret cache: timed out waiting for the condition",
+        ),
     ],
 )
 def test_pods_that_leave_the_run_alone(pod: PodObservation) -> None:

@@ -16,12 +16,20 @@ from datetime import datetime, timedelta
 START_DEADLINE = timedelta(seconds=60)
 
 # Waiting reasons that never resolve by themselves: fail at once.
-HOPELESS_WAITING_REASONS = frozenset(
-    {"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "RunContainerError"}
-)
-# Waiting reasons that may resolve (a registry hiccup): fail after START_DEADLINE.
+HOPELESS_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull", "RunContainerError"})
+# Waiting reasons that may resolve, which the kubelet retries: a registry hiccup, or a
+# Secret it could not read yet (`CreateContainerConfigError`: "failed to sync secret
+# cache" while the API server restarts, or a Secret created a moment later). Fail after
+# START_DEADLINE (found by `achilles chaos apiserver-restart`: failing such a pod at once
+# failed a healthy run).
 SLOW_WAITING_REASONS = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "CreateContainerError", "ContainerCreating"}
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "CreateContainerError",
+        "CreateContainerConfigError",
+        "ContainerCreating",
+    }
 )
 
 
@@ -59,10 +67,17 @@ class JobObservation:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The run must fail with `error`; `ended` = the runner is gone for sure."""
+    """The run must fail with `error`; `ended` = the runner is gone for sure.
+
+    `unclaimed_only`: the verdict holds only for a run no runner has claimed. A runner
+    that exits 0 has either written its run's end or found the run claimed by another
+    (Kubernetes may start a Job's pod twice, e.g. when the API server restarts: its
+    controller then creates a second pod), so its pod says nothing about a claimed run.
+    """
 
     error: str
     ended: bool
+    unclaimed_only: bool = False
 
 
 def _clip(text: str | None, limit: int = 300) -> str:
@@ -102,7 +117,11 @@ def pod_verdict(
             ended=True,
         )
     if pod.phase == "Succeeded":
-        return Verdict(f"{prefix}: the runner exited without recording an outcome", ended=True)
+        return Verdict(
+            f"{prefix}: the runner exited without recording an outcome",
+            ended=True,
+            unclaimed_only=True,
+        )
     if pod.phase != "Pending":
         return None
     if runner.waiting_reason in HOPELESS_WAITING_REASONS:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
-from achilles.db.journal.runs import ReapedRun, fail_run, reap_stale_runs
+from achilles.db.journal.runs import ReapedRun, fail_run, fail_unclaimed_run, reap_stale_runs
 from achilles.db.journal.settings import database_now, database_started_at
 from achilles.domain.pod_outcome import JobObservation, PodObservation, job_verdict, pod_verdict
 from achilles.domain.runs import STALE_AFTER, FailReason, RunState
@@ -45,7 +45,12 @@ def fold_pod(database: Database, jobs: RunJobs, pod: PodObservation) -> FailedRu
         verdict = pod_verdict(pod, database_now(session))
         if verdict is None:
             return None
-        failed = fail_run(session, pod.run_id, FailReason.ERROR, verdict.error, from_queued=True)
+        if verdict.unclaimed_only:
+            failed = fail_unclaimed_run(session, pod.run_id, FailReason.ERROR, verdict.error)
+        else:
+            failed = fail_run(
+                session, pod.run_id, FailReason.ERROR, verdict.error, from_queued=True
+            )
     if failed and not verdict.ended:
         jobs.delete(pod.run_id)  # a pod stuck before starting would hold a slot
     return FailedRun(pod.run_id, verdict.error) if failed else None

@@ -277,6 +277,20 @@ def fail_run(
     )
 
 
+def fail_unclaimed_run(
+    session: Session, run_id: int, reason: FailReason, error: str, *, now: datetime | None = None
+) -> bool:
+    """`queued -> failed` only: a run that no runner has claimed."""
+    now = now or database_now(session)
+    return _transition(
+        session,
+        run_id,
+        RunState.FAILED,
+        {"reason": reason, "error": error, "finished_at": now},
+        only_from=frozenset({RunState.QUEUED}),
+    )
+
+
 @dataclass(frozen=True)
 class ReapedRun:
     run_id: int
