@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from achilles_chaos.cluster import ChaosCluster
-from achilles_chaos.journal import Row, TerminalWatch, malformed_rows, two_active
+from achilles_chaos.journal import TERMINAL, Row, TerminalWatch, malformed_rows, two_active
 from achilles_chaos.kube import manifest
 from achilles_chaos.operator import OperatorProcess
 from achilles_chaos.report import Result
@@ -158,6 +158,15 @@ class Context:
 
         def ready() -> dict[int, int] | None:
             rows = self.journal.runs_by_id(wanted)
+            ended = {run: row for run, row in rows.items() if row["state"] in TERMINAL}
+            if ended:  # it will never run: say why at once rather than time out
+                raise ChaosTimeout(
+                    f"{len(ended)} of {len(wanted)} run(s) ended before running: "
+                    + "; ".join(
+                        f"run {run} {row['state']}/{row['reason']}: {row['error']}"
+                        for run, row in sorted(ended.items())
+                    )
+                )
             if any(row["state"] != "running" for row in rows.values()) or len(rows) < len(wanted):
                 return None
             pids = self.cluster.runner_pids()
@@ -219,12 +228,21 @@ class Context:
         return rows
 
     def check_jobs(self, run_ids: Iterable[int]) -> None:
-        """At most one Job and one pod per run, and no Job for a run that never existed."""
+        """At most one Job per run, and no Job for a run that never existed.
+
+        A second pod of one Job is not a failure: Kubernetes documents that a Job with
+        `parallelism: 1` may start its pod twice (the Job controller creates another when
+        it lost sight of the first, as after an API server restart). The claim
+        (`queued -> running`, guarded) lets one runner run it; the other finds it claimed
+        and exits 0, which the operator ignores for a claimed run. The journal checks
+        (never two active rows, no terminal row changed) prove nothing ran twice."""
         ids = set(run_ids)
         jobs = [run for run in self.kube.job_run_ids() if run in ids]
         self.result.check(len(jobs) == len(set(jobs)), "a run has two Jobs")
         doubled = {run: n for run, n in self.kube.pods_per_run().items() if run in ids and n > 1}
-        self.result.check(not doubled, f"runs with more than one pod: {doubled}")
+        if doubled:
+            self.result.figures["runs_with_a_second_pod"] = len(doubled)
+            self.result.note(f"Kubernetes started a second pod for runs {sorted(doubled)}")
 
     def check_status(self, names: Iterable[str], timeout: float = 60) -> None:
         """Each Agent's status.lastRun agrees with the journal's last run of that agent."""
