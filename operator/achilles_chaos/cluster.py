@@ -48,6 +48,15 @@ Report = Callable[[str], None]
 
 # Runs executing at once that the suite may ask for: the runs namespace's pod quota.
 QUOTA_PODS = 24
+# AgentPlatform/default as the suite creates it, and as every scenario leaves it: a cap as
+# large as the quota, so a scenario's runs never wait for room unless it sets a smaller
+# one (a cap of the chart's default 4 kept 2 of 6 runs queued for a 90 s hold).
+SUITE_PLATFORM: dict[str, int] = {
+    "maxConcurrency": QUOTA_PODS,
+    "runTimeoutSeconds": 900,
+    "maxIterations": 8,
+    "weeklyTokenBudget": 200000,
+}
 
 
 def default_state_dir() -> Path:
@@ -195,7 +204,9 @@ def _install_chart(stack: LocalStack, kube: Kube, report: Report) -> None:
     _secret(kube, install.namespace, DATABASE_SECRET, stack.config.pod_database_url)
     install_chart(install, extra_args=("--force-conflicts",))
     if kube.get("AgentPlatform", "default") is None:
-        kube.create(manifest("AgentPlatform", "default", {"maxConcurrency": QUOTA_PODS}))
+        kube.create(manifest("AgentPlatform", "default", SUITE_PLATFORM))
+    else:  # a kept stack: whatever an interrupted run left there
+        kube.patch("AgentPlatform", "default", {"spec": SUITE_PLATFORM})
     _secret(kube, RUNS_NAMESPACE, RUNNER_DATABASE_SECRET, stack.config.pod_database_url)
     report(f"chart: release {install.release} (no operator Deployment), run pod quota {QUOTA_PODS}")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from achilles_chaos.cluster import ChaosCluster
+from achilles_chaos.cluster import SUITE_PLATFORM, ChaosCluster
 from achilles_chaos.journal import TERMINAL, Row, TerminalWatch, malformed_rows, two_active
 from achilles_chaos.kube import manifest
 from achilles_chaos.operator import OperatorProcess
@@ -21,13 +21,6 @@ from achilles_chaos.report import Result
 from achilles_chaos.waiting import ChaosTimeout, wait_for
 
 OWNER = "chaos-owner"
-# The chart's AgentPlatform/default, restored after every scenario.
-PLATFORM_DEFAULTS: dict[str, Any] = {
-    "maxConcurrency": 4,
-    "runTimeoutSeconds": 900,
-    "maxIterations": 8,
-    "weeklyTokenBudget": 200000,
-}
 # The platform spec fields and the platform_settings columns they become.
 PLATFORM_COLUMNS = {
     "maxConcurrency": "agent_max_concurrency",
@@ -306,12 +299,12 @@ class Context:
 
 
 def _restore_platform(context: Context) -> None:
-    """Back to the chart's settings; an operator mirrors them into platform_settings."""
-    context.kube.patch("AgentPlatform", "default", {"spec": PLATFORM_DEFAULTS})
+    """Back to the suite's settings; an operator mirrors them into platform_settings."""
+    context.kube.patch("AgentPlatform", "default", {"spec": SUITE_PLATFORM})
     process = OperatorProcess(context.cluster, f"{context.result.scenario}-restore")
     process.start()
     try:
-        context.wait_platform(PLATFORM_DEFAULTS, timeout=90)
+        context.wait_platform(SUITE_PLATFORM, timeout=90)
     finally:
         process.stop()
 
