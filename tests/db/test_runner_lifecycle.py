@@ -10,7 +10,7 @@ from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal import runs as journal
-from achilles.db.journal.models import AgentModel, User
+from achilles.db.journal.models import AgentModel, AgentRun, User
 from achilles.db.journal.settings import database_now
 from tests.db.factories import set_settings
 from tests.db.ks_fixtures import load_demo_knowledge
@@ -275,3 +275,33 @@ def test_an_owner_timezone_the_runner_cannot_resolve_fails_the_run_clearly(
     row = run_row(db, run_id)
     assert (row.state, row.reason) == ("failed", "error")
     assert row.error == "the owner's timezone 'Mars/Base' is not a known IANA time zone"
+
+
+def test_a_sigterm_at_the_jobs_deadline_names_the_deadline(db: Engine, database_url: str) -> None:
+    """Kubernetes enforces runTimeoutSeconds with the Job's activeDeadlineSeconds, which
+    counts from the Job's start: its SIGTERM comes before the runner's own deadline (the
+    pod's start-up used part of the limit), and the run's error must name the limit, not
+    only the signal (found by `achilles chaos run-deadline`)."""
+    set_settings(db, agent_run_timeout_seconds=30)
+    with serving(SLOW_ANSWER) as server:
+        run_id = queue_run(db, owner="alice", model=add_model(db, server))
+        with Session(db) as session, session.begin():  # its Job was created 31 s ago
+            session.execute(
+                update(AgentRun)
+                .where(AgentRun.id == run_id)
+                .values(dispatched_at=database_now(session) - timedelta(seconds=31))
+            )
+        runner = RunnerProcess(database_url, run_id, heartbeat=0.2)
+        try:
+            wait_for(lambda: len(server.recorded()) == 1, 30, what="the model call")
+            assert run_row(db, run_id).state == "running"
+            runner.terminate()  # as the kubelet does at the Job's deadline
+            assert runner.wait(timeout=30) == 0, runner.log
+        finally:
+            runner.kill()
+    row = run_row(db, run_id)
+    assert (row.state, row.reason) == ("failed", "error")
+    assert row.error == (
+        "run timed out: it exceeded its limit of 30 s (Kubernetes stopped its pod at the"
+        " Job's activeDeadlineSeconds)"
+    )

@@ -37,3 +37,8 @@ class RunSpec:
     platform_prompt: str
     max_iterations: int
     run_timeout_seconds: int
+    # From the run's Job being created (`dispatched_at`) to the claim, by the database's
+    # clock; None for a run that has no Job (a runner started by hand). The Job's
+    # activeDeadlineSeconds (= run_timeout_seconds) counts from its start, so the run's
+    # deadline is this much nearer than run_timeout_seconds.
+    seconds_since_dispatch: float | None = None

@@ -8,7 +8,9 @@ runs on a worker thread; the heartbeat beats on its own thread and connection.
 - SIGTERM/SIGINT -> stop at once and write `failed/error` ("terminated"), so the
   runner never leaves its row `running`; exit 0. A model call in flight is
   abandoned (its tokens, unknown, are not counted).
-- deadline (`agent_run_timeout_seconds` from the claim) -> `failed/error`; exit 0.
+- deadline (`agent_run_timeout_seconds` from the Job's creation: Kubernetes' SIGTERM at the
+  Job's activeDeadlineSeconds, or the runner's own a little later) -> `failed/error`
+  naming the limit; exit 0.
 - heartbeat refused (the reaper failed the row as stale) -> stop, write nothing; exit 0.
 - the loop or the setup raised (a bug, the database gone) -> `failed/error` with the
   exception if the database lets us; exit 1.
@@ -54,6 +56,11 @@ NO_API_KEY = "no-key"
 
 EXIT_OK = 0
 EXIT_CRASH = 1
+# The runner's own deadline comes this long after its Job's activeDeadlineSeconds.
+OWN_DEADLINE_GRACE = 10.0
+# A SIGTERM this close to the Job's deadline is the deadline's (the database's and this
+# host's clocks, and the Job controller's reaction, are not exact).
+DEADLINE_SLACK = 2.0
 
 
 # --- what the main thread waits for ---
@@ -166,7 +173,17 @@ def _execute(
         return EXIT_OK
 
     stop = threading.Event()
-    deadline = time.monotonic() + spec.run_timeout_seconds
+    # In a Job, the run's limit counts from the Job's start, as its activeDeadlineSeconds
+    # does, not from this claim: the pod's start-up has already used part of it.
+    # Kubernetes enforces it (SIGTERM, then SIGKILL: even a runner that hangs is
+    # stopped); the runner's own deadline, a little later, is the backstop should it not.
+    # Without a Job (a runner started by hand) the runner's deadline is the only one.
+    claimed = time.monotonic()
+    job_deadline: float | None = None
+    deadline = claimed + spec.run_timeout_seconds
+    if spec.seconds_since_dispatch is not None:
+        job_deadline = claimed + spec.run_timeout_seconds - spec.seconds_since_dispatch
+        deadline = job_deadline + OWN_DEADLINE_GRACE
 
     Heartbeat(
         beat=lambda: database.heartbeat(spec.run_id),
@@ -224,10 +241,11 @@ def _execute(
     except queue.Empty:
         event = None
     stop.set()
-    return _conclude(event, journal, spec)
+    at_deadline = job_deadline is not None and time.monotonic() >= job_deadline - DEADLINE_SLACK
+    return _conclude(event, journal, spec, at_deadline=at_deadline)
 
 
-def _conclude(event: _Event | None, journal: _Journal, spec: RunSpec) -> int:
+def _conclude(event: _Event | None, journal: _Journal, spec: RunSpec, *, at_deadline: bool) -> int:
     match event:
         case _LoopFinished(result):
             log.info(
@@ -240,9 +258,15 @@ def _conclude(event: _Event | None, journal: _Journal, spec: RunSpec) -> int:
             )
             return EXIT_OK
         case _Terminated(signal_name):
-            written = journal.fail(
-                FailReason.ERROR, f"runner terminated by {signal_name} before the run finished"
+            # At the deadline the SIGTERM is the Job's activeDeadlineSeconds: say so, as
+            # the runner's own deadline would have, whichever of the two came first.
+            error = (
+                f"{timed_out_message(spec.run_timeout_seconds)} (Kubernetes stopped its pod"
+                " at the Job's activeDeadlineSeconds)"
+                if at_deadline
+                else f"runner terminated by {signal_name} before the run finished"
             )
+            written = journal.fail(FailReason.ERROR, error)
             log.warning(
                 "run %d: %s received; failure %s",
                 spec.run_id,

@@ -8,7 +8,7 @@ platform settings of now.
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, AgentToolLink, Tool, User
@@ -36,6 +36,7 @@ def claim_and_load(session: Session, run_id: int) -> RunSpec | None:
             AgentModel.base_url,
             AgentModel.provider_model,
             AgentModel.api_key_secret_name,
+            func.extract("epoch", func.now() - AgentRun.dispatched_at).label("since_dispatch"),
         )
         .join(Agent, Agent.id == AgentRun.agent_id)
         .join(User, User.id == Agent.user_id)
@@ -71,4 +72,7 @@ def claim_and_load(session: Session, run_id: int) -> RunSpec | None:
         platform_prompt=settings.platform_prompt,
         max_iterations=settings.max_iterations,
         run_timeout_seconds=settings.run_timeout_seconds,
+        seconds_since_dispatch=(
+            None if row.since_dispatch is None else max(0.0, float(row.since_dispatch))
+        ),
     )
