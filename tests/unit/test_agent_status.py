@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -97,3 +98,26 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
 )
 def test_schedule_in_words(schedule: dict[str, object] | None, words: str) -> None:
     assert schedule_summary(schedule, "Europe/Berlin") == words
+
+
+def test_an_owner_zone_that_is_no_zone_is_named_in_a_scheduled_condition() -> None:
+    """The scheduler leaves such an agent without a slot; the status must say why
+    (found by `achilles chaos bad-input`: phase Ready and no nextRunAt, nothing else)."""
+    row = _row()
+    daily = {"type": "calendar", "cadence": "daily", "time": "09:00"}
+    for zone, expected in (("Europe/Berlin", ("True", "OnSchedule")), ("Mars/Olympus", None)):
+        status = agent_status(
+            replace(row, zone=zone), owner_missing=False,
+            unknown_tools=(), schedule=daily, previous=None, generation=1, now=NOW,
+        )  # fmt: skip
+        scheduled = {c["type"]: c for c in status["conditions"]}["Scheduled"]
+        if expected is not None:
+            assert (scheduled["status"], scheduled["reason"]) == expected
+        else:
+            assert (scheduled["status"], scheduled["reason"]) == ("False", "UnknownTimeZone")
+            assert "'Mars/Olympus' is not a known IANA time zone" in scheduled["message"]
+    unscheduled = agent_status(
+        row, owner_missing=False, unknown_tools=(), schedule=None, previous=None,
+        generation=1, now=NOW,
+    )  # fmt: skip
+    assert "Scheduled" not in {c["type"] for c in unscheduled["conditions"]}

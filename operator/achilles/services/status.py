@@ -13,9 +13,14 @@ from pydantic import ValidationError
 
 from achilles.db.journal.status import AgentStatusRow
 from achilles.domain.gates import LockReason, closed_locks
-from achilles.domain.schedule import CalendarSchedule, IntervalSchedule, parse_schedule
+from achilles.domain.schedule import (
+    CalendarSchedule,
+    IntervalSchedule,
+    load_timezone,
+    parse_schedule,
+)
 from achilles.domain.timestamps import iso_utc
-from achilles.errors import InvalidInputError
+from achilles.errors import InvalidInputError, UnknownTimezoneError
 
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
@@ -136,6 +141,8 @@ def agent_status(
         generation,
     )
     conditions = [ready, tools]
+    if schedule is not None and row is not None:
+        conditions.append(_scheduled(row.zone, old_conditions, now, generation))
     if refusal is not None:
         conditions.append(
             condition("RunRequestAccepted", False, "Refused", refusal, old_conditions, now)
@@ -168,6 +175,30 @@ def agent_status(
             "windowStart": iso_utc(row.window_start),
         }
     return status
+
+
+def _scheduled(
+    zone: str | None,
+    old_conditions: list[dict[str, Any]] | None,
+    now: datetime,
+    generation: int | None,
+) -> dict[str, Any]:
+    """Whether slots can be computed: not when the owner's zone (`users.timezone`) is no
+    zone, which the scheduler then leaves without a slot (the others run on)."""
+    try:
+        load_timezone(zone or "UTC")
+    except UnknownTimezoneError:
+        return condition(
+            "Scheduled",
+            False,
+            "UnknownTimeZone",
+            f"the owner's time zone {zone!r} is not a known IANA time zone, so no slot can be"
+            " computed: correct the user's timezone (achilles users upsert --timezone)",
+            old_conditions,
+            now,
+            generation,
+        )
+    return condition("Scheduled", True, "OnSchedule", "", old_conditions, now, generation)
 
 
 def invalid_spec_message(exc: ValidationError) -> str:
