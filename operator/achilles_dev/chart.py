@@ -19,7 +19,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -223,11 +223,7 @@ def install_local_chart(
     migration hook Job and, later, run Jobs read it) and the hook migrates the schema;
     without one, no hook.
     """
-    install = ChartInstall(
-        kubeconfig=kubeconfig,
-        bin_dir=bin_dir,
-        values=local_values(with_database=database_url is not None, image=image),
-    )
+    install = ChartInstall(kubeconfig=kubeconfig, bin_dir=bin_dir)
     apply_crds(install)
     if database_url is not None:
         _ensure_namespace(kubeconfig, install.namespace)
@@ -235,7 +231,10 @@ def install_local_chart(
     recover_release(install, report)
     # Every `dev up` applies the chart, whatever the release's state: a failed or missing
     # release is installed again and a deleted object (AgentPlatform/default) recreated.
-    # The stack owns its platform settings, so its values win over a kubectl edit.
+    # What the user set on the release (`helm upgrade --reuse-values --set platform.*`, or
+    # the handover `platform.create=false`) stays: only the stack's own keys are replaced.
+    stack_values = local_values(with_database=database_url is not None, image=image)
+    install = replace(install, values=merged_values(user_values(install), stack_values))
     install_chart(install, extra_args=("--force-conflicts",))
     if database_url is not None:
         _ensure_secret(kubeconfig, _runs_namespace(install), RUNNER_DATABASE_SECRET, database_url)
@@ -245,6 +244,37 @@ def install_local_chart(
         f"{', migrations' if database_url else ''}"
         f"{'; operator Deployment' if install.values['operator']['enabled'] else ''})"
     )
+
+
+def user_values(install: ChartInstall) -> dict[str, Any]:
+    """The values the release was given (`helm get values`: user-supplied only); {} when
+    there is no release yet."""
+    status = release_status(
+        install.kubeconfig,
+        install.bin_dir,
+        install.release,
+        install.namespace,
+        helm_env=install.helm_env,
+    )
+    if status is None:
+        return {}
+    supplied = yaml.safe_load(
+        install.helm("get", "values", "-o", "yaml", "-n", install.namespace, install.release)
+    )
+    return dict(supplied) if isinstance(supplied, dict) else {}
+
+
+def merged_values(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` over `base`, merging nested mappings key by key (as Helm merges values
+    files), so that overriding `operator.enabled` keeps a user's other `operator.*`."""
+    merged = dict(base)
+    for key, value in override.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            merged[key] = merged_values(below, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _runs_namespace(install: ChartInstall) -> str:

@@ -19,6 +19,7 @@ from achilles.k8s.jobs import RUN_SELECTOR
 from achilles_dev.chart import install_into_stack
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.demo import DEMO_AGENT, OPERATOR_DEPLOYMENT, install_demo, run_demo
+from achilles_dev.health import stack_checks
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
 from tests.cluster.conftest import external_kubeconfig
@@ -81,3 +82,13 @@ def test_the_demo_agent_runs_through_the_operator_deployment(dev_stack: LocalSta
         for mount in container.volume_mounts or []
     )
     assert run_pod.status.container_statuses[0].state.terminated.exit_code == 0
+
+
+def test_dev_status_finds_every_part_healthy(dev_stack: LocalStack) -> None:
+    """`achilles dev status` on the stack `make dev` makes: the processes, the release
+    and the operator as the chart's Deployment, ready (issue 14, defect 1)."""
+    checks = {check.name: check for check in stack_checks(dev_stack)}
+    assert [name for name, check in checks.items() if not check.healthy] == []
+    assert checks["release"].state == "deployed"
+    assert checks["operator"].state == "ready"
+    assert checks["model-server"].state == "running"

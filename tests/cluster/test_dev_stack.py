@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from achilles.cli.main import cli
@@ -19,6 +20,7 @@ from achilles_dev import postgres
 from achilles_dev.chart import (
     CHART_DIR,
     DATABASE_SECRET,
+    RELEASE,
     RELEASE_NAMESPACE,
     ChartInstall,
     _ensure_secret,
@@ -159,6 +161,26 @@ def test_up_converges_the_chart_and_status_tells_the_truth(
     assert checks["operator"].state == "not deployed"  # the stand-in runs none
     assert checks[MODEL_SERVER].state == "running"
 
+    # A setting made the documented way survives the next `dev up` (only the stack's own
+    # values are replaced), and so does a handover of AgentPlatform/default to kubectl.
+    release = ChartInstall(kubeconfig=kubeconfig, bin_dir=bin_dir())
+    release.helm(
+        "upgrade", RELEASE, str(CHART_DIR), "--namespace", RELEASE_NAMESPACE, "--reuse-values",
+        "--set", "platform.timezone=Europe/Paris", "--set", "platform.create=false",
+    )  # fmt: skip
+    up_and_healthy()
+    kept = yaml.safe_load(
+        release.helm("get", "values", "-o", "yaml", "-n", RELEASE_NAMESPACE, RELEASE)
+    )
+    assert kept["platform"] == {"timezone": "Europe/Paris", "create": False}
+    assert kept["operator"] == {"enabled": False}  # the stack's own value, still there
+    release.helm(
+        "upgrade", RELEASE, str(CHART_DIR), "--namespace", RELEASE_NAMESPACE, "--reuse-values",
+        "--set", "platform.create=true", "--force-conflicts",
+    )  # fmt: skip
+    platform = release.kubectl("get", "agentplatform", "default", "-o", "jsonpath={.spec.timezone}")
+    assert platform == "Europe/Paris"
+
     # A release whose install failed (its migration hook could not reach the database).
     bad_url = "postgresql://nobody@127.0.0.1:1/none"
     install = ChartInstall(
@@ -177,7 +199,7 @@ def test_up_converges_the_chart_and_status_tells_the_truth(
     deleted = install.kubectl("delete", "clusterrole", "achilles-portal")
     assert "deleted" in deleted
     assert healthy(stack) == {
-        "release": f"incomplete: {RELEASE_NAMESPACE}/achilles revision 3: missing "
+        "release": f"incomplete: {RELEASE_NAMESPACE}/achilles revision 6: missing "
         "ClusterRole/achilles-portal; run `achilles dev up`"
     }
     up_and_healthy()
