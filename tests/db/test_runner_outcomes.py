@@ -101,6 +101,32 @@ def test_tokens_are_the_exact_sum_of_reported_usage(
     assert "unknown tool 'current_time_is_not_offered'" in _tool_results(requests[2].body)[-1]
 
 
+def test_an_implausible_usage_fails_the_run_and_counts_nothing(
+    ks: KnowledgeFixture, db: Engine, database_url: str
+) -> None:
+    """A reply claiming more tokens than any context window holds is malformed: added as
+    is, it would exhaust its owner's weekly budget for good (found by `achilles chaos
+    bad-input`). The model server sends such a usage as scripted."""
+    absurd = 2_000_000_000_000_000
+    script = {
+        "rules": [
+            {
+                "reply": {
+                    "content": "cheap?",
+                    "usage": {"prompt_tokens": absurd, "completion_tokens": 1},
+                }
+            }
+        ]
+    }
+    run = run_scripted(db, database_url, script)
+    assert run.code == 0, run.log
+    row = run.row
+    assert (row.state, row.reason, row.tokens_used, row.output) == ("failed", "error", 0, None)
+    assert row.error is not None
+    assert f"implausible usage: prompt_tokens = {absurd}" in row.error
+    assert run.requests[0].total_tokens == absurd + 1  # the server did send it
+
+
 def test_the_iteration_cap_fails_the_run_and_counts_every_call(
     ks: KnowledgeFixture, db: Engine, database_url: str
 ) -> None:

@@ -20,6 +20,13 @@ from achilles.errors import ModelCallFailed
 
 log = logging.getLogger(__name__)
 
+# The most tokens one call may report, in each of prompt, completion and total. Larger
+# than any model's context window (the prompt and the completion both fit in it), so a
+# larger count is a malformed reply, not a big call. Added as is, one absurd `usage`
+# (found by `achilles chaos bad-input`: 2,000,000,000,000,000 tokens) would exhaust its
+# owner's weekly budget for good.
+MAX_TOKENS_PER_CALL = 10_000_000
+
 # OpenAI-format messages as plain JSON objects (role, content, tool_calls, tool_call_id).
 Message = dict[str, Any]
 
@@ -139,6 +146,7 @@ def _to_reply(completion: ChatCompletion) -> ChatReply:
             completion_tokens=completion.usage.completion_tokens,
             total_tokens=completion.usage.total_tokens,
         )
+        _check_usage(usage)
     else:
         log.warning("model API reported no usage; this call counts 0 tokens")
     return ChatReply(
@@ -147,3 +155,18 @@ def _to_reply(completion: ChatCompletion) -> ChatReply:
         usage=usage,
         finish_reason=choice.finish_reason,
     )
+
+
+def _check_usage(usage: Usage) -> None:
+    """A reply whose token counts cannot be true is malformed: it fails the call."""
+    counts = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+    for name, count in counts.items():
+        if count < 0 or count > MAX_TOKENS_PER_CALL:
+            raise ModelCallFailed(
+                f"model API returned an implausible usage: {name} = {count}"
+                f" (a call reports 0 to {MAX_TOKENS_PER_CALL:,} tokens); nothing was counted"
+            )
