@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from kubernetes.client import ApiClient
@@ -22,7 +22,7 @@ from achilles.db.journal import catalogue
 from achilles.db.journal import dispatch as queue
 from achilles.db.journal import runs as journal
 from achilles.db.journal.schedule import refresh_next_run, take_agents_to_reschedule
-from achilles.domain.pod_outcome import ContainerObservation, PodObservation
+from achilles.domain.pod_outcome import START_DEADLINE, ContainerObservation, PodObservation
 from achilles.domain.runs import RunState, RunTrigger, SkipReason
 from achilles.k8s.jobs import RunJobs
 from achilles.services import outcomes, scheduler
@@ -255,3 +255,77 @@ def test_a_second_pod_of_a_claimed_run_that_exits_0_leaves_the_run_alone(
         _rows(db, "SELECT id, state FROM agent_runs WHERE id IN (:a, :b)", a=running, b=queued)
     )
     assert states == {running: "failed", queued: "failed"}
+
+
+def _waiting_pod(run_id: int, created_at: datetime) -> PodObservation:
+    return PodObservation(
+        run_id=run_id,
+        name=f"achilles-run-{run_id}-waits",
+        phase="Pending",
+        reason=None,
+        message=None,
+        created_at=created_at,
+        runner=ContainerObservation(
+            waiting_reason="CreateContainerConfigError",
+            waiting_message='secret "no-such-secret" not found',
+        ),
+    )
+
+
+class _PendingPods:
+    """The runs namespace as the sweeper lists it: pods that have not started."""
+
+    def __init__(self, pods: list[PodObservation]) -> None:
+        self.pods = pods
+        self.deleted: list[int] = []
+
+    def list_pods(
+        self, run_id: int | None = None, *, pending_only: bool = False
+    ) -> list[PodObservation]:
+        assert pending_only
+        assert run_id is None
+        return [pod for pod in self.pods if pod.phase == "Pending"]
+
+    def delete(self, run_id: int) -> bool:
+        self.deleted.append(run_id)
+        return True
+
+
+def test_a_pod_waiting_unchanged_past_the_start_deadline_fails_its_run_on_the_sweep(
+    db: Engine, database_url: str
+) -> None:
+    """A pod waiting on a Secret that does not exist never changes after its first
+    status, so no watch event comes once it passes START_DEADLINE: the sweeper's pass
+    judges the pods still Pending again (found by `achilles chaos bad-input`, no-secret).
+    A pod waiting less than the deadline is left to wait."""
+    stuck_agent, young_agent = make_agent(db), make_agent(db)
+    with Session(db) as session, session.begin():
+        stuck = journal.enqueue_run(session, stuck_agent, RunTrigger.MANUAL).run_id
+        young = journal.enqueue_run(session, young_agent, RunTrigger.MANUAL).run_id
+    now = datetime.now(UTC)
+    jobs = _PendingPods(
+        [
+            _waiting_pod(stuck, now - START_DEADLINE - timedelta(seconds=5)),
+            _waiting_pod(young, now),
+        ]
+    )
+    database = Database(database_url)
+    try:
+        failed = outcomes.fold_pending_pods(database, cast(RunJobs, jobs))
+        again = outcomes.fold_pending_pods(database, cast(RunJobs, jobs))
+    finally:
+        database.dispose()
+    assert [run.run_id for run in failed] == [stuck]
+    assert again == []  # the guarded transition: folding twice writes once
+    assert jobs.deleted == [stuck]  # its pod would hold a slot
+    rows = dict(
+        (r.id, (r.state, r.error))
+        for r in _rows(
+            db, "SELECT id, state, error FROM agent_runs WHERE id IN (:a, :b)", a=stuck, b=young
+        )
+    )
+    assert rows[young] == ("queued", None)
+    state, error = rows[stuck]
+    assert state == "failed"
+    assert "did not start within 60 s: CreateContainerConfigError" in error
+    assert 'secret "no-such-secret" not found' in error

@@ -252,6 +252,7 @@ class Engine:
         passes = 0
         while not self.stop.is_set():
             self._pass("sweeper", self._sweep_once)
+            self._pass("pending-pods", self._judge_pending_pods)
             self._pass("retries", self._retry_failed_handlers)
             self._pass("owners", self._follow_owner_deactivation)
             if passes % ORPHAN_SWEEP_EVERY == 0:
@@ -293,6 +294,11 @@ class Engine:
         if swept.requeued:
             self.dispatch_wake.set()
         return swept
+
+    def _judge_pending_pods(self) -> bool:
+        """Pods stuck before starting fail their run at the start deadline, event or not."""
+        self._report_failures(outcomes.fold_pending_pods(self.database, self.jobs), "RunFailed")
+        return True
 
     def _status_writer(self) -> None:
         while not self.stop.is_set():

@@ -239,10 +239,16 @@ class RunJobs:
         names = [job.metadata.name for job in jobs.items if job.metadata and job.metadata.name]
         return {run_id for name in names if (run_id := run_id_of(name)) is not None}
 
-    def list_pods(self, run_id: int | None = None) -> list[PodObservation]:
-        """The run pods (of one run, with `run_id`)."""
+    def list_pods(
+        self, run_id: int | None = None, *, pending_only: bool = False
+    ) -> list[PodObservation]:
+        """The run pods (of one run, with `run_id`; only those not started, with `pending_only`)."""
         selector = RUN_SELECTOR if run_id is None else f"{RUN_SELECTOR},{RUN_ID_LABEL}={run_id}"
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector)
+        pods = self.core.list_namespaced_pod(
+            self.namespace,
+            label_selector=selector,
+            field_selector="status.phase=Pending" if pending_only else None,
+        )
         return [obs for pod in pods.items if (obs := observe_pod(pod)) is not None]
 
     def list_jobs(self) -> list[JobObservation]:

@@ -113,6 +113,19 @@ def sweep(
     return result
 
 
+def fold_pending_pods(database: Database, jobs: RunJobs) -> list[FailedRun]:
+    """Judge every run pod that has not started again, on the sweeper's tick.
+
+    A pod's verdict is otherwise computed only when the pod watcher sees it change, and
+    a pod stuck waiting (a Secret that does not exist: `CreateContainerConfigError`)
+    may never change after its first status: no event comes once it passes
+    `START_DEADLINE`, so only this pass fails its run (found by `achilles chaos
+    bad-input`, scenario no-secret).
+    """
+    pending = jobs.list_pods(pending_only=True)
+    return [f for pod in pending if (f := fold_pod(database, jobs, pod)) is not None]
+
+
 def fold_listing(database: Database, jobs: RunJobs, now: datetime | None = None) -> list[FailedRun]:
     """One pass over every run pod and Job (after a watch restarts, nothing is missed)."""
     del now

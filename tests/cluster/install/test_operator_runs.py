@@ -21,6 +21,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
+from achilles.domain.pod_outcome import START_DEADLINE
+from achilles.handlers.loops import SWEEP_TICK
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
@@ -321,3 +323,48 @@ def _runner_pid(run_id: int) -> int | None:
         if str(SLOW_RUNNER) in cmdline and cmdline.endswith(needle) and not shim:
             return int(entry.name)
     return None
+
+
+def test_a_run_whose_models_secret_is_missing_fails_at_the_start_deadline(
+    cluster: Cluster,
+    achilles_release: Release,
+    admin_api: Achilles,
+    journal: Engine,
+    setup: str,  # the owner alice
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The pod waits on a Secret that does not exist (`CreateContainerConfigError`) and its
+    status never changes again, so no watch event comes after the start deadline: the
+    sweeper's pass fails the run (found by `achilles chaos bad-input`, no-secret)."""
+    model = f"nosecret-{uuid.uuid4().hex[:6]}"
+    admin_api.create(
+        agent_model(model, apiKeySecretRef={"name": "achilles-test-missing", "key": "k"})
+    )
+    try:
+        with running_operator(cluster, achilles_release, tmp_path / "op.log", **_env(1.0)) as op:
+            admin_api.create(agent("keyless", model=model), namespace)
+            agent_id = _agent_id(journal, namespace, "keyless")
+            _request(admin_api, "keyless", namespace)
+            requested_at = time.monotonic()
+            limit = START_DEADLINE.total_seconds() + SWEEP_TICK + 30
+            failed = wait_for(
+                lambda: (
+                    _rows(
+                        journal,
+                        "SELECT state, reason, error FROM agent_runs"
+                        " WHERE agent_id = :a AND state = 'failed'",
+                        a=agent_id,
+                    )
+                    or [None]
+                )[0],
+                limit,
+                what="the run whose Secret is missing to fail",
+            )
+            assert failed.reason == "error", op.log()
+            assert "CreateContainerConfigError" in failed.error, failed.error
+            assert "achilles-test-missing" in failed.error, failed.error
+            assert time.monotonic() - requested_at >= START_DEADLINE.total_seconds()
+            admin_api.delete("Agent", "keyless", namespace)
+    finally:
+        admin_api.delete("AgentModel", model)
