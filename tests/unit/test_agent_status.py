@@ -9,7 +9,14 @@ import pytest
 
 from achilles.db.journal.status import AgentStatusRow
 from achilles.domain.gates import DurableLocks
-from achilles.services.status import agent_status, condition, schedule_summary
+from achilles.services.status import (
+    WrittenStatuses,
+    agent_status,
+    condition,
+    journal_fields,
+    journal_view,
+    schedule_summary,
+)
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -121,3 +128,22 @@ def test_an_owner_zone_that_is_no_zone_is_named_in_a_scheduled_condition() -> No
         generation=1, now=NOW,
     )  # fmt: skip
     assert "Scheduled" not in {c["type"] for c in unscheduled["conditions"]}
+
+
+def test_the_status_writer_patches_only_what_changed() -> None:
+    """The writer compares with what was last patched (by it or by the reconcile
+    handler, whose whole status carries the same journal fields in the same shape)."""
+    row = _row()
+    whole = agent_status(
+        row, owner_missing=False, unknown_tools=(), schedule=None, previous=None,
+        generation=1, now=NOW,
+    )  # fmt: skip
+    assert journal_view(whole) == journal_fields(row)
+    written = WrittenStatuses()
+    assert written.changed(row.agent_id, journal_fields(row))
+    written.record(row.agent_id, journal_view(whole))
+    assert not written.changed(row.agent_id, journal_fields(row))
+    spent = replace(row, tokens_used=row.tokens_used + 5)  # a run of the owner's finished
+    assert written.changed(row.agent_id, journal_fields(spent))
+    written.forget(row.agent_id)
+    assert written.changed(row.agent_id, journal_fields(row))

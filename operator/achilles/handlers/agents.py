@@ -17,7 +17,12 @@ from achilles.k8s.resources.agent import AgentSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
 from achilles.services import agents, runs
-from achilles.services.status import condition, invalid_spec_message, needs_patch
+from achilles.services.status import (
+    condition,
+    invalid_spec_message,
+    journal_view,
+    needs_patch,
+)
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
@@ -38,6 +43,7 @@ def agent_changed(
     if type == "DELETED" or meta.get("deletionTimestamp"):
         agent_id = agents.forget_agent(engine.database, uid)
         if agent_id is not None:
+            engine.written_statuses.forget(agent_id)
             engine.jobs.delete_for_agent(agent_id)
             logger.info(
                 "agent %s/%s removed (row %s, its runs and Jobs)", namespace, name, agent_id
@@ -147,6 +153,8 @@ def agent_changed(
         desired["conditions"] = [*desired["conditions"], *kept]
     if needs_patch(previous, desired):
         engine.resources.patch_status(ref, desired)
+    if reconciled.agent_id is not None:  # the status writer patches from here on
+        engine.written_statuses.record(reconciled.agent_id, journal_view(desired))
 
 
 def _now() -> datetime:

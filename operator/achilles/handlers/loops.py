@@ -22,13 +22,13 @@ from achilles.db.database import Database
 from achilles.db.journal.status import agent_status_rows, agents_of_owners, run_owners
 from achilles.db.notifications import RUNS_CHANNEL, SCHEDULE_CHANNEL, listen
 from achilles.domain.runs import RunState
-from achilles.domain.timestamps import iso_utc
 from achilles.handlers import metrics
 from achilles.handlers.config import OperatorConfig
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.kinds import AGENT
 from achilles.services import agents, dispatch, outcomes, scheduler
+from achilles.services.status import WrittenStatuses, journal_fields
 
 log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
@@ -76,6 +76,8 @@ class Engine:
     # Handler calls that failed (database or API down), retried by the sweeper.
     retries: dict[str, Callable[[], None]] = field(default_factory=dict)
     retries_lock: threading.Lock = field(default_factory=threading.Lock)
+    # The journal fields of each Agent's status as last patched (patch only changes).
+    written_statuses: WrittenStatuses = field(default_factory=WrittenStatuses)
     # Agents whose CR we switched off for a deactivated owner (so we patch once).
     disabled_for_owner: set[int] = field(default_factory=set)
 
@@ -324,29 +326,14 @@ class Engine:
         for row in rows:
             if row.namespace is None or row.cr_name is None:
                 continue
-            last = row.last_run
-            status = {
-                "nextRunAt": iso_utc(row.next_run_at),
-                "lastRun": None
-                if last is None
-                else {
-                    "id": last.run_id,
-                    "trigger": last.trigger,
-                    "state": last.state,
-                    "reason": last.reason,
-                    "startedAt": iso_utc(last.started_at),
-                    "finishedAt": iso_utc(last.finished_at),
-                    "tokensUsed": last.tokens_used,
-                },
-                "weeklyTokens": {
-                    "used": row.tokens_used,
-                    "limit": row.token_limit,
-                    "windowStart": iso_utc(row.window_start),
-                },
-            }
-            self.resources.patch_status(
-                ObjectRef(AGENT.kind, AGENT.plural, row.cr_name, row.namespace, row.uid), status
-            )
+            fields = journal_fields(row)
+            if not self.written_statuses.changed(row.agent_id, fields):
+                continue
+            ref = ObjectRef(AGENT.kind, AGENT.plural, row.cr_name, row.namespace, row.uid)
+            if self.resources.patch_status(ref, fields):
+                self.written_statuses.record(row.agent_id, fields)
+            else:
+                self.written_statuses.forget(row.agent_id)  # the Agent is gone
         return True
 
     # --- Events ---
