@@ -64,6 +64,11 @@ class ChartInstall:
     def kubectl(self, *args: str) -> str:
         return _run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args])
 
+    def release_status(self) -> ReleaseStatus | None:
+        return release_status(
+            self.kubeconfig, self.bin_dir, self.release, self.namespace, helm_env=self.helm_env
+        )
+
 
 def local_values(*, with_database: bool, image: str | None = None) -> dict[str, Any]:
     """The chart's values for a local stack: the operator Deployment and migrations when a
@@ -172,13 +177,7 @@ def recover_release(install: ChartInstall, report: Report) -> None:
     every upgrade ("another operation is in progress") until it is rolled back, or, if it
     never got installed, removed: nothing else works on it in this stack.
     """
-    status = release_status(
-        install.kubeconfig,
-        install.bin_dir,
-        install.release,
-        install.namespace,
-        helm_env=install.helm_env,
-    )
+    status = install.release_status()
     if status is None or status.state in ("deployed", "failed", "superseded"):
         return
     where = f"{install.namespace}/{install.release}"
@@ -249,13 +248,7 @@ def install_local_chart(
 def user_values(install: ChartInstall) -> dict[str, Any]:
     """The values the release was given (`helm get values`: user-supplied only); {} when
     there is no release yet."""
-    status = release_status(
-        install.kubeconfig,
-        install.bin_dir,
-        install.release,
-        install.namespace,
-        helm_env=install.helm_env,
-    )
+    status = install.release_status()
     if status is None:
         return {}
     supplied = yaml.safe_load(

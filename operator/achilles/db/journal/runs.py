@@ -267,28 +267,27 @@ def fail_run(
     from_queued: bool = False,
 ) -> bool:
     """`running -> failed` (or `queued -> failed` for a pod that never started)."""
-    now = now or database_now(session)
-    return _transition(
-        session,
-        run_id,
-        RunState.FAILED,
-        {"reason": reason, "error": error, "finished_at": now},
-        only_from=None if from_queued else frozenset({RunState.RUNNING}),
-    )
+    sources = None if from_queued else frozenset({RunState.RUNNING})
+    return _fail(session, run_id, reason, error, now, sources)
 
 
 def fail_unclaimed_run(
     session: Session, run_id: int, reason: FailReason, error: str, *, now: datetime | None = None
 ) -> bool:
     """`queued -> failed` only: a run that no runner has claimed."""
-    now = now or database_now(session)
-    return _transition(
-        session,
-        run_id,
-        RunState.FAILED,
-        {"reason": reason, "error": error, "finished_at": now},
-        only_from=frozenset({RunState.QUEUED}),
-    )
+    return _fail(session, run_id, reason, error, now, frozenset({RunState.QUEUED}))
+
+
+def _fail(
+    session: Session,
+    run_id: int,
+    reason: FailReason,
+    error: str,
+    now: datetime | None,
+    only_from: frozenset[RunState] | None,
+) -> bool:
+    values = {"reason": reason, "error": error, "finished_at": now or database_now(session)}
+    return _transition(session, run_id, RunState.FAILED, values, only_from=only_from)
 
 
 @dataclass(frozen=True)
