@@ -13,8 +13,24 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import ColumnElement, TextClause, bindparam, select, text, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    DateTime,
+    Select,
+    String,
+    TextClause,
+    and_,
+    bindparam,
+    cast,
+    literal_column,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentRun, User
@@ -68,11 +84,13 @@ def enqueue_run(
     `settings`: the platform settings this transaction already read (the scheduler
     reads them once per batch); read here otherwise.
 
-    Two statements in the common case (`achilles bench journal` measures it): the
-    locks with the owner's weekly tokens, then the INSERT. The one-active-run index
-    decides through `ON CONFLICT DO NOTHING` (no savepoint): it waits for a concurrent
-    insert of the same agent like a unique violation would, and no row back means
-    another run is active (or, with `request_key`, that the request has its row).
+    One statement in the common case (`achilles bench journal` measures it against a raw
+    INSERT): the locks with the owner's weekly tokens, and the queued row inserted when
+    they are open; `domain/gates.py` decides from the values it returns. The
+    one-active-run index decides through `ON CONFLICT DO NOTHING` (no savepoint): it
+    waits for a concurrent insert of the same agent like a unique violation would, and
+    no row back means another run is active (or, with `request_key`, that the request
+    has its row). A skipped row is a second statement.
     """
     now = now or database_now(session)
     if request_key is not None:
@@ -80,11 +98,6 @@ def enqueue_run(
         if earlier is not None:
             return earlier
     settings = settings or load_settings(session)
-    locks, used = _start_gates(session, agent_id, week_window(now, settings.zone))
-    closed = closed_locks(locks)
-    if closed:
-        raise StartRefused(agent_id, tuple(reason.value for reason in closed))
-
     row = {
         "agent_id": agent_id,
         "trigger": trigger,
@@ -92,11 +105,19 @@ def enqueue_run(
         "request_key": request_key,
         "scheduled_for": scheduled_for,
     }
-    if is_budget_exhausted(used, settings.weekly_token_budget):
+    gates = _enqueue_if_open(session, row, week_window(now, settings.zone), settings)
+    closed = closed_locks(gates.locks)
+    exhausted = is_budget_exhausted(gates.used, settings.weekly_token_budget)
+    if gates.run_id is not None and (closed or exhausted):  # pragma: no cover - a bug
+        raise RuntimeError(
+            f"agent {agent_id}: the start gates in SQL and in domain/gates.py disagree"
+            f" (inserted run {gates.run_id}; closed {closed}, budget exhausted {exhausted})"
+        )
+    if closed:
+        raise StartRefused(agent_id, tuple(reason.value for reason in closed))
+    if exhausted:
         return _insert_skipped(session, row, SkipReason.BUDGET_EXCEEDED, now)
-
-    run_id = _insert_unless_conflict(session, {**row, "state": RunState.QUEUED})
-    if run_id is None:
+    if gates.run_id is None:
         # A unique index refused the row: the request's row exists after all (another
         # replica wrote it meanwhile), or another run of the agent is active.
         if request_key is not None:
@@ -104,7 +125,7 @@ def enqueue_run(
             if earlier is not None:
                 return earlier
         return _insert_skipped(session, row, SkipReason.ALREADY_RUNNING, now)
-    return EnqueueResult(run_id=run_id, state=RunState.QUEUED)
+    return EnqueueResult(run_id=gates.run_id, state=RunState.QUEUED)
 
 
 # Built once, executed with parameters: the enqueue path runs them for every start, and
@@ -122,21 +143,81 @@ _START_GATES = (
 )
 
 
-def _start_gates(session: Session, agent_id: int, window: BudgetWindow) -> tuple[DurableLocks, int]:
-    """The agent's durable locks and its owner's tokens in `window`, in one statement."""
-    row = session.execute(
-        _START_GATES, {"agent_id": agent_id, "start": window.start, "end": window.end}
-    ).first()
-    if row is None:
-        raise NotFound(f"agent {agent_id} does not exist")
-    locks = DurableLocks(
-        enabled=row.enabled,
-        admin_paused=row.admin_paused,
-        has_model=row.model_id is not None,
-        owner_present=row.active is not None,
-        owner_active=bool(row.active),
+@dataclass(frozen=True)
+class _Gates:
+    locks: DurableLocks
+    used: int  # the owner's tokens this week
+    run_id: int | None  # the queued run, when the gates were open and no index refused it
+
+
+def _compiled(statement: Select[Any]) -> TextClause:
+    """`statement` compiled once into text with named parameters (its constants bound):
+    SQLAlchemy cannot cache a statement with `ON CONFLICT`, and compiling it costs more
+    than PostgreSQL takes to run it (`achilles bench journal`)."""
+    dialect = postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+    compiled = statement.compile(dialect=dialect)
+    constants = {
+        compiled.bind_names[bind]: bind.value
+        for bind in compiled.binds.values()
+        if bind.value is not None and not bind.required
+    }
+    return text(str(compiled)).bindparams(**constants)
+
+
+def _build_enqueue_if_open() -> TextClause:
+    """One statement for the common case: the agent's locks and its owner's weekly tokens,
+    and the queued row inserted when they are open (ON CONFLICT DO NOTHING: the
+    one-active-run and request-key indexes decide). The predicate mirrors
+    `domain/gates.py`, which still decides from the values returned; `enqueue_run` treats a
+    disagreement as a bug."""
+    gate = _START_GATES.cte("gate")
+    is_open = and_(
+        gate.c.enabled.is_(True),
+        gate.c.admin_paused.is_(False),
+        gate.c.model_id.is_not(None),
+        gate.c.active.is_(True),
+        gate.c.used < bindparam("budget", type_=BigInteger),
     )
-    return locks, int(row.used)
+    queued = (
+        postgresql.insert(AgentRun)
+        .from_select(
+            ["agent_id", "trigger", "state", "created_at", "request_key", "scheduled_for"],
+            select(
+                cast(bindparam("agent_id"), BigInteger),
+                cast(bindparam("trigger"), String),
+                literal_column(f"'{RunState.QUEUED.value}'"),
+                cast(bindparam("created_at"), DateTime(timezone=True)),
+                cast(bindparam("request_key"), String),
+                cast(bindparam("scheduled_for"), DateTime(timezone=True)),
+            ).where(is_open),
+        )
+        .on_conflict_do_nothing()
+        .returning(AgentRun.id)
+        .cte("queued")
+    )
+    return _compiled(select(gate, select(queued.c.id).scalar_subquery().label("run_id")))
+
+
+_ENQUEUE_IF_OPEN = _build_enqueue_if_open()
+
+
+def _enqueue_if_open(
+    session: Session, row: dict[str, object], window: BudgetWindow, settings: Settings
+) -> _Gates:
+    found = session.execute(
+        _ENQUEUE_IF_OPEN,
+        {**row, "start": window.start, "end": window.end, "budget": settings.weekly_token_budget},
+    ).first()
+    if found is None:
+        raise NotFound(f"agent {row['agent_id']} does not exist")
+    locks = DurableLocks(
+        enabled=found.enabled,
+        admin_paused=found.admin_paused,
+        has_model=found.model_id is not None,
+        owner_present=found.active is not None,
+        owner_active=bool(found.active),
+    )
+    return _Gates(locks=locks, used=int(found.used), run_id=found.run_id)
 
 
 def _insert_unless_conflict(session: Session, values: dict[str, object]) -> int | None:
