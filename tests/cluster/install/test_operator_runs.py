@@ -364,7 +364,9 @@ def test_a_run_whose_models_secret_is_missing_fails_at_the_start_deadline(
             assert failed.reason == "error", op.log()
             assert "CreateContainerConfigError" in failed.error, failed.error
             assert "achilles-test-missing" in failed.error, failed.error
-            assert time.monotonic() - requested_at >= START_DEADLINE.total_seconds()
+            # Not before the deadline: the pod's age counts from its creationTimestamp,
+            # which has whole seconds (floored), so the verdict may come up to 1 s early.
+            assert time.monotonic() - requested_at >= START_DEADLINE.total_seconds() - 1
             admin_api.delete("Agent", "keyless", namespace)
     finally:
         admin_api.delete("AgentModel", model)
