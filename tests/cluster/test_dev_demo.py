@@ -23,6 +23,7 @@ from achilles_dev.health import stack_checks
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
 from tests.cluster.conftest import external_kubeconfig
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -81,7 +82,20 @@ def test_the_demo_agent_runs_through_the_operator_deployment(dev_stack: LocalSta
         mount.mount_path.startswith("/var/run/secrets/kubernetes.io")
         for mount in container.volume_mounts or []
     )
-    assert run_pod.status.container_statuses[0].state.terminated.exit_code == 0
+
+    # The run is `succeeded` once the runner wrote it; its container ends a moment later
+    # (the runner closes its pool and exits), and the kubelet reports that after.
+    def runner_exit_code() -> tuple[str, int] | None:
+        with api_client(dev_stack.config.kubeconfig) as api:
+            pod: Any = client.CoreV1Api(api).read_namespaced_pod(
+                run_pod.metadata.name, "achilles-runs"
+            )
+        terminated = (pod.status.container_statuses or [None])[0]
+        state = terminated.state.terminated if terminated is not None else None
+        return None if state is None else ("exit code", int(state.exit_code))
+
+    ended = wait_for(runner_exit_code, 60, what="the run pod's container to end")
+    assert ended == ("exit code", 0)
 
 
 def test_dev_status_finds_every_part_healthy(dev_stack: LocalStack) -> None:
