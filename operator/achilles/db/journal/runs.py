@@ -13,31 +13,21 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
-    DateTime,
-    Select,
-    String,
     TextClause,
-    and_,
-    bindparam,
-    cast,
-    literal_column,
     select,
     text,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from achilles.db.journal.models import Agent, AgentRun, User
+from achilles.db.journal.models import Agent, AgentRun
 from achilles.db.journal.settings import Settings, database_now, load_settings
-from achilles.db.journal.usage import tokens_used_by
-from achilles.domain.budget import BudgetWindow, week_window
-from achilles.domain.gates import DurableLocks, closed_locks, is_budget_exhausted
+from achilles.db.journal.start_gates import enqueue_if_open
+from achilles.domain.budget import week_window
+from achilles.domain.gates import closed_locks, is_budget_exhausted
 from achilles.domain.runs import (
     STALE_AFTER,
     FailReason,
@@ -47,7 +37,7 @@ from achilles.domain.runs import (
     in_definition_order,
     states_that_may_become,
 )
-from achilles.errors import NotFound, StartRefused
+from achilles.errors import StartRefused
 
 
 @dataclass(frozen=True)
@@ -105,7 +95,7 @@ def enqueue_run(
         "request_key": request_key,
         "scheduled_for": scheduled_for,
     }
-    gates = _enqueue_if_open(session, row, week_window(now, settings.zone), settings)
+    gates = enqueue_if_open(session, row, week_window(now, settings.zone), settings)
     closed = closed_locks(gates.locks)
     exhausted = is_budget_exhausted(gates.used, settings.weekly_token_budget)
     if gates.run_id is not None and (closed or exhausted):  # pragma: no cover - a bug
@@ -126,98 +116,6 @@ def enqueue_run(
                 return earlier
         return _insert_skipped(session, row, SkipReason.ALREADY_RUNNING, now)
     return EnqueueResult(run_id=gates.run_id, state=RunState.QUEUED)
-
-
-# Built once, executed with parameters: the enqueue path runs them for every start, and
-# building a statement costs more than PostgreSQL takes to answer it.
-_START_GATES = (
-    select(
-        Agent.enabled,
-        Agent.admin_paused,
-        Agent.model_id,
-        User.active,
-        tokens_used_by(Agent.user_id, bindparam("start"), bindparam("end")).label("used"),
-    )
-    .outerjoin(User, User.id == Agent.user_id)
-    .where(Agent.id == bindparam("agent_id"))
-)
-
-
-@dataclass(frozen=True)
-class _Gates:
-    locks: DurableLocks
-    used: int  # the owner's tokens this week
-    run_id: int | None  # the queued run, when the gates were open and no index refused it
-
-
-def _compiled(statement: Select[Any]) -> TextClause:
-    """`statement` compiled once into text with named parameters (its constants bound):
-    SQLAlchemy cannot cache a statement with `ON CONFLICT`, and compiling it costs more
-    than PostgreSQL takes to run it (`achilles bench journal`)."""
-    dialect = postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
-    compiled = statement.compile(dialect=dialect)
-    constants = {
-        compiled.bind_names[bind]: bind.value
-        for bind in compiled.binds.values()
-        if bind.value is not None and not bind.required
-    }
-    return text(str(compiled)).bindparams(**constants)
-
-
-def _build_enqueue_if_open() -> TextClause:
-    """One statement for the common case: the agent's locks and its owner's weekly tokens,
-    and the queued row inserted when they are open (ON CONFLICT DO NOTHING: the
-    one-active-run and request-key indexes decide). The predicate mirrors
-    `domain/gates.py`, which still decides from the values returned; `enqueue_run` treats a
-    disagreement as a bug."""
-    gate = _START_GATES.cte("gate")
-    is_open = and_(
-        gate.c.enabled.is_(True),
-        gate.c.admin_paused.is_(False),
-        gate.c.model_id.is_not(None),
-        gate.c.active.is_(True),
-        gate.c.used < bindparam("budget", type_=BigInteger),
-    )
-    queued = (
-        postgresql.insert(AgentRun)
-        .from_select(
-            ["agent_id", "trigger", "state", "created_at", "request_key", "scheduled_for"],
-            select(
-                cast(bindparam("agent_id"), BigInteger),
-                cast(bindparam("trigger"), String),
-                literal_column(f"'{RunState.QUEUED.value}'"),
-                cast(bindparam("created_at"), DateTime(timezone=True)),
-                cast(bindparam("request_key"), String),
-                cast(bindparam("scheduled_for"), DateTime(timezone=True)),
-            ).where(is_open),
-        )
-        .on_conflict_do_nothing()
-        .returning(AgentRun.id)
-        .cte("queued")
-    )
-    return _compiled(select(gate, select(queued.c.id).scalar_subquery().label("run_id")))
-
-
-_ENQUEUE_IF_OPEN = _build_enqueue_if_open()
-
-
-def _enqueue_if_open(
-    session: Session, row: dict[str, object], window: BudgetWindow, settings: Settings
-) -> _Gates:
-    found = session.execute(
-        _ENQUEUE_IF_OPEN,
-        {**row, "start": window.start, "end": window.end, "budget": settings.weekly_token_budget},
-    ).first()
-    if found is None:
-        raise NotFound(f"agent {row['agent_id']} does not exist")
-    locks = DurableLocks(
-        enabled=found.enabled,
-        admin_paused=found.admin_paused,
-        has_model=found.model_id is not None,
-        owner_present=found.active is not None,
-        owner_active=bool(found.active),
-    )
-    return _Gates(locks=locks, used=int(found.used), run_id=found.run_id)
 
 
 def _insert_unless_conflict(session: Session, values: dict[str, object]) -> int | None:
