@@ -154,27 +154,12 @@ def agent_status(
         "scheduleSummary": schedule_summary(schedule, row.zone if row else None),
         "observedGeneration": generation,
         "databaseId": row.agent_id if row else None,
-        "nextRunAt": iso_utc(row.next_run_at) if row else None,
+        "nextRunAt": None,
         "lastRun": None,
         "weeklyTokens": None,
     }
-    if row is not None and row.last_run is not None:
-        run = row.last_run
-        status["lastRun"] = {
-            "id": run.run_id,
-            "trigger": run.trigger,
-            "state": run.state,
-            "reason": run.reason,
-            "startedAt": iso_utc(run.started_at),
-            "finishedAt": iso_utc(run.finished_at),
-            "tokensUsed": run.tokens_used,
-        }
     if row is not None:
-        status["weeklyTokens"] = {
-            "used": row.tokens_used,
-            "limit": row.token_limit,
-            "windowStart": iso_utc(row.window_start),
-        }
+        status.update(journal_fields(row))
     return status
 
 
