@@ -35,7 +35,17 @@ ROUNDS = 8
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_parallel_writers_obey_every_rule(db: Engine, seed: int) -> None:
     _, agents = prepare_board(db, agents=4, items_per_agent=2)
-    report = run_race(db, agents, writers=WRITERS, rounds=ROUNDS, seed=seed)
+    # The opening rounds make both sides of the rules happen whatever the draw: stale
+    # compare-and-swaps, accepted inbox replies, chat replies refused over them, takes
+    # and acknowledgements; the random rounds then mix everything.
+    report = run_race(
+        db,
+        agents,
+        writers=WRITERS,
+        rounds=ROUNDS,
+        seed=seed,
+        opening=("advance", "inbox_reply", "chat_reply", "process"),
+    )
 
     assert report.problems == []
     outcomes = Counter((e.op, e.ok) for e in report.events)
@@ -53,7 +63,11 @@ def test_parallel_writers_obey_every_rule(db: Engine, seed: int) -> None:
 
 def test_crashed_takes_stay_findable(db: Engine) -> None:
     _, agents = prepare_board(db, agents=2, items_per_agent=2)
-    report = run_race(db, agents, writers=WRITERS, rounds=ROUNDS, seed=7)
+    # Opening rounds make sure agents do take replies and crash; a random draw alone
+    # may leave no reply for the few "crash" writers to take.
+    report = run_race(
+        db, agents, writers=WRITERS, rounds=ROUNDS, seed=7, opening=("inbox_reply", "crash")
+    )
     assert report.problems == []
     with db.connect() as conn:
         rows = {

@@ -288,8 +288,15 @@ def run_race(
     rounds: int = 5,
     seed: int = 0,
     reply_writer: ReplyWriter | None = None,
+    opening: tuple[str, ...] = (),
 ) -> RaceReport:
-    """Run `rounds` rounds of `writers` simultaneous operations and check the history."""
+    """Run `rounds` rounds of `writers` simultaneous operations and check the history.
+
+    `opening` names rounds played before the random ones in which every writer does
+    the same operation, the writers spread evenly over the items: ("inbox_reply",
+    "crash") makes sure replies exist and are taken by agents that crash, whatever
+    the random rounds then draw.
+    """
     rng = random.Random(seed)
     before, _ = snapshot(engine, agent_ids)
     targets = sorted((item.agent_id, item.id) for item in before.items.values())
@@ -298,9 +305,15 @@ def run_race(
     names, weights = zip(*_OPS, strict=True)
     events: list[Event] = []
     with ThreadPoolExecutor(max_workers=writers) as executor:
-        for _ in range(rounds):
+        openings = [
+            [(w, op, targets[i % len(targets)]) for i, w in enumerate(pool)] for op in opening
+        ]
+        randoms = (
+            [(w, rng.choices(names, weights)[0], rng.choice(targets)) for w in pool]
+            for _ in range(rounds)
+        )
+        for plan in [*openings, *randoms]:
             barrier = threading.Barrier(writers)
-            plan = [(w, rng.choices(names, weights)[0], rng.choice(targets)) for w in pool]
             futures = [
                 executor.submit(w.run, op, agent_id, item_id, barrier)
                 for w, op, (agent_id, item_id) in plan
