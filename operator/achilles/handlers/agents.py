@@ -20,6 +20,7 @@ from achilles.services import agents, runs
 from achilles.services.status import (
     condition,
     invalid_spec_message,
+    is_own_status_echo,
     journal_view,
     needs_patch,
 )
@@ -40,6 +41,10 @@ def agent_changed(
     engine = engine_of(memo)
     uid, namespace, name = meta["uid"], meta["namespace"], meta["name"]
     ref = ObjectRef(AGENT.kind, AGENT.plural, name, namespace, uid)
+    if is_own_status_echo(type, meta, status) and not engine.statuses.take_reconcile(
+        status["databaseId"]
+    ):
+        return
     if type == "DELETED" or meta.get("deletionTimestamp"):
         agent_id = agents.forget_agent(engine.database, uid)
         if agent_id is not None:

@@ -28,7 +28,7 @@ from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.kinds import AGENT
 from achilles.services import agents, dispatch, outcomes, scheduler
-from achilles.services.status import WrittenStatuses, journal_fields
+from achilles.services.status import StatusQueue, WrittenStatuses, journal_fields
 
 log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
@@ -42,6 +42,10 @@ SWEEP_TICK = 10.0
 ORPHAN_SWEEP_EVERY = 6  # sweeps: about a minute
 WATCH_TIMEOUT_SECONDS = 300
 MAX_BACKOFF = 30.0
+SHUTDOWN_SECONDS = 5.0
+# How often an owner's other agents get the weekly budget a run changed (StatusQueue).
+SIBLING_REFRESH_SECONDS = 30.0
+WATCH_THREADS = frozenset({"achilles-pod-watch", "achilles-job-watch"})
 
 
 @dataclass
@@ -68,8 +72,7 @@ class Engine:
     schedule_wake: Wake = field(default_factory=Wake)
     dispatch_wake: Wake = field(default_factory=Wake)
     status_wake: Wake = field(default_factory=Wake)
-    dirty_agents: set[int] = field(default_factory=set)
-    dirty_lock: threading.Lock = field(default_factory=threading.Lock)
+    statuses: StatusQueue = field(default_factory=lambda: StatusQueue(SIBLING_REFRESH_SECONDS))
     last_pass: dict[str, float] = field(default_factory=dict)
     last_schedule_repair: float = float("-inf")
     threads: list[threading.Thread] = field(default_factory=list)
@@ -99,16 +102,29 @@ class Engine:
             self.threads.append(thread)
 
     def shutdown(self) -> None:
+        """Let the loops finish the pass they are in (a pass is one short transaction),
+        within SHUTDOWN_SECONDS in all. The watchers are not waited for: a watch stream
+        wakes only at its next event, holds nothing between events, and the next leader
+        lists before it watches; the threads are daemons and end with the process."""
         self.stop.set()
         for wake in (self.schedule_wake, self.dispatch_wake, self.status_wake):
             wake.set()
+        deadline = time.monotonic() + SHUTDOWN_SECONDS
         for thread in self.threads:
-            thread.join(timeout=5)
+            if thread.name not in WATCH_THREADS:
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def mark_dirty(self, agent_ids: Iterable[int]) -> None:
-        with self.dirty_lock:
-            self.dirty_agents.update(agent_ids)
+        self.statuses.mark(agent_ids)
         self.status_wake.set()
+
+    def want_reconcile(self, agent_ids: Iterable[int]) -> None:
+        """Reconcile these agents at their next event, which the status writer's patch of
+        their moved nextRunAt causes: their owner's zone moved or stopped being a zone, and
+        the `Scheduled` condition follows it."""
+        ids = list(agent_ids)
+        self.statuses.want_reconcile(ids)
+        self.mark_dirty(ids)
 
     def retry_later(self, key: str, call: Callable[[], None]) -> None:
         with self.retries_lock:
@@ -180,7 +196,8 @@ class Engine:
         if tick.enqueued:
             self.dispatch_wake.set()
             self.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
-        self.mark_dirty(tick.rescheduled)  # a zone changed: nextRunAt moved
+        # A zone changed: nextRunAt moved, and the Scheduled condition may have too.
+        self.want_reconcile([*tick.rescheduled, *tick.unschedulable])
         return tick
 
     def _dispatcher(self) -> None:
@@ -309,20 +326,20 @@ class Engine:
                 self.stop.wait(1.0)
 
     def _write_dirty_statuses(self) -> bool:
-        with self.dirty_lock:
-            dirty, self.dirty_agents = self.dirty_agents, set()
-        if not dirty:
+        now, siblings = self.statuses.take()
+        if not now and not siblings:
             return True
         try:
-            return self._write_statuses(dirty)
+            return self._write_statuses(now, siblings)
         except Exception:
-            self.mark_dirty(dirty)  # try again on the next pass
+            self.statuses.put_back(now, siblings)  # try again on the next pass
             raise
 
-    def _write_statuses(self, agent_ids: set[int]) -> bool:
+    def _write_statuses(self, agent_ids: set[int], siblings: set[int]) -> bool:
         with self.database.transaction() as session:
-            ids = agents_of_owners(session, agent_ids)  # they share the weekly budget
-            rows = agent_status_rows(session, ids)
+            # The owners' other agents share the weekly budget: their turn comes later.
+            self.statuses.mark_siblings(set(agents_of_owners(session, agent_ids)) - agent_ids)
+            rows = agent_status_rows(session, agent_ids | siblings)
         for row in rows:
             if row.namespace is None or row.cr_name is None:
                 continue

@@ -7,6 +7,8 @@ status written again is byte-identical and the operator can skip the API call.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +24,7 @@ from achilles.domain.schedule import (
 )
 from achilles.domain.timestamps import iso_utc
 from achilles.errors import InvalidInputError, UnknownTimezoneError
+from achilles.k8s.annotations import RUN_REQUESTED_AT, parse_run_request
 
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
@@ -257,3 +260,85 @@ class WrittenStatuses:
     def forget(self, agent_id: int) -> None:
         with self._lock:
             self._written.pop(agent_id, None)
+
+
+def is_own_status_echo(
+    event_type: str | None, meta: Mapping[str, Any], status: Mapping[str, Any]
+) -> bool:
+    """An update of a Ready Agent whose spec the operator already reconciled (its
+    generation is the status's observedGeneration) and whose run request it already
+    handled: the operator's own status write coming back as a watch event, what
+    controller-runtime's GenerationChanged and AnnotationChanged predicates filter out.
+    Reconciling it again would change nothing but cost a transaction per event.
+
+    Everything else is reconciled: the listing at start (type None), a new or deleted
+    object, a spec change, a new run request, and an Agent that is not Ready, whose lock
+    may open without an event of its own (its model created later).
+    """
+    if event_type != "MODIFIED" or meta.get("deletionTimestamp"):
+        return False
+    if status.get("databaseId") is None or status.get("phase") != "Ready":
+        return False
+    if status.get("observedGeneration") != meta.get("generation"):
+        return False
+    request = parse_run_request((meta.get("annotations") or {}).get(RUN_REQUESTED_AT))
+    return request is None or request == status.get("lastHandledRunRequest")
+
+
+class StatusQueue:
+    """Which Agents' statuses the status writer rewrites next, and which Agent events
+    must be reconciled in full although their spec did not change. Thread-safe: the
+    handlers, the listener and the loops mark; the status writer takes.
+
+    An owner's agents share the weekly budget, so one run's tokens change the status of
+    every agent of its owner. The agent whose run moved is written at once; the owner's
+    other agents at most every `sibling_every` seconds (an owner with 1,000 agents turned
+    every run's end into 1,000 patches and as many watch events per replica, `achilles
+    chaos double-leader`).
+    """
+
+    def __init__(self, sibling_every: float, clock: Callable[[], float] = time.monotonic):
+        self.sibling_every = sibling_every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._now: set[int] = set()
+        self._siblings: set[int] = set()
+        self._siblings_taken_at = float("-inf")
+        self._reconcile: set[int] = set()
+
+    def mark(self, agent_ids: Iterable[int]) -> None:
+        """These agents' own journal fields moved: write them at the next pass."""
+        with self._lock:
+            self._now.update(agent_ids)
+
+    def mark_siblings(self, agent_ids: Iterable[int]) -> None:
+        """These agents share a budget that moved: write them at the next sibling turn."""
+        with self._lock:
+            self._siblings.update(agent_ids)
+
+    def take(self) -> tuple[set[int], set[int]]:
+        """(agents to write now, siblings whose turn came): both leave the queue."""
+        with self._lock:
+            now, self._now = self._now, set()
+            siblings: set[int] = set()
+            if self._siblings and self._clock() - self._siblings_taken_at >= self.sibling_every:
+                siblings, self._siblings = self._siblings, set()
+                self._siblings_taken_at = self._clock()
+            return now, siblings
+
+    def put_back(self, now: set[int], siblings: set[int]) -> None:
+        """A pass failed: what it took is written at the next one."""
+        with self._lock:
+            self._now |= now
+            self._siblings |= siblings
+
+    def want_reconcile(self, agent_ids: Iterable[int]) -> None:
+        """Reconcile these agents at their next event (their owner's zone moved)."""
+        with self._lock:
+            self._reconcile.update(agent_ids)
+
+    def take_reconcile(self, agent_id: int) -> bool:
+        with self._lock:
+            wanted = agent_id in self._reconcile
+            self._reconcile.discard(agent_id)
+            return wanted

@@ -1,0 +1,98 @@
+"""What the status writer writes when, and which Agent events the operator skips."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from achilles.services.status import StatusQueue, is_own_status_echo
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_agent_that_ran_is_written_at_once_its_siblings_in_turn() -> None:
+    clock = Clock()
+    queue = StatusQueue(sibling_every=30, clock=clock)
+    queue.mark([1])
+    queue.mark_siblings([2, 3])
+    assert queue.take() == ({1}, {2, 3})  # the first sibling turn is due at once
+    queue.mark([1])
+    queue.mark_siblings([2, 3])
+    clock.now += 29
+    assert queue.take() == ({1}, set())  # the owner's budget moved again: not yet
+    queue.mark_siblings([4])
+    assert queue.take() == (set(), set())
+    clock.now += 1
+    assert queue.take() == (set(), {2, 3, 4})  # coalesced: one write each per turn
+    assert queue.take() == (set(), set())
+
+
+def test_a_failed_pass_puts_back_what_it_took() -> None:
+    clock = Clock()
+    queue = StatusQueue(sibling_every=30, clock=clock)
+    queue.mark([1])
+    queue.mark_siblings([2])
+    now, siblings = queue.take()
+    queue.put_back(now, siblings)
+    assert queue.take()[0] == {1}
+    queue.put_back(set(), {2})
+    assert queue.take() == (set(), set())  # still waiting for the next turn
+    clock.now += 30
+    assert queue.take() == (set(), {2})
+
+
+def test_a_wanted_reconcile_is_taken_once() -> None:
+    queue = StatusQueue(sibling_every=30, clock=Clock())
+    queue.want_reconcile([7])
+    assert queue.take_reconcile(7)
+    assert not queue.take_reconcile(7)
+    assert not queue.take_reconcile(8)
+
+
+READY: dict[str, Any] = {
+    "databaseId": 5,
+    "phase": "Ready",
+    "observedGeneration": 3,
+    "lastHandledRunRequest": "2026-12-01T09:00:00Z",
+}
+META: dict[str, Any] = {
+    "generation": 3,
+    "annotations": {"achilles.io/run-requested-at": "2026-12-01T09:00:00Z"},
+}
+
+
+def test_the_operators_own_status_write_is_an_echo() -> None:
+    assert is_own_status_echo("MODIFIED", META, READY)
+    assert is_own_status_echo("MODIFIED", {"generation": 3}, READY)  # no request ever
+
+
+@pytest.mark.parametrize(
+    ("event_type", "meta", "status", "why"),
+    [
+        (None, META, READY, "the listing at start"),
+        ("ADDED", META, READY, "a new object"),
+        ("DELETED", META, READY, "a deleted object"),
+        ("MODIFIED", {**META, "deletionTimestamp": "2026-12-01T09:00:00Z"}, READY, "deleting"),
+        ("MODIFIED", {**META, "generation": 4}, READY, "the spec changed"),
+        (
+            "MODIFIED",
+            {**META, "annotations": {"achilles.io/run-requested-at": "again"}},
+            READY,
+            "a new run request",
+        ),
+        ("MODIFIED", META, {**READY, "phase": "NoModel"}, "a lock may open without an event"),
+        ("MODIFIED", META, {k: v for k, v in READY.items() if k != "databaseId"}, "no row yet"),
+        ("MODIFIED", META, {}, "never reconciled"),
+    ],
+)
+def test_everything_else_is_reconciled(
+    event_type: str | None, meta: dict[str, Any], status: dict[str, Any], why: str
+) -> None:
+    assert not is_own_status_echo(event_type, meta, status), why
