@@ -85,6 +85,10 @@ class ChaosCluster:
     journal: Journal
     models: ModelServer
     broken: BrokenModel
+    # Whether platform_settings holds SUITE_PLATFORM. A scenario that changed the platform
+    # puts the CR back at its clean-up; the next scenario's first operator mirrors it,
+    # and `Context.operator` waits for that before the scenario goes on.
+    platform_mirrored: bool = False
 
     # --- up and down --------------------------------------------------------------------
 

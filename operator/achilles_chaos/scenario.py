@@ -18,7 +18,7 @@ from achilles_chaos.journal import TERMINAL, Row, TerminalWatch, malformed_rows,
 from achilles_chaos.kube import manifest
 from achilles_chaos.operator import OperatorProcess
 from achilles_chaos.report import Result
-from achilles_chaos.waiting import ChaosTimeout, wait_for
+from achilles_chaos.waiting import ChaosTimeout, timed, wait_for
 
 OWNER = "chaos-owner"
 # The platform spec fields and the platform_settings columns they become.
@@ -61,9 +61,12 @@ class Context:
         self, name: str = "a", *, start: bool = True, env: dict[str, str] | None = None
     ) -> OperatorProcess:
         process = OperatorProcess(self.cluster, f"{self.result.scenario}-{name}", dict(env or {}))
+        self.operators.append(process)
         if start:
             process.start()
-        self.operators.append(process)
+            if not self.cluster.platform_mirrored:
+                self.wait_platform(SUITE_PLATFORM, timeout=90)
+                self.cluster.platform_mirrored = True
         return process
 
     def stop_operators(self) -> None:
@@ -276,17 +279,21 @@ class Context:
     def cleanup(self) -> None:
         """Everything of this scenario goes: operators, Agents, models, rows, Jobs, pods."""
         kube, journal = self.kube, self.journal
-        self.stop_operators()
-        kube.delete_namespace(self.namespace)
-        for name in self.models:
-            kube.delete("AgentModel", name)
-        kube.delete_run_jobs()
+        with timed("clean-up: stop the operators"):
+            self.stop_operators()
+        with timed("clean-up: delete the namespace, models and Jobs"):
+            kube.delete_namespace(self.namespace)
+            for name in self.models:
+                kube.delete("AgentModel", name)
+            kube.delete_run_jobs()
         if journal.reachable():
             journal.execute("DELETE FROM agents WHERE cr_namespace = %s", (self.namespace,))
             if self.models:
                 journal.execute("DELETE FROM agent_models WHERE name = ANY(%s)", (self.models,))
         if self.platform_changed:
-            _restore_platform(self)
+            # Back to the suite's settings; the next scenario's first operator mirrors them.
+            kube.patch("AgentPlatform", "default", {"spec": SUITE_PLATFORM})
+            self.cluster.platform_mirrored = False
         wait_for(
             lambda: not kube.live_run_pods(), 180, what="the scenario's run pods to go", interval=1
         )
@@ -296,17 +303,6 @@ class Context:
             what=f"namespace {self.namespace} to go",
             interval=1,
         )
-
-
-def _restore_platform(context: Context) -> None:
-    """Back to the suite's settings; an operator mirrors them into platform_settings."""
-    context.kube.patch("AgentPlatform", "default", {"spec": SUITE_PLATFORM})
-    process = OperatorProcess(context.cluster, f"{context.result.scenario}-restore")
-    process.start()
-    try:
-        context.wait_platform(SUITE_PLATFORM, timeout=90)
-    finally:
-        process.stop()
 
 
 def settle_time(started: float) -> float:

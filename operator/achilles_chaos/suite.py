@@ -17,6 +17,7 @@ from achilles_chaos.cluster import ChaosCluster
 from achilles_chaos.report import Result
 from achilles_chaos.scenario import Context
 from achilles_chaos.scenarios import bad_input, infra, operator, pods, runner, triggers
+from achilles_chaos.waiting import recording_waits, timed
 
 Report = Callable[[str], None]
 
@@ -80,24 +81,34 @@ def run_one(scenario: Scenario, cluster: ChaosCluster, *, quick: bool, report: R
     result = Result(scenario=scenario.name, node=scenario.node)
     report(f"--- {scenario.name}: {scenario.summary}")
     started = time.monotonic()
-    context = Context(cluster, result, quick)
-    try:
-        scenario.run(context)
-    except Exception as error:
-        result.failures.append(f"{type(error).__name__}: {error}")
-        report(traceback.format_exc())
-    finally:
+    with recording_waits() as waited:
+        context = Context(cluster, result, quick)
         try:
-            context.cleanup()
+            scenario.run(context)
         except Exception as error:
-            result.failures.append(f"clean-up failed: {type(error).__name__}: {error}")
+            result.failures.append(f"{type(error).__name__}: {error}")
             report(traceback.format_exc())
+        finally:
+            try:
+                with timed("clean-up"):
+                    context.cleanup()
+            except Exception as error:
+                result.failures.append(f"clean-up failed: {type(error).__name__}: {error}")
+                report(traceback.format_exc())
     result.passed = not result.failures
     result.seconds = time.monotonic() - started
     # The machine is shared: its load says how much of the time was the scenario's own.
     result.figures["load_average_1m_5m_15m"] = [round(x, 1) for x in os.getloadavg()]
+    # Where the time went: the steps of a second or more, longest first.
+    slow = sorted(
+        ((what, int(n), round(s, 1)) for what, (n, s) in waited.items() if s >= 1),
+        key=lambda step: -step[2],
+    )
+    result.figures["time_by_step"] = {what: {"count": n, "seconds": s} for what, n, s in slow}
     verdict = "PASS" if result.passed else "FAIL"
     report(f"{verdict} {scenario.name} ({result.seconds:.0f}s): {result.figure}")
+    for what, n, seconds in slow[:6]:
+        report(f"  {seconds:6.1f}s  {what}" + (f" (x{n})" if n > 1 else ""))
     for failure in result.failures:
         report(f"  failure: {failure}")
     return result

@@ -14,13 +14,13 @@ import psycopg
 from achilles_chaos import models
 from achilles_chaos.journal import Row
 from achilles_chaos.scenario import Context
-from achilles_chaos.waiting import ChaosTimeout, wait_for
+from achilles_chaos.waiting import ChaosTimeout, timed, wait_for
 
 START_TIMEOUT = 240.0
 
 
 def _create_agents(ctx: Context, names: list[str], prompt: str, model: str, **spec: Any) -> None:
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    with timed(f"create {len(names)} Agents"), ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda name: ctx.agent(name, prompt, model, **spec), names))
 
 
@@ -200,10 +200,26 @@ def operator_sigkill(ctx: Context) -> None:
     op = ctx.operator("victim", start=False)
     requests: dict[str, list[str]] = {name: [] for name in names}
     mid_dispatch = 0
-    for number in range(kills):
+
+    def something_to_dispatch() -> bool:
+        """Requests for the agents whose last one was answered (their runs end while the
+        operator is down: runners write the journal themselves); true once a new request
+        or a queued run is there, so the next start has a Job to create."""
+        written = False
         for name in names:
             if _answered(ctx, ids[name], requests[name]):
                 requests[name].append(ctx.request(name))
+                written = True
+        return written or bool(
+            ctx.journal.scalar(
+                "SELECT count(*) FROM agent_runs WHERE agent_id = ANY(%s)"
+                " AND state = 'queued' AND dispatched_at IS NULL",
+                (list(ids.values()),),
+            )
+        )
+
+    for number in range(kills):
+        wait_for(something_to_dispatch, 120, what="a run for the restarted operator to dispatch")
         jobs_before = len(ctx.kube.job_run_ids())
         op.start()
 
