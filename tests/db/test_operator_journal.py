@@ -329,3 +329,25 @@ def test_a_pod_waiting_unchanged_past_the_start_deadline_fails_its_run_on_the_sw
     assert state == "failed"
     assert "did not start within 60 s: CreateContainerConfigError" in error
     assert 'secret "no-such-secret" not found' in error
+
+
+def test_an_installation_sets_its_own_start_deadline(db: Engine, database_url: str) -> None:
+    """`ACHILLES_START_DEADLINE_SECONDS` (OperatorConfig.start_deadline) is the deadline
+    every fold judges by, and the error names it."""
+    agent = make_agent(db)
+    with Session(db) as session, session.begin():
+        run = journal.enqueue_run(session, agent, RunTrigger.MANUAL).run_id
+    jobs = _PendingPods([_waiting_pod(run, datetime.now(UTC) - timedelta(seconds=20))])
+    database = Database(database_url)
+    try:
+        patient = outcomes.fold_pending_pods(
+            database, cast(RunJobs, jobs), start_deadline=timedelta(seconds=300)
+        )
+        strict = outcomes.fold_pending_pods(
+            database, cast(RunJobs, jobs), start_deadline=timedelta(seconds=15)
+        )
+    finally:
+        database.dispose()
+    assert patient == []
+    assert [failed.run_id for failed in strict] == [run]
+    assert "did not start within 15 s: CreateContainerConfigError" in strict[0].error

@@ -310,6 +310,7 @@ def write_kubeconfig(path: Path) -> Path:
         ("ACHILLES_RUNNER_TTL_SECONDS", "-1", "must be at least 0 (got -1)"),
         ("ACHILLES_METRICS_PORT", "99999", "must be between 0 and 65535 (got 99999)"),
         ("ACHILLES_STALE_AFTER_SECONDS", "0", "must be at least 1 (got 0)"),
+        ("ACHILLES_START_DEADLINE_SECONDS", "soon", "must be a whole number (got 'soon')"),
     ],
 )
 def test_each_operator_setting_is_checked_before_start(

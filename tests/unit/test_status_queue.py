@@ -19,7 +19,7 @@ class Clock:
 
 def test_the_agent_that_ran_is_written_at_once_its_siblings_in_turn() -> None:
     clock = Clock()
-    queue = StatusQueue(sibling_every=30, clock=clock)
+    queue = StatusQueue(sibling_every=30, sibling_batch=10, clock=clock)
     queue.mark([1])
     queue.mark_siblings([2, 3])
     assert queue.take() == ({1}, {2, 3})  # the first sibling turn is due at once
@@ -34,9 +34,25 @@ def test_the_agent_that_ran_is_written_at_once_its_siblings_in_turn() -> None:
     assert queue.take() == (set(), set())
 
 
+def test_siblings_go_in_batches_longest_waiting_first() -> None:
+    clock = Clock()
+    queue = StatusQueue(sibling_every=10, sibling_batch=2, clock=clock)
+    queue.mark_siblings([5, 1, 4])
+    assert queue.take()[1] == {5, 1}
+    queue.mark_siblings([1, 9])  # 1 waits again, behind 4
+    clock.now += 10
+    assert queue.take()[1] == {4, 1}
+    queue.mark_siblings([4])  # marked again while waiting: still one write
+    queue.mark_siblings([4])
+    clock.now += 10
+    assert queue.take()[1] == {9, 4}
+    clock.now += 10
+    assert queue.take()[1] == set()
+
+
 def test_a_failed_pass_puts_back_what_it_took() -> None:
     clock = Clock()
-    queue = StatusQueue(sibling_every=30, clock=clock)
+    queue = StatusQueue(sibling_every=30, sibling_batch=10, clock=clock)
     queue.mark([1])
     queue.mark_siblings([2])
     now, siblings = queue.take()
@@ -49,7 +65,7 @@ def test_a_failed_pass_puts_back_what_it_took() -> None:
 
 
 def test_a_wanted_reconcile_is_taken_once() -> None:
-    queue = StatusQueue(sibling_every=30, clock=Clock())
+    queue = StatusQueue(sibling_every=30, sibling_batch=10, clock=Clock())
     queue.want_reconcile([7])
     assert queue.take_reconcile(7)
     assert not queue.take_reconcile(7)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from achilles.domain.pod_outcome import START_DEADLINE
 from achilles.domain.runs import STALE_AFTER
 from achilles.errors import ConfigurationError, InvalidInputError
 from achilles.k8s.jobs import JobTemplate, SecretKey
@@ -66,6 +67,9 @@ class OperatorConfig:
     metrics_port: int
     # The reaper's threshold; STALE_AFTER unless a test or an installation shortens it.
     stale_after: timedelta
+    # How long a run's pod may take to start (an image pull, a missing Secret) before its
+    # run fails; START_DEADLINE unless an installation with slow pulls lengthens it.
+    start_deadline: timedelta = START_DEADLINE
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -92,6 +96,13 @@ class OperatorConfig:
             stale_after=timedelta(
                 seconds=_int(
                     "ACHILLES_STALE_AFTER_SECONDS", int(STALE_AFTER.total_seconds()), minimum=1
+                )
+            ),
+            start_deadline=timedelta(
+                seconds=_int(
+                    "ACHILLES_START_DEADLINE_SECONDS",
+                    int(START_DEADLINE.total_seconds()),
+                    minimum=1,
                 )
             ),
         )

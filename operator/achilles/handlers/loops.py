@@ -43,8 +43,10 @@ ORPHAN_SWEEP_EVERY = 6  # sweeps: about a minute
 WATCH_TIMEOUT_SECONDS = 300
 MAX_BACKOFF = 30.0
 SHUTDOWN_SECONDS = 5.0
-# How often an owner's other agents get the weekly budget a run changed (StatusQueue).
-SIBLING_REFRESH_SECONDS = 30.0
+# An owner's other agents get the weekly budget a run changed in turns (StatusQueue):
+# at most 100 patches every 10 s per replica, however many agents an owner has.
+SIBLING_REFRESH_SECONDS = 10.0
+SIBLING_BATCH = 100
 WATCH_THREADS = frozenset({"achilles-pod-watch", "achilles-job-watch"})
 
 
@@ -72,7 +74,9 @@ class Engine:
     schedule_wake: Wake = field(default_factory=Wake)
     dispatch_wake: Wake = field(default_factory=Wake)
     status_wake: Wake = field(default_factory=Wake)
-    statuses: StatusQueue = field(default_factory=lambda: StatusQueue(SIBLING_REFRESH_SECONDS))
+    statuses: StatusQueue = field(
+        default_factory=lambda: StatusQueue(SIBLING_REFRESH_SECONDS, SIBLING_BATCH)
+    )
     last_pass: dict[str, float] = field(default_factory=dict)
     last_schedule_repair: float = float("-inf")
     threads: list[threading.Thread] = field(default_factory=list)
@@ -244,11 +248,18 @@ class Engine:
 
     def _follow_pods(self) -> bool:
         """List (nothing is missed while no watch ran), then watch until it times out."""
-        self._report_failures(outcomes.fold_listing(self.database, self.jobs), "RunFailed")
+        self._report_failures(
+            outcomes.fold_listing(
+                self.database, self.jobs, start_deadline=self.config.start_deadline
+            ),
+            "RunFailed",
+        )
         for pod in self.jobs.watch_pods(WATCH_TIMEOUT_SECONDS):
             if self.stop.is_set():
                 break
-            failed = outcomes.fold_pod(self.database, self.jobs, pod)
+            failed = outcomes.fold_pod(
+                self.database, self.jobs, pod, start_deadline=self.config.start_deadline
+            )
             if failed is not None:
                 self._report_failures([failed], "RunFailed")
         return True
@@ -262,7 +273,9 @@ class Engine:
         for job in self.jobs.watch_jobs(WATCH_TIMEOUT_SECONDS):
             if self.stop.is_set():
                 break
-            failed = outcomes.fold_job(self.database, job, self.jobs)
+            failed = outcomes.fold_job(
+                self.database, job, self.jobs, start_deadline=self.config.start_deadline
+            )
             if failed is not None:
                 self._report_failures([failed], "RunFailed")
         return True
@@ -316,7 +329,12 @@ class Engine:
 
     def _judge_pending_pods(self) -> bool:
         """Pods stuck before starting fail their run at the start deadline, event or not."""
-        self._report_failures(outcomes.fold_pending_pods(self.database, self.jobs), "RunFailed")
+        self._report_failures(
+            outcomes.fold_pending_pods(
+                self.database, self.jobs, start_deadline=self.config.start_deadline
+            ),
+            "RunFailed",
+        )
         return True
 
     def _status_writer(self) -> None:

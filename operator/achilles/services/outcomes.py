@@ -11,13 +11,19 @@ no-op.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
 from achilles.db.journal.runs import ReapedRun, fail_run, fail_unclaimed_run, reap_stale_runs
 from achilles.db.journal.settings import database_now, database_started_at
-from achilles.domain.pod_outcome import JobObservation, PodObservation, job_verdict, pod_verdict
+from achilles.domain.pod_outcome import (
+    START_DEADLINE,
+    JobObservation,
+    PodObservation,
+    job_verdict,
+    pod_verdict,
+)
 from achilles.domain.runs import STALE_AFTER, FailReason, RunState
 from achilles.k8s.jobs import RunJobs
 
@@ -40,9 +46,15 @@ class SweepResult:
     requeued: list[int] = field(default_factory=list)
 
 
-def fold_pod(database: Database, jobs: RunJobs, pod: PodObservation) -> FailedRun | None:
+def fold_pod(
+    database: Database,
+    jobs: RunJobs,
+    pod: PodObservation,
+    *,
+    start_deadline: timedelta = START_DEADLINE,
+) -> FailedRun | None:
     with database.transaction() as session:
-        verdict = pod_verdict(pod, database_now(session))
+        verdict = pod_verdict(pod, database_now(session), start_deadline)
         if verdict is None:
             return None
         if verdict.unclaimed_only:
@@ -57,7 +69,11 @@ def fold_pod(database: Database, jobs: RunJobs, pod: PodObservation) -> FailedRu
 
 
 def fold_job(
-    database: Database, job: JobObservation, jobs: RunJobs | None = None
+    database: Database,
+    job: JobObservation,
+    jobs: RunJobs | None = None,
+    *,
+    start_deadline: timedelta = START_DEADLINE,
 ) -> FailedRun | None:
     verdict = job_verdict(job)
     if verdict is None:
@@ -67,7 +83,7 @@ def fold_job(
         # runner's exit code, OOMKilled, an eviction). Whichever watcher sees its object
         # first writes the error, so the Job's fold asks the pod first.
         for pod in jobs.list_pods(run_id=job.run_id):
-            folded = fold_pod(database, jobs, pod)
+            folded = fold_pod(database, jobs, pod, start_deadline=start_deadline)
             if folded is not None:
                 return folded
     with database.transaction() as session:
@@ -113,7 +129,9 @@ def sweep(
     return result
 
 
-def fold_pending_pods(database: Database, jobs: RunJobs) -> list[FailedRun]:
+def fold_pending_pods(
+    database: Database, jobs: RunJobs, *, start_deadline: timedelta = START_DEADLINE
+) -> list[FailedRun]:
     """Judge every run pod that has not started again, on the sweeper's tick.
 
     A pod's verdict is otherwise computed only when the pod watcher sees it change, and
@@ -123,12 +141,25 @@ def fold_pending_pods(database: Database, jobs: RunJobs) -> list[FailedRun]:
     bad-input`, scenario no-secret).
     """
     pending = jobs.list_pods(pending_only=True)
-    return [f for pod in pending if (f := fold_pod(database, jobs, pod)) is not None]
+    return [
+        f
+        for pod in pending
+        if (f := fold_pod(database, jobs, pod, start_deadline=start_deadline)) is not None
+    ]
 
 
-def fold_listing(database: Database, jobs: RunJobs, now: datetime | None = None) -> list[FailedRun]:
+def fold_listing(
+    database: Database, jobs: RunJobs, *, start_deadline: timedelta = START_DEADLINE
+) -> list[FailedRun]:
     """One pass over every run pod and Job (after a watch restarts, nothing is missed)."""
-    del now
-    failed = [f for pod in jobs.list_pods() if (f := fold_pod(database, jobs, pod)) is not None]
-    failed += [f for job in jobs.list_jobs() if (f := fold_job(database, job, jobs)) is not None]
+    failed = [
+        f
+        for pod in jobs.list_pods()
+        if (f := fold_pod(database, jobs, pod, start_deadline=start_deadline)) is not None
+    ]
+    failed += [
+        f
+        for job in jobs.list_jobs()
+        if (f := fold_job(database, job, jobs, start_deadline=start_deadline)) is not None
+    ]
     return failed

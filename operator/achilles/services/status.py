@@ -292,17 +292,25 @@ class StatusQueue:
 
     An owner's agents share the weekly budget, so one run's tokens change the status of
     every agent of its owner. The agent whose run moved is written at once; the owner's
-    other agents at most every `sibling_every` seconds (an owner with 1,000 agents turned
-    every run's end into 1,000 patches and as many watch events per replica, `achilles
-    chaos double-leader`).
+    other agents in turns, every `sibling_every` seconds at most `sibling_batch` of
+    them, longest waiting first, each once however often its budget moved meanwhile. An
+    owner with 1,000 agents turned every run's end into 1,000 patches and as many watch
+    events per replica (`achilles chaos double-leader`); an owner with a few agents sees
+    the budget on all of them within one turn.
     """
 
-    def __init__(self, sibling_every: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        sibling_every: float,
+        sibling_batch: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sibling_every = sibling_every
+        self.sibling_batch = sibling_batch
         self._clock = clock
         self._lock = threading.Lock()
         self._now: set[int] = set()
-        self._siblings: set[int] = set()
+        self._siblings: dict[int, None] = {}  # insertion-ordered: longest waiting first
         self._siblings_taken_at = float("-inf")
         self._reconcile: set[int] = set()
 
@@ -312,9 +320,10 @@ class StatusQueue:
             self._now.update(agent_ids)
 
     def mark_siblings(self, agent_ids: Iterable[int]) -> None:
-        """These agents share a budget that moved: write them at the next sibling turn."""
+        """These agents share a budget that moved: write them in a coming turn."""
         with self._lock:
-            self._siblings.update(agent_ids)
+            for agent_id in agent_ids:
+                self._siblings.setdefault(agent_id, None)
 
     def take(self) -> tuple[set[int], set[int]]:
         """(agents to write now, siblings whose turn came): both leave the queue."""
@@ -322,7 +331,9 @@ class StatusQueue:
             now, self._now = self._now, set()
             siblings: set[int] = set()
             if self._siblings and self._clock() - self._siblings_taken_at >= self.sibling_every:
-                siblings, self._siblings = self._siblings, set()
+                for agent_id in list(self._siblings)[: self.sibling_batch]:
+                    del self._siblings[agent_id]
+                    siblings.add(agent_id)
                 self._siblings_taken_at = self._clock()
             return now, siblings
 
@@ -330,7 +341,8 @@ class StatusQueue:
         """A pass failed: what it took is written at the next one."""
         with self._lock:
             self._now |= now
-            self._siblings |= siblings
+            for agent_id in siblings:
+                self._siblings.setdefault(agent_id, None)
 
     def want_reconcile(self, agent_ids: Iterable[int]) -> None:
         """Reconcile these agents at their next event (their owner's zone moved)."""
