@@ -31,7 +31,7 @@ from achilles.errors import LocalStackError
 HUGE_CONTENT_BYTES = 2 << 20  # "huge content" from the scripted server: 2 MiB
 # A reply the runner cannot hold under the OOM scenario's memory limit.
 OOM_REPLY_BYTES = 160 << 20
-HOLD_SECONDS = (20, 40, 60, 90)
+HOLD_SECONDS = (20, 40, 60, 70, 90)
 HOLD_FOREVER = 3000.0
 
 
