@@ -188,6 +188,9 @@ class ChaosCluster:
             120,
             what="kube-apiserver to be ready again",
         )
+        # Ready is not yet admitting: a restarted API server refuses AgentModels until
+        # the policy's informer found the CRD again (the next scenario was refused).
+        _wait_for_policies(self.kube)
         return time.monotonic() - started
 
 
@@ -228,8 +231,13 @@ def _secret(kube: Kube, namespace: str, name: str, url: str) -> None:
         kube.core.replace_namespaced_secret(name, namespace, body)
 
 
+# What a ValidatingAdmissionPolicy with a paramKind says while it cannot judge yet.
+POLICY_NOT_READY = ("not yet synced", "failed to find resource referenced by paramKind")
+
+
 def _wait_for_policies(kube: Kube) -> None:
-    """The single-default-model policy refuses every AgentModel until its informer synced."""
+    """The single-default-model policy refuses every AgentModel until its informer synced
+    (after a restart of the API server also until it found its paramKind's CRD)."""
     probe = manifest(
         "AgentModel", "chaos-probe", {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}
     )
@@ -238,7 +246,8 @@ def _wait_for_policies(kube: Kube) -> None:
         try:
             kube.create(probe, dry_run=True)
         except ApiException as error:
-            if "not yet synced" in refusal(error):
+            said = refusal(error)
+            if any(words in said for words in POLICY_NOT_READY):
                 return False
             raise
         return True
