@@ -89,6 +89,8 @@ class ChaosCluster:
     # puts the CR back at its clean-up; the next scenario's first operator mirrors it,
     # and `Context.operator` waits for that before the scenario goes on.
     platform_mirrored: bool = False
+    # The scenarios' namespaces, deleted at their clean-ups and gone in the background.
+    deleted_namespaces: list[str] = dataclasses.field(default_factory=list)
 
     # --- up and down --------------------------------------------------------------------
 
@@ -111,9 +113,16 @@ class ChaosCluster:
     def down(self, *, keep: bool) -> None:
         self.models.stop()
         self.broken.stop()
-        self.kube.api.close()  # type: ignore[no-untyped-call]
-        if keep:
+        if keep:  # a stack kept for the next run: clean, its scenarios' namespaces gone
+            wait_for(
+                lambda: not any(map(self.kube.namespace_exists, self.deleted_namespaces)),
+                180,
+                what="the scenarios' namespaces to go",
+                interval=1,
+            )
+            self.kube.api.close()  # type: ignore[no-untyped-call]
             return
+        self.kube.api.close()  # type: ignore[no-untyped-call]
         self.stack.down()
         shutil.rmtree(self.stack.config.postgres_dir, ignore_errors=True)
         shutil.rmtree(self.stack.config.state_dir, ignore_errors=True)

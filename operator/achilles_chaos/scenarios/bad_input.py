@@ -263,8 +263,11 @@ def _bind_portal(kube: Kube) -> str:
 # --- 2. resources the API server accepts but the operator cannot honour ---------------------
 
 
-def _accepted_but_wrong(ctx: Context, good_model: str) -> list[str]:
-    """Each must show on the Agent (phase, condition) or end its run with a clear error."""
+def _accepted_but_wrong(ctx: Context, good_model: str) -> Callable[[], list[str]]:
+    """Each must show on the Agent (phase, condition) or end its run with a clear error.
+
+    Starts the runs and returns their judgement, to be called later: the no-secret run
+    takes the start deadline to fail, and the other checks run meanwhile."""
     kube, journal, problems = ctx.kube, ctx.journal, []
     host_ip = ctx.cluster.config.network.host_ip
     closed = ctx.model("closed-port", f"http://{host_ip}:1/v1")
@@ -366,44 +369,51 @@ def _accepted_but_wrong(ctx: Context, good_model: str) -> list[str]:
         "UPDATE agents SET next_run_at = now() - interval '1 second' WHERE id = ANY(%s)",
         ([ids["scheduled"], ids["venusian"]],),
     )
-    expected = {
-        "ghost-tools": ("succeeded", ""),
-        "closed-port": ("failed", "unreachable"),
-        "no-secret": ("failed", "chaos-missing"),
-        "scheduled": ("succeeded", ""),
-    }
-    for name, (state, says) in expected.items():
-        try:
-            (run,) = ctx.new_runs([ids[name]], before, 90).values()
-            row = ctx.wait_ended([run], START_TIMEOUT, f"{name}'s run to end")[run]
-        except ChaosTimeout as error:
-            problems.append(f"{name}: no run ended: {error}")
-            continue
-        if row["state"] != state or says not in (row["error"] or ""):
-            problems.append(f"{name}: {row['state']}/{row['reason']}: {row['error']!r}")
-        else:
-            ctx.result.note(f"{name}: {row['state']} {row['error'] or ''}".strip())
-    venusian = journal.rows(
-        "SELECT state, reason, error FROM agent_runs WHERE agent_id = %s", (ids["venusian"],)
-    )
-    ctx.result.note(f"venusian (owner zone now Venus/Maxwell): runs {venusian}")
 
-    # The owner's zone is not a zone: the Agent must say so (not fail silently forever).
-    def says_zone() -> bool:
-        status = kube.status("martian", ctx.namespace)
-        text = " ".join(str(c.get("message", "")) for c in status.get("conditions", []))
-        return "Mars/Olympus" in text
-
-    try:
-        wait_for(says_zone, 60, what="the martian Agent's status to name the bad zone")
-    except ChaosTimeout:
-        row = journal.one("SELECT id, next_run_at FROM agents WHERE cr_name = 'martian'")
-        status = kube.status("martian", ctx.namespace)
-        problems.append(
-            "martian (owner timezone Mars/Olympus in users): the Agent's status does not say"
-            f" why (phase {status.get('phase')!r}, row {row})"
+    def judge() -> list[str]:
+        expected = {
+            "ghost-tools": ("succeeded", ""),
+            "closed-port": ("failed", "unreachable"),
+            "no-secret": ("failed", "chaos-missing"),
+            "scheduled": ("succeeded", ""),
+        }
+        for name, (state, says) in expected.items():
+            try:
+                (run,) = ctx.new_runs([ids[name]], before, 90).values()
+                row = ctx.wait_ended([run], START_TIMEOUT, f"{name}'s run to end")[run]
+            except ChaosTimeout as error:
+                problems.append(f"{name}: no run ended: {error}")
+                continue
+            if row["state"] != state or says not in (row["error"] or ""):
+                problems.append(f"{name}: {row['state']}/{row['reason']}: {row['error']!r}")
+            else:
+                ctx.result.note(f"{name}: {row['state']} {row['error'] or ''}".strip())
+        venusian = journal.rows(
+            "SELECT state, reason, error FROM agent_runs WHERE agent_id = %s", (ids["venusian"],)
         )
-    return problems
+        ctx.result.note(f"venusian (owner zone now Venus/Maxwell): runs {venusian}")
+
+        # The owner's zone is not a zone, from the start (martian) or since a moment ago
+        # (venusian, whose spec did not change): the Agent must say so.
+        for name, zone in (("martian", "Mars/Olympus"), ("venusian", "Venus/Maxwell")):
+
+            def says_zone(name: str = name, zone: str = zone) -> bool:
+                status = kube.status(name, ctx.namespace)
+                conditions = status.get("conditions", [])
+                return zone in " ".join(str(c.get("message", "")) for c in conditions)
+
+            try:
+                wait_for(says_zone, 60, what=f"the {name} Agent's status to name the bad zone")
+            except ChaosTimeout:
+                row = journal.one("SELECT id, next_run_at FROM agents WHERE cr_name = %s", (name,))
+                status = kube.status(name, ctx.namespace)
+                problems.append(
+                    f"{name} (owner timezone {zone} in users): the Agent's status does not"
+                    f" say why (phase {status.get('phase')!r}, row {row})"
+                )
+        return problems
+
+    return judge
 
 
 # --- 3. the CLI --------------------------------------------------------------------------
@@ -547,9 +557,10 @@ def bad_input(ctx: Context) -> None:
     good_model = ctx.model("good")
     refused, cr_problems = _refusals(ctx)
     crs = refused + len(cr_problems)
-    wrong_problems = _accepted_but_wrong(ctx, good_model)
+    judge_wrong = _accepted_but_wrong(ctx, good_model)
     cli_ok, cli_problems = _cli(ctx)
     replies_ok, reply_problems = _model_replies(ctx, good_model)
+    wrong_problems = judge_wrong()
     for problem in [*cr_problems, *wrong_problems, *cli_problems, *reply_problems]:
         r.check(False, problem)
     rows = ctx.journal.rows("SELECT * FROM agent_runs")

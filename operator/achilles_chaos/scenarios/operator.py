@@ -223,19 +223,25 @@ def operator_sigkill(ctx: Context) -> None:
     def something_to_dispatch() -> bool:
         """Requests for the agents whose last one was answered (their runs end while the
         operator is down: runners write the journal themselves); true once a new request
-        or a queued run is there, so the next start has a Job to create."""
+        or a queued run without a Job is there, so the next start has a Job to create."""
         written = False
         for name in names:
             if _answered(ctx, ids[name], requests[name]):
                 requests[name].append(ctx.request(name))
                 written = True
-        return written or bool(
-            ctx.journal.scalar(
-                "SELECT count(*) FROM agent_runs WHERE agent_id = ANY(%s)"
+        if written:
+            return True
+        # A kill between creating Jobs and recording them leaves runs queued that have
+        # their Jobs already (the next operator finds them AlreadyExists): not new work.
+        undispatched = {
+            int(row["id"])
+            for row in ctx.journal.rows(
+                "SELECT id FROM agent_runs WHERE agent_id = ANY(%s)"
                 " AND state = 'queued' AND dispatched_at IS NULL",
                 (list(ids.values()),),
             )
-        )
+        }
+        return bool(undispatched - set(ctx.kube.job_run_ids()))
 
     for number in range(kills):
         wait_for(something_to_dispatch, 120, what="a run for the restarted operator to dispatch")
