@@ -141,9 +141,11 @@ class ChaosCluster:
     def database_url(self) -> str:
         return self.stack.config.database_url
 
-    def runner_pids(self) -> dict[int, int]:
-        """run id -> host pid of `achilles runner --run-id N` in this node's containers."""
-        found: dict[int, int] = {}
+    def runner_pids(self) -> dict[int, list[int]]:
+        """run id -> host pids of `achilles runner --run-id N` in this node's containers
+        (usually one; two while Kubernetes runs a Job's pod twice, the second exiting
+        once it finds the run claimed)."""
+        found: dict[int, list[int]] = {}
         for pid in host.cgroup_processes(self.stack.node().cgroup_root):
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -152,7 +154,7 @@ class ChaosCluster:
             if b"runner" in argv and b"--run-id" in argv:
                 index = argv.index(b"--run-id") + 1
                 if index < len(argv) and argv[index].isdigit():
-                    found[int(argv[index])] = pid
+                    found.setdefault(int(argv[index]), []).append(pid)
         return found
 
     # --- PostgreSQL -----------------------------------------------------------------------

@@ -148,11 +148,11 @@ class Context:
         found: list[Row] = wait_for(check, timeout, what=what, interval=0.5)
         return found
 
-    def wait_running(self, run_ids: Iterable[int], timeout: float) -> dict[int, int]:
-        """Wait until each run is claimed and its runner process is found: run id -> pid."""
+    def wait_running(self, run_ids: Iterable[int], timeout: float) -> dict[int, list[int]]:
+        """Wait until each run is claimed and its runner process is found: run id -> pids."""
         wanted = set(run_ids)
 
-        def ready() -> dict[int, int] | None:
+        def ready() -> dict[int, list[int]] | None:
             rows = self.journal.runs_by_id(wanted)
             ended = {run: row for run, row in rows.items() if row["state"] in TERMINAL}
             if ended:  # it will never run: say why at once rather than time out
@@ -168,7 +168,7 @@ class Context:
             pids = self.cluster.runner_pids()
             return {run: pids[run] for run in wanted} if wanted <= set(pids) else None
 
-        found: dict[int, int] = wait_for(
+        found: dict[int, list[int]] = wait_for(
             ready, timeout, what=f"{len(wanted)} run(s) running with their runner found"
         )
         return found
@@ -200,7 +200,16 @@ class Context:
             )
             return rows if done else None
 
-        found: dict[int, Row] = wait_for(ended, timeout, what=what, interval=0.5)
+        try:
+            found: dict[int, Row] = wait_for(ended, timeout, what=what, interval=0.5)
+        except ChaosTimeout as error:
+            rows = self.journal.runs_by_id(wanted)
+            active = {
+                run: rows[run]["state"] if run in rows else "no row"
+                for run in wanted
+                if run not in rows or rows[run]["state"] in ("queued", "running")
+            }
+            raise ChaosTimeout(f"{error}; not ended: {active}") from None
         return found
 
     def last_run_id(self) -> int:

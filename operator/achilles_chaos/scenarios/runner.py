@@ -43,8 +43,9 @@ def runner_sigkill(ctx: Context) -> None:
         runs = ctx.new_runs(ids.values(), before, 60)
         pids = ctx.wait_running(runs.values(), START_TIMEOUT)
         killed_at = {}
-        for run_id, pid in pids.items():
-            os.kill(pid, signal.SIGKILL)
+        for run_id, run_pids in pids.items():
+            for pid in run_pids:
+                os.kill(pid, signal.SIGKILL)
             killed_at[run_id] = datetime.now(UTC)
         rows = ctx.wait_ended(pids, 60, f"wave {number + 1}'s killed runs to end")
         for run_id, row in rows.items():
@@ -109,8 +110,9 @@ def runner_sigstop(ctx: Context) -> None:
     sampler.start()
     try:
         frozen_at = datetime.now(UTC)
-        for pid in pids.values():
-            os.kill(pid, signal.SIGSTOP)
+        for run_pids in pids.values():
+            for pid in run_pids:
+                os.kill(pid, signal.SIGSTOP)
         reaped = ctx.wait_ended(pids, STALE_AFTER_SECONDS + 60, "the frozen runs to be reaped")
         lag = max((row["finished_at"] - frozen_at).total_seconds() for row in reaped.values())
         for run_id, row in reaped.items():
@@ -131,7 +133,7 @@ def runner_sigstop(ctx: Context) -> None:
         for name in names:
             ctx.request(name)
         nexts = ctx.new_runs(ids.values(), before, 60)
-        for pid in pids.values():
+        for pid in (pid for run_pids in pids.values() for pid in run_pids):
             try:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
