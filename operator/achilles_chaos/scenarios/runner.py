@@ -42,6 +42,9 @@ def runner_sigkill(ctx: Context) -> None:
             ctx.request(name)
         runs = ctx.new_runs(ids.values(), before, 60)
         pids = ctx.wait_running(runs.values(), START_TIMEOUT)
+        twice = sorted(run for run, run_pids in pids.items() if len(run_pids) > 1)
+        if twice:  # the Job controller, its informers behind, started a second pod
+            r.note(f"wave {number + 1}: runs with two runner processes, both killed: {twice}")
         killed_at = {}
         for run_id, run_pids in pids.items():
             for pid in run_pids:
