@@ -53,7 +53,7 @@ bench: control-plane ## The benchmark suite at default sizes (long; see docs/per
 	$(RUN) achilles bench all
 
 .PHONY: chaos
-chaos: control-plane ## The fault suite on a stack of its own (~20 min, root; see docs/reliability.md)
+chaos: control-plane ## The fault suite on a stack of its own (~17 min, root; see docs/reliability.md)
 	$(RUN) achilles chaos all
 
 .PHONY: dev
