@@ -249,6 +249,14 @@ def _steady(
     wait_until(all_created, 300, f"{slots_total} Jobs", progress)
     jobs = watcher.snapshot()
     watcher.stop()
+
+    def all_ended() -> bool:
+        """The runs' states are reported once they ended, the operator still there to
+        fold their pods (its stop no longer gives them the seconds it used to take)."""
+        operator.check_alive()
+        return not run_states(database).keys() & {"queued", "running"}
+
+    wait_until(all_ended, 300, f"the {slots_total} runs to end", progress)
     latencies = [
         job.seen_at - datetime.fromisoformat(job.annotations[SLOT_ANNOTATION]).timestamp()
         for job in jobs
