@@ -29,6 +29,9 @@ fi
 # the CNI plugins for pod networking, debootstrap for the local base image, iptables
 # for kube-proxy. Without root there is no real node: `achilles dev up --node process`.
 NODE_PACKAGES="runc podman buildah containernetworking-plugins debootstrap iptables conntrack"
+# The web inbox's browser tests drive Debian's Chromium through Playwright (Playwright's
+# own browser download is not reachable from every machine; Debian's package is).
+NODE_PACKAGES="$NODE_PACKAGES chromium"
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     missing=""
     for package in $NODE_PACKAGES; do
