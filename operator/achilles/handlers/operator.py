@@ -46,8 +46,12 @@ def configure(
     # Only warnings and errors become Kubernetes Events; our own Events say the rest.
     settings.posting.level = logging.WARNING
     # Standby replicas are safe without kopf peering: every decision that could be
-    # taken twice is taken in PostgreSQL (SKIP LOCKED, advisory lock, unique indexes),
-    # and kopf peering does not pause the tasks we start ourselves (nolar/kopf#1266).
+    # taken twice is taken in PostgreSQL (SKIP LOCKED, advisory lock, unique indexes).
+    # Peering would not make one replica the only actor anyway: a frozen kopf stops its
+    # own watch-streams and its daemons/timers (kopf docs/peering.rst, "Priorities";
+    # nolar/kopf#675), not the threads our startup handler starts (handlers/loops.py).
+    # Standalone, per the same page, means two replicas may both react to one event:
+    # our handlers are idempotent and the database decides, so that is harmless.
     settings.peering.standalone = True
     settings.peering.mandatory = False
 
