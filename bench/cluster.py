@@ -193,31 +193,7 @@ def _install_chart(cluster: BenchCluster, max_concurrency: int, progress: Progre
     apply_crds(install)
     install_chart(install)
     _apply_secret(cluster.core, RUNS_NAMESPACE, RUNNER_SECRET, cluster.pod_database_url)
-    _wait_for_model_policy(cluster, progress)
     progress(f"chart installed (maxConcurrency {max_concurrency}, operator Deployment off)")
-
-
-def _wait_for_model_policy(cluster: BenchCluster, progress: Progress) -> None:
-    """The single-default-model policy takes AgentModels as its parameters: until the API
-    server's informer for them synced it refuses every AgentModel ("not yet synced"; a
-    CI run's steady-state smoke test was refused so)."""
-
-    def admits() -> bool:
-        try:
-            cluster.custom.create_cluster_custom_object(
-                GROUP,
-                VERSION,
-                "agentmodels",
-                model_manifest("bench-policy-probe", "http://127.0.0.1:9/v1"),
-                dry_run="All",
-            )
-        except ApiException as error:
-            if "not yet synced" in str(error.body) or "paramKind" in str(error.body):
-                return False
-            raise
-        return True
-
-    wait_until(admits, 60, "the single-default-model policy to sync", progress)
 
 
 def _apply_secret(core: client.CoreV1Api, namespace: str, name: str, url: str) -> None:

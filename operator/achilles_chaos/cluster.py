@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.client import api_client
 from achilles_chaos.journal import Journal
-from achilles_chaos.kube import RUNS_NAMESPACE, Kube, manifest, refusal
+from achilles_chaos.kube import RUNS_NAMESPACE, Kube, manifest
 from achilles_chaos.models import BrokenModel, ModelServer
 from achilles_chaos.waiting import wait_for
 from achilles_dev import controlplane, postgres
@@ -34,6 +34,7 @@ from achilles_dev.chart import (
     apply_crds,
     install_chart,
     local_values,
+    wait_until_policies_admit,
 )
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.images import ENGINE_IMAGE
@@ -103,7 +104,6 @@ class ChaosCluster:
         api = api_client(stack.config.kubeconfig)
         kube = Kube(api)
         _install_chart(stack, kube, report)
-        _wait_for_policies(kube)
         host_ip = stack.config.network.host_ip
         models = ModelServer.start(host_ip, workdir)
         broken = BrokenModel(host_ip)
@@ -201,7 +201,7 @@ class ChaosCluster:
         )
         # Ready is not yet admitting: a restarted API server refuses AgentModels until
         # the policy's informer found the CRD again (the next scenario was refused).
-        _wait_for_policies(self.kube)
+        wait_until_policies_admit(self.config.kubeconfig)
         return time.monotonic() - started
 
 
@@ -240,27 +240,3 @@ def _secret(kube: Kube, namespace: str, name: str, url: str) -> None:
         if error.status != 409:
             raise
         kube.core.replace_namespaced_secret(name, namespace, body)
-
-
-# What a ValidatingAdmissionPolicy with a paramKind says while it cannot judge yet.
-POLICY_NOT_READY = ("not yet synced", "failed to find resource referenced by paramKind")
-
-
-def _wait_for_policies(kube: Kube) -> None:
-    """The single-default-model policy refuses every AgentModel until its informer synced
-    (after a restart of the API server also until it found its paramKind's CRD)."""
-    probe = manifest(
-        "AgentModel", "chaos-probe", {"baseURL": "http://127.0.0.1:1/v1", "model": "m"}
-    )
-
-    def accepted() -> bool:
-        try:
-            kube.create(probe, dry_run=True)
-        except ApiException as error:
-            said = refusal(error)
-            if any(words in said for words in POLICY_NOT_READY):
-                return False
-            raise
-        return True
-
-    wait_for(accepted, 60, what="the admission policies to sync")

@@ -106,3 +106,16 @@ def test_dev_status_finds_every_part_healthy(dev_stack: LocalStack) -> None:
     assert checks["release"].state == "deployed"
     assert checks["operator"].state == "ready"
     assert checks["model-server"].state == "running"
+
+
+def test_dev_down_then_up_applies_the_demo_at_once(dev_stack: LocalStack) -> None:
+    """`achilles dev down && achilles dev up && achilles dev demo`: the API server starts
+    anew and its single-default-model policy refuses every AgentModel until its parameters
+    synced ("paramKind kind AgentModel not yet synced"), which stopped a newcomer's demo for
+    ~45 s and made a CI run red (issue 18, item 0). `dev up` now returns only once the
+    policy judges, so the demo's `kubectl apply` of its model is admitted at once."""
+    dev_stack.down()
+    assert dev_stack.up() is True
+    install_into_stack(dev_stack)
+    install_demo(dev_stack)  # raises LocalStackError naming the refusal if refused
+    assert run_demo(dev_stack, timeout=300) == 0

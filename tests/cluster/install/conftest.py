@@ -29,12 +29,13 @@ from achilles_dev.chart import (
     RELEASE,
     RELEASE_NAMESPACE,
     ChartInstall,
+    wait_until_policies_admit,
 )
 from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, impersonating, verdict
 from tests.conftest import create_database, drop_database
-from tests.crd_cases import agent, agent_model
+from tests.crd_cases import agent
 from tests.waiting import wait_for
 
 PORTAL_USER = "portal-bot"
@@ -103,7 +104,7 @@ def achilles_release(
     release = Release(install=install, database_url=url, values_file=values_file)
     _wait_until_admin_paused_policy_enforces(cluster)
     wait_until_platform_owner_enforces(cluster.kubeconfig)
-    _wait_until_default_model_policy_is_synced(cluster)
+    wait_until_policies_admit(cluster.kubeconfig)
     yield release
     install.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
     drop_database(postgres_server, database)
@@ -135,18 +136,6 @@ def wait_until_platform_owner_enforces(kubeconfig: Path) -> None:
         return "belongs to the Helm release" in probe.stderr
 
     wait_for(refused, timeout=30, what="the platform-owner policy to refuse kubectl")
-
-
-def _wait_until_default_model_policy_is_synced(cluster: Cluster) -> None:
-    """The single-default policy takes AgentModels as its parameters; until the API server's
-    informer for them has synced it refuses every AgentModel ("not yet synced")."""
-    admin = Achilles(cluster.api)
-    probe = agent_model(f"probe-{uuid.uuid4().hex[:6]}")
-    wait_for(
-        lambda: verdict(lambda: admin.create(probe, dry_run=True)) is None,
-        timeout=60,
-        what="the single-default-model policy to sync its parameters",
-    )
 
 
 @pytest.fixture(scope="session")
