@@ -240,6 +240,34 @@ class AgentRun(Base):
     scheduled_for: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class DeletedAgentTokens(Base):
+    """Tokens spent by an owner's deleted agents, per finish time (0009_seed_rules).
+
+    A trigger on `agents` writes these before the cascade removes the agent's runs, so
+    the weekly budget (`db/journal/usage.py`) still counts them: deleting an agent does
+    not give its tokens back. Append-only; the rows go with their owner.
+    """
+
+    __tablename__ = "deleted_agent_tokens"
+    __table_args__ = (
+        CheckConstraint("tokens_used > 0", name="tokens_positive"),
+        Index(
+            "ix_deleted_agent_tokens_user_id_finished_at",
+            "user_id",
+            "finished_at",
+            postgresql_include=["tokens_used"],
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False
+    )
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    tokens_used: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    created_at: Mapped[datetime] = timestamp_column()
+
+
 class AgentToolLink(Base):
     """The optional tools an owner picked beyond the locked KS core (append-only)."""
 

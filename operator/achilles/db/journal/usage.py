@@ -1,7 +1,10 @@
 """Weekly token usage per owner: derived from the journal, never a counter (seed 000).
 
 Usage counts runs whose `finished_at` falls in the budget week, so a run still
-going counts only once it ends; a small overshoot within the week is accepted.
+going counts only once it ends; a small overshoot within the week is accepted. Runs
+go with their agent (seed 000); what a deleted agent's runs spent stays counted
+through `deleted_agent_tokens`, which a trigger fills before the cascade (0009), so
+deleting and re-creating an agent does not give its tokens back.
 """
 
 from __future__ import annotations
@@ -9,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ScalarSelect, SQLColumnExpression, func, select
+from sqlalchemy import ColumnElement, SQLColumnExpression, func, select
 from sqlalchemy.orm import Session, aliased
 
-from achilles.db.journal.models import Agent, AgentRun
+from achilles.db.journal.models import Agent, AgentRun, DeletedAgentTokens
 from achilles.db.journal.settings import load_settings
 from achilles.db.journal.users import find_owner_id
 from achilles.domain.budget import BudgetWindow, week_window
@@ -28,11 +31,12 @@ def tokens_used_by(
     owner: SQLColumnExpression[int] | int,
     start: SQLColumnExpression[datetime] | datetime,
     end: SQLColumnExpression[datetime] | datetime,
-) -> ScalarSelect[int]:
-    """The owner's tokens of runs finished in [start, end) as a scalar subquery; each
+) -> ColumnElement[int]:
+    """The owner's tokens of runs finished in [start, end) as an SQL expression; each
     argument may be a value, a bound parameter or a column of the enclosing query (the
-    start gates read it beside the agent's locks)."""
-    return (
+    start gates read it beside the agent's locks). Runs of agents deleted since count
+    too (`deleted_agent_tokens`)."""
+    of_agents = (
         select(func.coalesce(func.sum(AgentRun.tokens_used), 0))
         .join(_OWNED, _OWNED.id == AgentRun.agent_id)
         .where(
@@ -42,6 +46,18 @@ def tokens_used_by(
         )
         .scalar_subquery()
     )
+    of_deleted_agents = (
+        select(func.coalesce(func.sum(DeletedAgentTokens.tokens_used), 0))
+        .where(
+            DeletedAgentTokens.user_id == owner,
+            DeletedAgentTokens.finished_at >= start,
+            DeletedAgentTokens.finished_at < end,
+        )
+        .scalar_subquery()
+    )
+    # A sum of two scalar subqueries, not a SELECT around them: each must stay correlated
+    # with the enclosing query's `agents` when `owner` is its column.
+    return of_agents + of_deleted_agents
 
 
 def weekly_tokens_used(session: Session, user_id: int, window: BudgetWindow) -> int:
