@@ -65,6 +65,7 @@ CLUSTER_COMMANDS: dict[str, tuple[str, ...]] = {"run-now": ("default/helper",)}
 # (the local stack would start one; the benchmarks and the fault suite are scaffolding
 # with their own harness), and `dev kubelet` (the stand-in's own argument parser).
 NOT_RUN = (
+    "api",
     "operator",
     "model-server",
     "crds generate",

@@ -26,6 +26,7 @@ _SENTENCE_END = re.compile(r"\.(?= +[A-Z])")
 
 # "command name" -> "module:attribute" of a click command or group.
 _SUBCOMMANDS: dict[str, str] = {
+    "api": "achilles.cli.api:api",
     "budget": "achilles.cli.budget:budget",
     "crds": "achilles.cli.crds:crds",
     "db": "achilles.cli.db:db",

@@ -1,0 +1,83 @@
+"""`create_app`: the API as one FastAPI application, built from settings and a database.
+
+Everything the app needs is passed in (or built from `ApiSettings`) and kept on
+`app.state`; nothing is read from the environment here, so tests build apps with their own
+database, verifiers and run requester, and `achilles api` builds the one it serves.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+
+from achilles.api.identity.caller import Authenticator
+from achilles.api.limits import BodySizeLimit
+from achilles.api.problems import install_problem_handlers
+from achilles.api.routers import available_routers
+
+if TYPE_CHECKING:
+    from achilles.api.settings import ApiSettings
+    from achilles.db.database import Database
+    from achilles.services.run_requests import RunRequester
+
+WEB_PACKAGE = "achilles.api.web"
+DESCRIPTION = """\
+The people's side of Achilles: a person's agents, runs and inbox, owner-scoped.
+Authentication, errors (RFC 9457 problem documents) and pagination: docs/api.md."""
+
+
+def default_authenticator(settings: ApiSettings) -> Authenticator:
+    """The ways in that `settings` turn on."""
+    from achilles.api.identity.oidc import OidcVerifier
+
+    oidc = None
+    if settings.oidc_issuer is not None and settings.oidc_audience is not None:
+        oidc = OidcVerifier(
+            settings.oidc_issuer,
+            settings.oidc_audience,
+            settings.oidc_user_claim,
+            settings.oidc_algorithms,
+        )
+    kubernetes = None
+    if settings.kube_audience is not None:
+        from achilles.api.identity.kubernetes import KubernetesIdentity
+
+        kubernetes = KubernetesIdentity.from_settings(settings)
+    return Authenticator(oidc=oidc, kubernetes=kubernetes)
+
+
+def create_app(
+    settings: ApiSettings,
+    database: Database,
+    *,
+    authenticator: Authenticator | None = None,
+    run_requester: RunRequester | None = None,
+) -> FastAPI:
+    """The API application; `authenticator` and `run_requester` default to the ones
+    `settings` describe (the cluster of KUBECONFIG, else the pod's)."""
+    from achilles.services.run_requests import KubernetesRunRequester
+
+    app = FastAPI(
+        title="Achilles API",
+        version="1",
+        description=DESCRIPTION,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.database = database
+    app.state.authenticator = authenticator or default_authenticator(settings)
+    app.state.run_requester = run_requester or KubernetesRunRequester(settings.kubeconfig_path)
+    install_problem_handlers(app)
+    for router in available_routers():
+        app.include_router(router)
+    if settings.web_enabled and importlib.util.find_spec(WEB_PACKAGE) is not None:
+        from achilles.api.web import install_web  # type: ignore[import-not-found,unused-ignore]
+
+        install_web(app, settings)
+    # Outermost: a body too large is refused before any other middleware reads it.
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app

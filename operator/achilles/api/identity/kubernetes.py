@@ -1,0 +1,98 @@
+"""Kubernetes identities: the portal's ServiceAccount tokens, impersonation, admins.
+
+- A bearer token that is not the OIDC issuer's is given to the API server's TokenReview
+  for `ACHILLES_API_KUBE_AUDIENCE`: a token minted for another audience (or the default
+  API audience) is refused, so a token the portal uses elsewhere cannot be replayed here.
+  Only ServiceAccounts (`system:serviceaccount:...`) are accepted this way.
+- A ServiceAccount acts only for a person it names in `Impersonate-User: <user key>`,
+  and only where a SubjectAccessReview says it may `impersonate` `users` of that name,
+  the grant the API server itself checks for impersonation. Without the header, or
+  without the grant: 403.
+- A person is an admin (reads every owner's data) when a SubjectAccessReview says user
+  `<ACHILLES_API_KUBE_USER_PREFIX><user key>` (default `oidc:`, the prefix clusters give
+  OIDC users) may `get` resource `ownerdata` of API group `achilles.io`, cluster-wide:
+  grant it with a ClusterRole bound to that user (docs/api.md#admins).
+
+Answers are cached for `CACHE_SECONDS` (positive token reviews, keyed by the token's
+hash; access reviews both ways), so a busy portal costs the API server one review per
+token and user every few seconds; a revoked grant takes effect within that time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+from achilles.api.identity.cache import TtlCache
+from achilles.api.problems import Problem, unauthorized
+from achilles.domain.users import USER_KEY_RULE, is_valid_user_key
+from achilles.k8s.reviews import Access, ReviewedUser, Reviews
+
+if TYPE_CHECKING:
+    from achilles.api.settings import ApiSettings
+
+CACHE_SECONDS = 10.0
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+ADMIN_ACCESS = Access(verb="get", resource="ownerdata", group="achilles.io")
+
+
+def impersonation_of(user_key: str) -> Access:
+    return Access(verb="impersonate", resource="users", group="", name=user_key)
+
+
+class KubernetesIdentity:
+    def __init__(self, reviews: Reviews, audience: str, user_prefix: str) -> None:
+        self.reviews = reviews
+        self.audience = audience
+        self.user_prefix = user_prefix
+        self._tokens: TtlCache[str, ReviewedUser] = TtlCache(CACHE_SECONDS)
+        self._access: TtlCache[tuple[str, tuple[str, ...], Access], bool] = TtlCache(CACHE_SECONDS)
+
+    @classmethod
+    def from_settings(cls, settings: ApiSettings) -> KubernetesIdentity:
+        assert settings.kube_audience is not None
+        return cls(
+            Reviews(settings.kubeconfig_path), settings.kube_audience, settings.kube_user_prefix
+        )
+
+    def user_key_for(self, token: str, impersonate: str | None) -> str:
+        account = self._service_account(token)
+        if impersonate is None:
+            raise Problem(
+                403,
+                "a ServiceAccount acts only for a person: send Impersonate-User: <user key>",
+            )
+        if not is_valid_user_key(impersonate):
+            raise Problem(400, f"Impersonate-User: {USER_KEY_RULE}")
+        if not self._may(account, impersonation_of(impersonate)):
+            raise Problem(
+                403,
+                f"ServiceAccount {account.username.removeprefix(SERVICE_ACCOUNT_PREFIX)}"
+                f" may not impersonate user {impersonate!r} (RBAC: verb impersonate on"
+                " resource users)",
+            )
+        return impersonate
+
+    def is_admin(self, user_key: str) -> bool:
+        person = ReviewedUser(username=f"{self.user_prefix}{user_key}", uid="", groups=())
+        return self._may(person, ADMIN_ACCESS)
+
+    def _service_account(self, token: str) -> ReviewedUser:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        user = self._tokens.get(digest)
+        if user is None:
+            user = self.reviews.authenticate(token, self.audience)
+            if user is None or not user.username.startswith(SERVICE_ACCOUNT_PREFIX):
+                raise unauthorized("the bearer token is not valid")
+            self._tokens.put(digest, user)
+        return user
+
+    def _may(self, user: ReviewedUser, access: Access) -> bool:
+        key = (user.username, user.groups, access)
+        allowed = self._access.get(key)
+        if allowed is None:
+            allowed = self.reviews.allowed(
+                access, user=user.username, groups=user.groups, uid=user.uid or None
+            )
+            self._access.put(key, allowed)
+        return allowed

@@ -1,0 +1,189 @@
+"""OIDC bearer tokens: JWTs verified in-process against the issuer's published keys.
+
+The keys come from the issuer's JWKS (its `jwks_uri`, from OIDC discovery), fetched on
+first use and kept; a token signed with a key id not in the set makes one refetch (the
+issuer rotated its keys), at most once per `REFETCH_INTERVAL_SECONDS`, so a flood of
+made-up key ids cannot turn into a flood of requests to the issuer.
+
+A token is accepted only when all of these hold: its header's `alg` is one of the pinned
+asymmetric algorithms (never `none`, never HS*: an HMAC "signed" with the public key is
+the classic forgery) and is the algorithm family of the key its `kid` names; the signature
+verifies; `iss` is the issuer, `aud` holds the audience; `exp`, `nbf` and `iat` are present
+and `exp`/`nbf` hold (with `LEEWAY_SECONDS` of clock skew); the user claim is a valid user
+key (`achilles.domain.users`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+import jwt
+from jwt import PyJWK, PyJWKSet
+
+from achilles.api.problems import unauthorized
+from achilles.domain.users import is_valid_user_key
+
+log = logging.getLogger("achilles.api")
+
+REFETCH_INTERVAL_SECONDS = 10.0
+LEEWAY_SECONDS = 30
+FETCH_TIMEOUT_SECONDS = 5.0
+REQUIRED_CLAIMS = ("exp", "nbf", "iat", "iss", "aud")
+# The key type an algorithm family signs with: a token must not pick an algorithm the
+# key its `kid` names was never meant for.
+_KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC"}
+
+Fetch = Callable[[str], Any]
+
+
+def _fetch_json(url: str) -> Any:
+    response = httpx.get(url, timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False)
+    response.raise_for_status()
+    return response.json()
+
+
+class OidcUnavailable(Exception):
+    """The issuer's discovery document or key set could not be fetched."""
+
+
+class JwksCache:
+    """The issuer's signing keys by `kid`, refetched on an unknown one (rate-limited)."""
+
+    def __init__(
+        self, issuer: str, fetch: Fetch = _fetch_json, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.issuer = issuer
+        self._fetch = fetch
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._jwks_uri: str | None = None
+        self._keys: dict[str, PyJWK] = {}
+        self._fetched_at: float | None = None
+        self._failure: OidcUnavailable | None = None
+
+    def key(self, kid: str) -> PyJWK | None:
+        with self._lock:
+            key = self._keys.get(kid)
+            if key is not None:
+                return key
+            now = self._clock()
+            if self._fetched_at is not None and now - self._fetched_at < REFETCH_INTERVAL_SECONDS:
+                if self._failure is not None:
+                    raise self._failure
+                return None
+            self._fetched_at = now
+            try:
+                self._keys = self._load()
+            except OidcUnavailable as exc:
+                log.warning("OIDC issuer %s: cannot fetch its keys: %s", self.issuer, exc)
+                self._failure = exc
+                raise
+            self._failure = None
+            return self._keys.get(kid)
+
+    def _load(self) -> dict[str, PyJWK]:
+        try:
+            if self._jwks_uri is None:
+                discovery = self._fetch(
+                    self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+                )
+                self._jwks_uri = str(discovery["jwks_uri"])
+            document = self._fetch(self._jwks_uri)
+            key_set = PyJWKSet.from_dict(document)
+        except (httpx.HTTPError, KeyError, TypeError, ValueError, jwt.PyJWTError) as exc:
+            raise OidcUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        return {
+            key.key_id: key
+            for key in key_set.keys
+            if key.key_id is not None and key.public_key_use in (None, "sig")
+        }
+
+
+class OidcVerifier:
+    """Verifies access tokens of one issuer for one audience."""
+
+    def __init__(
+        self,
+        issuer: str,
+        audience: str,
+        user_claim: str,
+        algorithms: Sequence[str],
+        keys: JwksCache | None = None,
+    ) -> None:
+        self.issuer = issuer
+        self.audience = audience
+        self.user_claim = user_claim
+        self.algorithms = tuple(algorithms)
+        self.keys = keys or JwksCache(issuer)
+
+    def user_key_of(self, token: str) -> str:
+        claims = self.claims_of(token)
+        user_key = claims.get(self.user_claim)
+        if not isinstance(user_key, str) or not is_valid_user_key(user_key):
+            raise unauthorized(f"the bearer token's {self.user_claim!r} claim is not a user key")
+        return user_key
+
+    def claims_of(self, token: str) -> dict[str, Any]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise unauthorized("the bearer token is not a well-formed JWT") from None
+        algorithm = header.get("alg")
+        if algorithm not in self.algorithms:
+            raise unauthorized(
+                f"the bearer token's algorithm {str(algorithm)[:20]!r} is not accepted"
+                f" (accepted: {', '.join(self.algorithms)})"
+            )
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise unauthorized("the bearer token names no signing key (no kid)")
+        try:
+            key = self.keys.key(kid)
+        except OidcUnavailable as exc:
+            raise _issuer_unavailable(exc) from None
+        if key is None or key.key_type != _KEY_TYPES.get(str(algorithm)[:2]):
+            raise unauthorized("the bearer token is not signed by a key of the issuer")
+        return _decode(token, key, str(algorithm), self.issuer, self.audience)
+
+
+def _decode(token: str, key: PyJWK, algorithm: str, issuer: str, audience: str) -> dict[str, Any]:
+    try:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key.key,
+            algorithms=[algorithm],
+            audience=audience,
+            issuer=issuer,
+            leeway=LEEWAY_SECONDS,
+            options={"require": list(REQUIRED_CLAIMS), "strict_aud": False},
+        )
+    except jwt.ExpiredSignatureError:
+        raise unauthorized("the bearer token has expired") from None
+    except jwt.ImmatureSignatureError:
+        raise unauthorized("the bearer token is not valid yet (nbf/iat in the future)") from None
+    except jwt.InvalidAudienceError:
+        raise unauthorized("the bearer token is not meant for this API (aud)") from None
+    except jwt.InvalidIssuerError:
+        raise unauthorized("the bearer token is from another issuer (iss)") from None
+    except jwt.MissingRequiredClaimError as exc:
+        raise unauthorized(f"the bearer token has no {exc.claim!r} claim") from None
+    except jwt.InvalidSignatureError:
+        raise unauthorized("the bearer token's signature does not verify") from None
+    except jwt.PyJWTError:
+        raise unauthorized("the bearer token is not valid") from None
+    return claims
+
+
+def _issuer_unavailable(exc: OidcUnavailable) -> Exception:
+    from achilles.api.problems import Problem
+
+    return Problem(
+        503,
+        "the identity provider's signing keys cannot be fetched right now; try again",
+        headers={"Retry-After": str(int(REFETCH_INTERVAL_SECONDS))},
+    )

@@ -1,0 +1,26 @@
+"""`GET /v1/me`: who the API takes the caller to be."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+
+from achilles.api.identity.caller import Caller, current_caller
+from achilles.api.problems import PROBLEM_RESPONSES
+
+router = APIRouter(prefix="/v1", tags=["identity"], responses=PROBLEM_RESPONSES)
+
+
+class Me(BaseModel):
+    user_key: str
+    is_admin: bool
+    via: Literal["oidc", "serviceaccount", "session"]
+
+
+@router.get("/me", response_model=Me)
+def me(caller: Annotated[Caller, Depends(current_caller)]) -> Me:
+    """The caller's user key, whether they may read every owner's data, and how they
+    were recognised."""
+    return Me(user_key=caller.user_key, is_admin=caller.is_admin, via=caller.via)

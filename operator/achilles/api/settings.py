@@ -1,0 +1,185 @@
+"""The API's settings: one model, read once from the environment at start.
+
+`achilles api` (and a pod running it) configures everything through `ACHILLES_*`
+variables; a missing or malformed one is a `ConfigurationError` naming the variable, which
+the CLI prints as one line with exit code 2. Nothing is read from the environment later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from achilles.errors import ConfigurationError, InvalidInputError
+
+# The signing algorithms a bearer token may use. Asymmetric only: an HS* token would be
+# "signed" with a secret the verifier shares (and a public key is no secret), and `none`
+# is no signature at all.
+ALLOWED_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384")
+# The claim naming the user key when ACHILLES_API_OIDC_USER_CLAIM is not set: `sub` is the
+# one claim every OIDC provider puts in an access token and never reassigns.
+DEFAULT_USER_CLAIM = "sub"
+# The username prefix clusters commonly give OIDC users (kube-apiserver --oidc-username-prefix).
+DEFAULT_KUBE_USER_PREFIX = "oidc:"
+# Request bodies larger than this are refused with 413 before they are read whole.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+
+# field name -> environment variable.
+ENVIRONMENT: dict[str, str] = {
+    "database_url": "ACHILLES_DATABASE_URL",
+    "oidc_issuer": "ACHILLES_API_OIDC_ISSUER",
+    "oidc_audience": "ACHILLES_API_OIDC_AUDIENCE",
+    "oidc_user_claim": "ACHILLES_API_OIDC_USER_CLAIM",
+    "oidc_algorithms": "ACHILLES_API_OIDC_ALGORITHMS",
+    "kube_audience": "ACHILLES_API_KUBE_AUDIENCE",
+    "kube_user_prefix": "ACHILLES_API_KUBE_USER_PREFIX",
+    "kubeconfig": "KUBECONFIG",
+    "max_body_bytes": "ACHILLES_API_MAX_BODY_BYTES",
+    "web_client_id": "ACHILLES_API_WEB_CLIENT_ID",
+    "web_client_secret": "ACHILLES_API_WEB_CLIENT_SECRET",
+    "public_url": "ACHILLES_API_PUBLIC_URL",
+    "session_secret": "ACHILLES_API_SESSION_SECRET",
+}
+# Settings given as comma-separated lists in the environment.
+_LISTS = frozenset({"oidc_algorithms"})
+
+Algorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384"]
+
+
+def _http_url(value: str, field: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http(s):// URL (got {value!r})")
+    return value.rstrip("/") if field == "public_url" else value
+
+
+class ApiSettings(BaseModel):
+    """Everything `achilles api` needs; see docs/api.md for each variable."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str
+    # People: OIDC bearer tokens. Both issuer and audience, or neither (then no OIDC).
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_user_claim: str = DEFAULT_USER_CLAIM
+    oidc_algorithms: Annotated[tuple[Algorithm, ...], Field(min_length=1)] = ("RS256",)
+    # The portal: Kubernetes ServiceAccount tokens, checked by TokenReview for this audience.
+    kube_audience: str | None = None
+    # How Kubernetes RBAC names a person of user key K for the admin check: PREFIX + K.
+    kube_user_prefix: str = DEFAULT_KUBE_USER_PREFIX
+    kubeconfig: str | None = None
+    max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = DEFAULT_MAX_BODY_BYTES
+    # The web inbox (the web helper's `install_web`); on when web_client_id is set.
+    web_client_id: str | None = None
+    web_client_secret: SecretStr | None = None
+    public_url: str | None = None
+    session_secret: SecretStr | None = None
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        from achilles.db.database import parse_url
+
+        try:
+            parse_url(value)
+        except InvalidInputError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+    @field_validator("oidc_issuer", "public_url")
+    @classmethod
+    def _url(cls, value: str | None, info: object) -> str | None:
+        field = getattr(info, "field_name", "")
+        return None if value is None else _http_url(value, field)
+
+    @field_validator("oidc_user_claim", "oidc_audience", "kube_audience", "web_client_id")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @property
+    def kubeconfig_path(self) -> Path | None:
+        return Path(self.kubeconfig) if self.kubeconfig else None
+
+    @property
+    def oidc_enabled(self) -> bool:
+        return self.oidc_issuer is not None
+
+    @property
+    def kube_enabled(self) -> bool:
+        return self.kube_audience is not None
+
+    @property
+    def web_enabled(self) -> bool:
+        return self.web_client_id is not None
+
+    @model_validator(mode="after")
+    def _combinations(self) -> ApiSettings:
+        if (self.oidc_issuer is None) != (self.oidc_audience is None):
+            raise ValueError(
+                f"{ENVIRONMENT['oidc_issuer']} and {ENVIRONMENT['oidc_audience']}"
+                " must be set together (the audience a token must carry is part of trusting"
+                " an issuer)"
+            )
+        if self.web_enabled:
+            missing = [
+                ENVIRONMENT[name]
+                for name in ("web_client_secret", "public_url", "session_secret", "oidc_issuer")
+                if getattr(self, name) is None
+            ]
+            if missing:
+                raise ValueError(
+                    f"the web inbox ({ENVIRONMENT['web_client_id']} is set) also needs "
+                    + ", ".join(missing)
+                )
+        return self
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for field, variable in ENVIRONMENT.items():
+        raw = environ.get(variable)
+        if raw is None or raw == "":
+            continue
+        if field in _LISTS:
+            values[field] = tuple(part.strip() for part in raw.split(",") if part.strip())
+        else:
+            values[field] = raw
+    return values
+
+
+def load_settings(environ: Mapping[str, str]) -> ApiSettings:
+    """The settings from `environ`; a missing or malformed variable is one
+    `ConfigurationError` that names it."""
+    try:
+        return ApiSettings.model_validate(_from_environment(environ))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else ""
+        variable = ENVIRONMENT.get(field, field)
+        if error["type"] == "missing":
+            raise ConfigurationError(f"{variable}: not set") from None
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not field:
+            raise ConfigurationError(message) from None
+        if field == "oidc_algorithms":
+            message = f"each must be one of {', '.join(ALLOWED_ALGORITHMS)}"
+        raw = environ.get(variable, "")
+        shown = "" if field in ("database_url",) or "secret" in field else f" (got {raw!r})"
+        shown = "" if shown and repr(raw) in message else shown
+        raise ConfigurationError(f"{variable}: {message}{shown}") from None

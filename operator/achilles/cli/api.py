@@ -1,0 +1,79 @@
+"""`achilles api`: serve the HTTP API (and the web inbox, when configured) with uvicorn.
+
+Settings come from the environment only (`achilles.api.settings`, docs/api.md), read once
+at start: a missing or malformed one is one `error:` line and exit code 2, before anything
+listens. The chart's Deployment runs this command; its probes call /healthz and /readyz.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import click
+
+DEFAULT_PORT = 8000
+
+
+@click.command()
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")  # noqa: S104 - a server in a pod listens on all addresses
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Port to listen on (0 picks a free one).",
+)
+@click.option("--verbose", is_flag=True, help="Log every request.")
+def api(host: str, port: int, verbose: bool) -> None:
+    """Serve the HTTP API: a person's agents, runs and inbox (docs/api.md)."""
+    import logging
+    import os
+
+    import uvicorn
+
+    from achilles.api.app import create_app
+    from achilles.api.settings import load_settings
+    from achilles.db.database import Database
+
+    settings = load_settings(os.environ)  # ConfigurationError: one line, exit 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    listener = _listen(host, port)  # a busy port: one line, exit 1, before any work
+    database = Database(settings.database_url, pool_size=10, application_name="achilles-api")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings, database),
+            access_log=verbose,
+            log_level="info",
+            proxy_headers=False,  # no header is trusted, not even a proxy's
+            server_header=False,
+        )
+    )
+    bound_host, bound_port = listener.getsockname()[:2]
+    click.echo(f"achilles api listening on http://{bound_host}:{bound_port}", err=True)
+    try:
+        server.run(sockets=[listener])
+    finally:
+        listener.close()
+        database.dispose()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    from achilles.cli.common import CommandFailed
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise CommandFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    listener.set_inheritable(True)
+    return listener
