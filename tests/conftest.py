@@ -22,6 +22,9 @@ from achilles.db import migrate
 from achilles.db.database import Database
 from achilles_dev import postgres
 
+# The real OpenID Provider (`oidc_provider` session fixture), for every tier.
+pytest_plugins = ["tests.oidc_provider"]
+
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[postgres.LocalPostgres]:

@@ -55,6 +55,16 @@ def load_versions(path: Path = _VERSIONS_FILE) -> Versions:
         raise LocalStackError(f"cannot read component versions from {path}: {error}") from error
 
 
+def oidc_provider_version(path: Path = _VERSIONS_FILE) -> str:
+    """The pinned github.com/zitadel/oidc/v3 version of the dev OpenID Provider."""
+    try:
+        return str(tomllib.loads(path.read_text())["oidc-provider"]["zitadel-oidc"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+        raise LocalStackError(
+            f"cannot read the OIDC provider's version from {path}: {error}"
+        ) from error
+
+
 def cache_root() -> Path:
     override = os.environ.get("ACHILLES_CACHE_DIR")
     if override:
