@@ -16,10 +16,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from achilles.errors import StartRefused
+
 if TYPE_CHECKING:
     from achilles.db.database import Database
     from achilles.db.journal.runs import EnqueueResult
     from achilles.domain.runs import RunTrigger
+    from achilles.services.idempotency import Once
 
 
 class RunRequester(Protocol):
@@ -58,3 +61,38 @@ def enqueue_run(database: Database, agent_ref: str, trigger: RunTrigger) -> Enqu
 
     with database.transaction() as session:
         return journal.enqueue_run(session, find_agent_id(session, agent_ref), trigger)
+
+
+def request_owned_run(
+    database: Database,
+    requester: RunRequester,
+    namespace: str,
+    name: str,
+    owner_key: str,
+    at: datetime,
+    *,
+    once: Once[str] | None = None,
+) -> str:
+    """A manual run of `owner_key`'s Agent `namespace/name`, asked for the way
+    `achilles run-now` asks (`requester`); the request's value.
+
+    `NotFound` when the agent is not the owner's (or does not exist: the two read the
+    same); `StartRefused` up front while a durable lock is closed (switched off, paused,
+    no model, owner inactive), the refusal the operator would record. A runtime gate
+    (budget, a run already active) is the operator's to apply: the run is recorded as
+    skipped. With `once` (an `Idempotency-Key`), the key is claimed before the request
+    and its response recorded in the same transaction: a retry, here or on another
+    replica, replays the first response (`Replayed`) and requests nothing.
+    """
+    from achilles.services.owner_reads import find_agent
+
+    view = find_agent(database, namespace, name, owner_key)
+    if view.closed_locks:
+        raise StartRefused(view.agent.id, tuple(str(lock) for lock in view.closed_locks))
+    if once is None:
+        return requester.request(namespace, name, at)
+    with database.transaction() as session:
+        once.claim(session)
+        request_key = requester.request(namespace, name, at)
+        once.record(session, request_key)
+    return request_key

@@ -98,6 +98,11 @@ def _primary(closed: tuple[LockReason, ...]) -> LockReason:
     return next((lock for lock in closed if lock in owner), closed[0])
 
 
+def phase_of(closed: tuple[LockReason, ...]) -> str:
+    """The Agent's phase (its PHASE column) for these closed durable locks."""
+    return LOCK_REASONS[_primary(closed)] if closed else "Ready"
+
+
 def agent_status(
     row: AgentStatusRow | None,
     *,
@@ -152,7 +157,7 @@ def agent_status(
             condition("RunRequestAccepted", False, "Refused", refusal, old_conditions, now)
         )
     status: dict[str, Any] = {
-        "phase": LOCK_REASONS[_primary(closed)] if closed else "Ready",
+        "phase": phase_of(closed),
         "conditions": conditions,
         "scheduleSummary": schedule_summary(schedule, row.zone if row else None),
         "observedGeneration": generation,

@@ -1,0 +1,128 @@
+"""`GET /v1/runs` (the caller's runs, newest first, in keyset pages) and
+`GET /v1/runs/{id}` (one run with its output)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+from pydantic import AwareDatetime, BaseModel
+
+from achilles.api.dependencies import database
+from achilles.api.identity.caller import Caller, current_caller
+from achilles.api.owners import owner_scope
+from achilles.api.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, next_cursor
+from achilles.api.problems import PROBLEM_RESPONSES, Problem
+from achilles.db.database import Database
+from achilles.domain.runs import RunState
+from achilles.services import owner_reads
+from achilles.services.owner_reads import OwnedRun, RunFilter
+
+router = APIRouter(prefix="/v1", tags=["runs"], responses=PROBLEM_RESPONSES)
+
+# Run ids are PostgreSQL bigints.
+MAX_ID = 2**63 - 1
+OUTPUT_PREVIEW_CHARS = 280
+
+
+class RunAgent(BaseModel):
+    id: int
+    namespace: str | None
+    name: str
+
+
+class RunSummary(BaseModel):
+    id: int
+    agent: RunAgent
+    owner: str
+    trigger: str
+    state: str
+    reason: str | None
+    request_key: str | None
+    tokens_used: int
+    error: str | None
+    output_preview: str | None
+    queued_at: datetime
+    scheduled_for: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunDocument(RunSummary):
+    output: str | None
+
+
+class RunPage(BaseModel):
+    items: list[RunSummary]
+    next_cursor: str | None
+
+
+def _fields(found: OwnedRun) -> dict[str, object]:
+    run, agent = found.run, found.agent
+    output = run.output
+    return {
+        "id": run.id,
+        "agent": RunAgent(id=agent.id, namespace=agent.namespace, name=agent.cr_name or agent.name),
+        "owner": agent.owner_key,
+        "trigger": run.trigger,
+        "state": run.state,
+        "reason": run.reason,
+        "request_key": run.request_key,
+        "tokens_used": run.tokens_used,
+        "error": run.error,
+        "output_preview": None if output is None else output[:OUTPUT_PREVIEW_CHARS],
+        "queued_at": run.created_at,
+        "scheduled_for": run.scheduled_for,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+
+
+@router.get("/runs", response_model=RunPage)
+def list_runs(
+    caller: Annotated[Caller, Depends(current_caller)],
+    database: Annotated[Database, Depends(database)],
+    agent: Annotated[
+        str | None, Query(max_length=320, description="`namespace/name` or the agent's id")
+    ] = None,
+    state: Annotated[list[RunState] | None, Query(description="repeatable")] = None,
+    since: Annotated[AwareDatetime | None, Query(description="queued at or after")] = None,
+    until: Annotated[AwareDatetime | None, Query(description="queued before")] = None,
+    request_key: Annotated[str | None, Query(max_length=100)] = None,
+    owner: Annotated[str | None, Query(max_length=254)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    cursor: Annotated[str | None, Query(max_length=100)] = None,
+) -> RunPage:
+    """The caller's runs (skipped ones too), newest first; `next_cursor` fetches the
+    next page and is stable while runs are added."""
+    if since is not None and until is not None and since >= until:
+        raise Problem(422, "since: must be before until")
+    found = owner_reads.runs_page(
+        database,
+        owner_scope(caller, owner),
+        RunFilter(
+            states=tuple(s.value for s in state or ()),
+            since=since,
+            until=until,
+            request_key=request_key,
+            before_id=decode_cursor("runs", cursor),
+        ),
+        agent_ref=agent,
+        limit=limit + 1,
+    )
+    return RunPage(
+        items=[RunSummary.model_validate(_fields(run)) for run in found[:limit]],
+        next_cursor=next_cursor("runs", [run.run.id for run in found], limit),
+    )
+
+
+@router.get("/runs/{run_id}", response_model=RunDocument)
+def get_run(
+    run_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+    caller: Annotated[Caller, Depends(current_caller)],
+    database: Annotated[Database, Depends(database)],
+) -> RunDocument:
+    """One run: state, reason, trigger, output, error, tokens, its times."""
+    found = owner_reads.find_run(database, run_id, None if caller.is_admin else caller.user_key)
+    return RunDocument.model_validate({**_fields(found), "output": found.run.output})
