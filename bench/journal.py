@@ -507,8 +507,9 @@ def measure_dispatcher(
     plans = report.details.setdefault("plans", {})
 
     def take(session: Session) -> object:
+        window = week_window(database_now(session), load_settings(session).zone)
         return queue.take_dispatchable_runs(
-            session, cap=10 * sizes.agents, batch=dispatch_service.BATCH
+            session, cap=10 * sizes.agents, batch=dispatch_service.BATCH, window=window
         )
 
     waiting = ROUNDS * sizes.due

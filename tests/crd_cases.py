@@ -98,6 +98,8 @@ VALID: list[Case] = [
     Case("agent-weekly-sunday-2359", agent(schedule=schedule(type="calendar", cadence="weekly", weekday=6, time="23:59"))),
     Case("agent-null-means-absent", agent(schedule=None, model=None, enabled=None, description=None)),
     Case("agent-null-weekday-on-daily", agent(schedule=schedule(type="calendar", cadence="daily", weekday=None, time="07:30"))),
+    # Seed 000: the weekday "matters only for weekly"; a daily schedule's is ignored.
+    Case("agent-weekday-on-daily-ignored", agent(schedule=schedule(type="calendar", cadence="daily", weekday=2, time="09:00"))),
     Case("agent-email-owner", agent(owner="alice.smith+agents@example.org")),
     Case("agent-32-tools", agent(tools=[f"tool-{i}" for i in range(32)])),
     Case("agent-owner-253", agent(owner="a" * 253)),
@@ -149,7 +151,6 @@ INVALID: list[Case] = [
     Case("calendar-no-time", agent(schedule=schedule(type="calendar", cadence="daily")), "spec.schedule.time"),
     Case("calendar-monthly", agent(schedule=schedule(type="calendar", cadence="monthly", time="09:00")), "spec.schedule.cadence"),
     Case("calendar-with-every-hours", agent(schedule={**WEEKLY, "everyHours": 6}), "spec.schedule.everyHours"),
-    Case("daily-with-weekday", agent(schedule=schedule(type="calendar", cadence="daily", weekday=2, time="09:00")), "spec.schedule.weekday"),
     Case("weekly-without-weekday", agent(schedule=schedule(type="calendar", cadence="weekly", time="09:00")), "spec.schedule.weekday"),
     Case("weekly-weekday-7", agent(schedule={**WEEKLY, "weekday": 7}), "spec.schedule.weekday"),
     Case("weekly-weekday-negative", agent(schedule={**WEEKLY, "weekday": -1}), "spec.schedule.weekday"),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
+from zoneinfo import ZoneInfo
 
 import pytest
 from kubernetes.client import ApiClient
@@ -22,6 +23,7 @@ from achilles.db.journal import catalogue
 from achilles.db.journal import dispatch as queue
 from achilles.db.journal import runs as journal
 from achilles.db.journal.schedule import refresh_next_run, take_agents_to_reschedule
+from achilles.domain.budget import week_window
 from achilles.domain.pod_outcome import START_DEADLINE, ContainerObservation, PodObservation
 from achilles.domain.runs import RunState, RunTrigger, SkipReason
 from achilles.k8s.jobs import RunJobs
@@ -142,6 +144,9 @@ def test_missed_slots_collapse_into_one_run_and_the_grid_is_kept(
     assert after > datetime.now(UTC)
 
 
+_WEEK = week_window(datetime.now(UTC), ZoneInfo("UTC"))
+
+
 def test_the_cap_is_decided_in_the_database_fifo(db: Engine) -> None:
     set_settings(db, agent_max_concurrency=3)
     owner = make_owner(db)
@@ -152,20 +157,20 @@ def test_the_cap_is_decided_in_the_database_fifo(db: Engine) -> None:
             run_ids.append(journal.enqueue_run(session, agent_id, RunTrigger.MANUAL).run_id)
 
     def take(session: Session) -> list[int]:
-        taken = queue.take_dispatchable_runs(session, cap=3, batch=10)
+        taken = queue.take_dispatchable_runs(session, cap=3, batch=10, window=_WEEK)
         queue.mark_dispatched(session, [r.run_id for r in taken], datetime.now(UTC))
         return [r.run_id for r in taken]
 
     taken = [run for batch in _parallel(db, take, writers=5) for run in batch]
     assert sorted(taken) == run_ids[:3], "the oldest three, once each"
     with Session(db) as session, session.begin():
-        assert queue.take_dispatchable_runs(session, cap=3, batch=10) == []
+        assert queue.take_dispatchable_runs(session, cap=3, batch=10, window=_WEEK) == []
         journal.claim_run(session, run_ids[0])
         journal.succeed_run(session, run_ids[0], "done")
     with Session(db) as session, session.begin():
-        assert [r.run_id for r in queue.take_dispatchable_runs(session, cap=3, batch=10)] == [
-            run_ids[3]
-        ]
+        assert [
+            r.run_id for r in queue.take_dispatchable_runs(session, cap=3, batch=10, window=_WEEK)
+        ] == [run_ids[3]]
 
 
 def test_an_owner_zone_change_moves_a_calendar_slot(db: Engine) -> None:

@@ -117,10 +117,6 @@ def test_table_output_shows_local_and_utc_and_explains_a_shift() -> None:
             "error: schedule.time: must be HH:MM within 00:00-23:59 (got '24:00')",
         ),
         (
-            ["--schedule", '{"type":"calendar","cadence":"daily","weekday":1,"time":"09:00"}'],
-            "error: schedule.weekday: only allowed when cadence is 'weekly' (got 1)",
-        ),
-        (
             ["--schedule", '{"type":"interval","every_hours":0}'],
             "error: schedule.every_hours: must be greater than or equal to 1 (got 0)",
         ),

@@ -195,7 +195,6 @@ def test_agent_rules_cover_the_schedule_union_and_owner() -> None:
         "spec.schedule.everyHours is not allowed when type is calendar",
         "spec.schedule.cadence is required when type is calendar",
         "spec.schedule.time is required when type is calendar",
-        "spec.schedule.weekday is only allowed when cadence is weekly",
         "spec.schedule.weekday is required when cadence is weekly (0=Monday .. 6=Sunday)",
     }
     # Bounds from the domain model's constants, the time format from its pattern.
@@ -203,7 +202,7 @@ def test_agent_rules_cover_the_schedule_union_and_owner() -> None:
     assert union["properties"]["everyHours"]["maximum"] == 720
     assert union["properties"]["weekday"] | {} == {
         "type": "integer",
-        "description": "0=Monday .. 6=Sunday; required for weekly, forbidden for daily",
+        "description": "0=Monday .. 6=Sunday; required for weekly, ignored for daily",
         "minimum": 0,
         "maximum": 6,
     }

@@ -56,6 +56,33 @@ def _status(
             ),
             RequestProgress(run_id=7),
         ),
+        (
+            # Its queued run was removed when a durable lock closed before it started.
+            {
+                **_status(
+                    {"status": "True", "message": f"request {REQUEST} answered by run 7"},
+                    {"id": 6, "state": "succeeded"},
+                ),
+                "withdrawnRunRequest": {
+                    "request": REQUEST,
+                    "message": "run refused: an admin paused the agent (spec.adminPaused: true)",
+                },
+            },
+            RequestProgress(
+                refused="run refused: an admin paused the agent (spec.adminPaused: true)"
+            ),
+        ),
+        (
+            # An earlier request's withdrawal says nothing about this one.
+            {
+                **_status(
+                    {"status": "True", "message": f"request {REQUEST} answered by run 7"},
+                    {"id": 7, "state": "running"},
+                ),
+                "withdrawnRunRequest": {"request": "older", "message": "run refused: paused"},
+            },
+            RequestProgress(run_id=7, state="running"),
+        ),
     ],
 )
 def test_progress_of_a_request(status: dict[str, Any], expected: RequestProgress | None) -> None:

@@ -19,7 +19,9 @@ S = RunState
 TRANSITIONS = [
     (S.QUEUED, S.RUNNING, True),
     (S.QUEUED, S.FAILED, True),  # its pod never started
+    (S.QUEUED, S.SKIPPED, True),  # its owner's budget ran out while it waited
     (S.QUEUED, S.SUCCEEDED, False),
+    (S.RUNNING, S.SKIPPED, False),
     (S.RUNNING, S.SUCCEEDED, True),
     (S.RUNNING, S.FAILED, True),
     (S.RUNNING, S.QUEUED, False),
@@ -39,8 +41,9 @@ def test_guards_read_off_the_table() -> None:
     assert states_that_may_become(S.RUNNING) == {S.QUEUED}
     assert states_that_may_become(S.SUCCEEDED) == {S.RUNNING}
     assert states_that_may_become(S.FAILED) == {S.QUEUED, S.RUNNING}
-    # Written directly as terminal rows or on insert; never reached by an update.
-    assert states_that_may_become(S.SKIPPED) == frozenset()
+    # Written as a terminal row at enqueue, or a waiting run refused at dispatch.
+    assert states_that_may_become(S.SKIPPED) == {S.QUEUED}
+    # Only ever inserted.
     assert states_that_may_become(S.QUEUED) == frozenset()
 
 

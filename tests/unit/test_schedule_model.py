@@ -46,6 +46,12 @@ VALID: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         {"type": "calendar", "cadence": "daily", "time": "23:59"},
     ),
     (
+        # Seed 000: the weekday "matters only for weekly": a daily one is dropped.
+        {"type": "calendar", "cadence": "daily", "weekday": 2, "time": "09:00"},
+        {"type": "calendar", "cadence": "daily", "time": "09:00"},
+        {"type": "calendar", "cadence": "daily", "time": "09:00"},
+    ),
+    (
         {"type": "calendar", "cadence": "weekly", "weekday": 0, "time": "09:00"},
         {"type": "calendar", "cadence": "weekly", "weekday": 0, "time": "09:00"},
         {"type": "calendar", "cadence": "weekly", "weekday": 0, "time": "09:00"},
@@ -141,10 +147,6 @@ INVALID: list[tuple[object, str]] = [
     (
         {"type": "calendar", "cadence": "daily", "time": 900},
         "schedule.time: must be HH:MM within 00:00-23:59 (got 900)",
-    ),
-    (
-        {"type": "calendar", "cadence": "daily", "weekday": 2, "time": "09:00"},
-        "schedule.weekday: only allowed when cadence is 'weekly' (got 2)",
     ),
     (
         {"type": "calendar", "cadence": "weekly", "time": "09:00"},

@@ -2,7 +2,9 @@
 
 A run row lives by in-place transitions: `queued` on insert, `running` when the
 runner claims it, then one terminal state. `skipped` is written directly as a
-terminal row when a runtime gate closes. Terminal rows never change again.
+terminal row when a runtime gate closes at enqueue, or a queued run becomes `skipped`
+when the budget gate, checked again at dispatch, has closed while it waited. Terminal
+rows never change again.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ TERMINAL_STATES: frozenset[RunState] = frozenset(
 )
 
 _ALLOWED: dict[RunState, frozenset[RunState]] = {
-    # A queued run can fail without ever running: its pod never started.
-    RunState.QUEUED: frozenset({RunState.RUNNING, RunState.FAILED}),
+    # A queued run can fail without ever running: its pod never started. It is skipped
+    # when its owner's budget ran out while it waited (the gate is checked again when
+    # it is dispatched: the seed's overrun is for runs already running, not waiting).
+    RunState.QUEUED: frozenset({RunState.RUNNING, RunState.FAILED, RunState.SKIPPED}),
     RunState.RUNNING: frozenset({RunState.SUCCEEDED, RunState.FAILED}),
     RunState.SUCCEEDED: frozenset(),
     RunState.FAILED: frozenset(),

@@ -215,8 +215,8 @@ class Engine:
                 wait = backoff
             else:
                 backoff = 0.0
-                if done.created and done.waiting:
-                    wait = 0.0  # a full batch went out and more wait: go on at once
+                if done.progressed and done.waiting:
+                    wait = 0.0  # a full batch left the queue and more wait: go on at once
             if wait > 0:
                 self.dispatch_wake.wait(wait)
 
@@ -227,9 +227,21 @@ class Engine:
             metrics.JOBS_CREATED.inc()
             if run.scheduled_for is not None:
                 metrics.SLOT_TO_JOB.observe(max(0.0, (now - run.scheduled_for).total_seconds()))
-        for run in done.cancelled:
-            message = "queued run not started: a durable lock closed while it waited"
-            self._run_event(run.run_id, "Warning", "RunCancelled", message)
+        for run in done.skipped:
+            # As the same refusal at enqueue: the budget ran out while the run waited.
+            metrics.RUNS_ENQUEUED.labels(run.trigger, RunState.SKIPPED, "budget_exceeded").inc()
+            message = f"{run.trigger} run {run.run_id} skipped: budget_exceeded"
+            self._event_on(run, "Normal", "RunSkipped", message)
+        for withdrawn in done.withdrawn:
+            # A closed lock leaves no row: the run is gone, and its request (if it was
+            # one) is refused in the status, where `achilles run-now --wait` looks.
+            run = withdrawn.run
+            self._event_on(run, "Warning", "RunRefused", withdrawn.refusal)
+            if run.request_key is not None and run.agent_name and run.agent_namespace:
+                ref = _agent_ref(run.agent_name, run.agent_namespace, run.agent_uid)
+                refused = {"request": run.request_key, "message": withdrawn.refusal}
+                self.resources.patch_status(ref, {"withdrawnRunRequest": refused})
+        self.mark_dirty(run.agent_id for run in [*done.skipped, *(w.run for w in done.withdrawn)])
         metrics.EXECUTING.set(done.executing)
         metrics.QUEUE_DEPTH.set(done.waiting)
         if done.rejected is not None:
@@ -384,6 +396,14 @@ class Engine:
                     reason,
                     message,
                 )
+
+    def _event_on(
+        self, run: dispatch.DispatchableRun, event_type: str, reason: str, message: str
+    ) -> None:
+        """An Event on the Agent of a run the dispatcher took (its row may be gone)."""
+        if run.agent_name and run.agent_namespace:
+            ref = _agent_ref(run.agent_name, run.agent_namespace, run.agent_uid)
+            self.resources.post_event(ref, event_type, reason, message)
 
     def _run_event(self, run_id: int, event_type: str, reason: str, message: str) -> None:
         with self.database.transaction() as session:

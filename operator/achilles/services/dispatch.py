@@ -3,8 +3,16 @@
 The cap and the order are decided in the database (`db/journal/dispatch.py`); the Job
 name is the run's, so a crash between creating a Job and recording it is repaired by
 the next pass (AlreadyExists counts as dispatched). An API refusal (quota, overload)
-leaves the run queued for the next pass; a run whose agent was disabled while it
-waited does not start.
+leaves the run queued for the next pass.
+
+The start gates are checked again when a waiting run's turn comes, since it may have
+waited behind the cap for a while:
+- a durable lock closed meanwhile (disabled, paused, model withdrawn, owner
+  deactivated): the run never started and a closed lock leaves no row (seed 000), so
+  its row is removed, as if the request had been refused at once (`withdrawn`);
+- its owner's weekly budget ran out meanwhile: it ends `skipped/budget_exceeded` with
+  no tokens, as the same request at enqueue would have (`skipped`). The seed's small
+  overrun is for runs already running, not for runs that have not started.
 """
 
 from __future__ import annotations
@@ -14,9 +22,12 @@ from dataclasses import dataclass, field
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
-from achilles.db.journal.runs import fail_run
+from achilles.db.journal.dispatch import DispatchableRun as DispatchableRun
+from achilles.db.journal.runs import skip_queued_run
 from achilles.db.journal.settings import database_now, load_settings
-from achilles.domain.runs import FailReason
+from achilles.domain.budget import week_window
+from achilles.domain.gates import LockReason, closed_locks, is_budget_exhausted
+from achilles.domain.runs import SkipReason
 from achilles.k8s.jobs import (
     JobRejected,
     JobTemplate,
@@ -25,18 +36,39 @@ from achilles.k8s.jobs import (
     SecretKey,
     build_run_job,
 )
+from achilles.services.status import LOCK_MESSAGES
 
 BATCH = 200
 PARALLEL_CREATES = 8
 
 
+@dataclass(frozen=True)
+class WithdrawnRun:
+    """A waiting run removed because a durable lock closed; `refusal` says which, in
+    the words a refused run request gets."""
+
+    run: queue.DispatchableRun
+    refusal: str
+
+
 @dataclass
 class DispatchResult:
     created: list[queue.DispatchableRun] = field(default_factory=list)
-    cancelled: list[queue.DispatchableRun] = field(default_factory=list)
+    withdrawn: list[WithdrawnRun] = field(default_factory=list)
+    skipped: list[queue.DispatchableRun] = field(default_factory=list)  # budget_exceeded
     rejected: str | None = None
     executing: int = 0
     waiting: int = 0
+
+    @property
+    def progressed(self) -> bool:
+        """Some waiting runs left the queue (more may wait for the next pass at once)."""
+        return bool(self.created or self.withdrawn or self.skipped)
+
+
+def refusal_message(closed: tuple[LockReason, ...]) -> str:
+    """What a run request refused by closed locks is told (at enqueue or at dispatch)."""
+    return "run refused: " + "; ".join(LOCK_MESSAGES[lock] for lock in closed)
 
 
 def _spec(run: queue.DispatchableRun, timeout: int) -> RunJobSpec:
@@ -63,22 +95,23 @@ def dispatch_queued_runs(
     with database.transaction() as session:
         now = database_now(session)
         settings = load_settings(session)
-        runs = queue.take_dispatchable_runs(session, settings.max_concurrency, batch)
+        window = week_window(now, settings.zone)
+        runs = queue.take_dispatchable_runs(session, settings.max_concurrency, batch, window)
         startable = []
+        refusals: dict[int, str] = {}
         for run in runs:
-            if run.startable:
+            closed = closed_locks(run.locks)
+            if closed:
+                refusals[run.run_id] = refusal_message(closed)
+            elif is_budget_exhausted(run.owner_tokens, settings.weekly_token_budget):
+                if skip_queued_run(session, run.run_id, SkipReason.BUDGET_EXCEEDED, now=now):
+                    result.skipped.append(run)
+            else:
                 startable.append(run)
-                continue
-            fail_run(
-                session,
-                run.run_id,
-                FailReason.ERROR,
-                "not started: a durable lock closed while the run waited"
-                " (disabled, paused, model withdrawn or owner deactivated)",
-                now=now,
-                from_queued=True,
-            )
-            result.cancelled.append(run)
+        removed = set(queue.withdraw_queued_runs(session, list(refusals)))
+        result.withdrawn = [
+            WithdrawnRun(run, refusals[run.run_id]) for run in runs if run.run_id in removed
+        ]
 
         def create(run: queue.DispatchableRun) -> str | None:
             try:

@@ -3,7 +3,9 @@
 The request's value is recorded with the row it caused (`agent_runs.request_key`,
 unique per agent), so two replicas that both see it, or one that retries after a
 crash, write one row between them. A closed durable lock refuses the request with
-no row (DESIGN.md §4); budget and overlap write a skipped row.
+no row (DESIGN.md §4); budget and overlap write a skipped row. A lock that closes while
+the run waits for its turn removes the row (`services/dispatch.py`), and the status's
+`withdrawnRunRequest` tells the requester it was refused after all.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ def progress_of(status: dict[str, object], request: str) -> RequestProgress | No
     """None until the operator has handled `request`; then where its run stands."""
     if status.get("lastHandledRunRequest") != request:
         return None
+    withdrawn = status.get("withdrawnRunRequest")
+    if isinstance(withdrawn, dict) and withdrawn.get("request") == request:
+        # Its queued run was removed before it started: a durable lock closed meanwhile.
+        return RequestProgress(refused=str(withdrawn.get("message") or "run refused"))
     conditions = status.get("conditions")
     accepted = next(
         (

@@ -5,6 +5,10 @@ a Job already made (`dispatched_at`). Taking runs holds a transaction-scoped
 advisory lock, so two operator replicas dispatch one after the other and can never
 exceed the cap together; the Job name is derived from the run id, so a retry after
 a crash finds its Job (AlreadyExists) instead of making a second one.
+
+Each run taken comes with its agent's durable locks and its owner's weekly tokens, read
+now: a run waits behind the cap, and what held when it was queued may no longer hold
+when its turn comes (`services/dispatch.py` decides).
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, User
+from achilles.db.journal.usage import tokens_used_by
+from achilles.domain.budget import BudgetWindow
+from achilles.domain.gates import DurableLocks, closed_locks
 from achilles.domain.runs import RunState
 
 # One key for "dispatching now" across replicas (migrations use 0x4AC41).
@@ -33,9 +40,15 @@ class DispatchableRun:
     agent_uid: str | None
     agent_namespace: str | None
     agent_name: str | None
-    startable: bool
+    request_key: str | None  # the manual request it answers, if any
+    locks: DurableLocks  # the agent's, now
+    owner_tokens: int  # the owner's tokens this week, now
     model_secret_name: str | None
     model_secret_key: str | None
+
+    @property
+    def startable(self) -> bool:
+        return not closed_locks(self.locks)
 
 
 def executing_filter() -> ColumnElement[bool]:
@@ -63,8 +76,11 @@ def count_waiting(session: Session) -> int:
     )
 
 
-def take_dispatchable_runs(session: Session, cap: int, batch: int) -> list[DispatchableRun]:
-    """Lock the dispatcher, then the oldest waiting runs that fit under `cap`."""
+def take_dispatchable_runs(
+    session: Session, cap: int, batch: int, window: BudgetWindow
+) -> list[DispatchableRun]:
+    """Lock the dispatcher, then the oldest waiting runs that fit under `cap`, each with
+    its agent's locks and its owner's tokens in the budget `window`."""
     session.execute(select(func.pg_advisory_xact_lock(DISPATCH_LOCK_KEY)))
     room = cap - count_executing(session)
     if room <= 0:
@@ -79,12 +95,12 @@ def take_dispatchable_runs(session: Session, cap: int, batch: int) -> list[Dispa
             Agent.cr_uid,
             Agent.cr_namespace,
             Agent.cr_name,
-            (
-                Agent.enabled
-                & ~Agent.admin_paused
-                & Agent.model_id.is_not(None)
-                & func.coalesce(User.active, False)
-            ).label("startable"),
+            AgentRun.request_key,
+            Agent.enabled,
+            Agent.admin_paused,
+            Agent.model_id,
+            User.active,
+            tokens_used_by(Agent.user_id, window.start, window.end).label("used"),
             AgentModel.api_key_secret_name,
             AgentModel.api_key_secret_key,
         )
@@ -106,12 +122,37 @@ def take_dispatchable_runs(session: Session, cap: int, batch: int) -> list[Dispa
             agent_uid=row.cr_uid,
             agent_namespace=row.cr_namespace,
             agent_name=row.cr_name,
-            startable=bool(row.startable),
+            request_key=row.request_key,
+            locks=DurableLocks(
+                enabled=row.enabled,
+                admin_paused=row.admin_paused,
+                has_model=row.model_id is not None,
+                owner_present=row.active is not None,
+                owner_active=bool(row.active),
+            ),
+            owner_tokens=int(row.used),
             model_secret_name=row.api_key_secret_name,
             model_secret_key=row.api_key_secret_key,
         )
         for row in rows
     ]
+
+
+def withdraw_queued_runs(session: Session, run_ids: Sequence[int]) -> list[int]:
+    """Remove runs that never started (queued, no Job made): a durable lock closed while
+    they waited, and a closed lock leaves no row (seed 000). They spent nothing."""
+    if not run_ids:
+        return []
+    removed = session.execute(
+        delete(AgentRun)
+        .where(
+            AgentRun.id.in_(run_ids),
+            AgentRun.state == RunState.QUEUED,
+            AgentRun.dispatched_at.is_(None),
+        )
+        .returning(AgentRun.id)
+    )
+    return list(removed.scalars())
 
 
 def mark_dispatched(session: Session, run_ids: Sequence[int], now: datetime) -> None:

@@ -250,6 +250,17 @@ def fail_run(
     return _fail(session, run_id, reason, error, now, sources)
 
 
+def skip_queued_run(
+    session: Session, run_id: int, reason: SkipReason, *, now: datetime | None = None
+) -> bool:
+    """`queued -> skipped`: a runtime gate closed while the run waited (the budget, at
+    dispatch). It ends as an enqueue refused by that gate would have: no tokens, no start."""
+    values = {"reason": reason, "tokens_used": 0, "finished_at": now or database_now(session)}
+    return _transition(
+        session, run_id, RunState.SKIPPED, values, only_from=frozenset({RunState.QUEUED})
+    )
+
+
 def fail_unclaimed_run(
     session: Session, run_id: int, reason: FailReason, error: str, *, now: datetime | None = None
 ) -> bool:

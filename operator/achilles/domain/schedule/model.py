@@ -3,7 +3,8 @@
 The same model reads the database form (seed 000: `every_hours`) and the Agent CR form
 (`everyHours`), and is the source the CRD's OpenAPI schema and CEL rules are generated
 from. So constraints stay declarative (`Field(ge=, le=, pattern=)`) wherever pydantic
-allows; the only cross-field rule (weekday only on weekly schedules) is one named validator.
+allows; the only cross-field rule (a weekly schedule names its weekday; a daily one's
+weekday is ignored, seed 000: it "matters only for weekly") is one named validator.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class CalendarSchedule(BaseModel):
         default=None,
         ge=WEEKDAY_MONDAY,
         le=WEEKDAY_SUNDAY,
-        description="0=Monday .. 6=Sunday; required for weekly, forbidden for daily",
+        description="0=Monday .. 6=Sunday; required for weekly, ignored for daily",
         # The default (absent) must still meet the weekly rule below.
         validate_default=True,
     )
@@ -114,10 +115,10 @@ class CalendarSchedule(BaseModel):
             raise PydanticCustomError(
                 "missing", "required for a weekly schedule (0=Monday .. 6=Sunday)"
             )
-        if cadence == "daily" and weekday is not None:
-            raise PydanticCustomError(
-                "weekday_not_allowed", "only allowed when cadence is 'weekly'"
-            )
+        if cadence == "daily":
+            # Seed 000: the weekday "matters only for weekly". A daily schedule that names
+            # one (a weekly schedule switched to daily, say) is accepted and the day dropped.
+            return None
         return weekday
 
     @field_validator("time", mode="wrap")

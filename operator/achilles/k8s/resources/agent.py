@@ -37,14 +37,9 @@ PROMPT_MAX_LENGTH = 65536
 MAX_TOOLS = 32
 
 # The schedule union itself is exact per type (the generator derives those rules from
-# the union); what the union cannot say is the domain's weekday rule.
+# the union); what the union cannot say is the domain's weekday rule. A daily schedule's
+# weekday is accepted and ignored (seed 000: it "matters only for weekly").
 SCHEDULE_RULES = cel_rules(
-    CelRule(
-        rule="!has(self.cadence) || self.cadence == 'weekly' || !has(self.weekday)",
-        message=f"{PATH}.weekday is only allowed when cadence is weekly",
-        field_path=".weekday",
-        reason=Reason.FORBIDDEN,
-    ),
     CelRule(
         rule="!has(self.cadence) || self.cadence != 'weekly' || has(self.weekday)",
         message=f"{PATH}.weekday is required when cadence is weekly (0=Monday .. 6=Sunday)",
@@ -91,7 +86,8 @@ class AgentSpec(SpecModel):
         default=None,
         description="When the agent runs by itself; absent = manual runs only. "
         "{type: interval, everyHours: N} or "
-        "{type: calendar, cadence: daily|weekly, weekday: 0-6 (weekly only, 0=Monday), "
+        "{type: calendar, cadence: daily|weekly, weekday: 0-6 (0=Monday; weekly only, "
+        "ignored for daily), "
         "time: HH:MM in the owner's time zone}.",
         json_schema_extra=SCHEDULE_RULES,
     )
@@ -161,6 +157,16 @@ class WeeklyTokens(StatusModel):
     window_start: datetime = Field(description="Start of the budget week (Sunday 00:00).")
 
 
+class WithdrawnRunRequest(StatusModel):
+    """A run request whose queued run was removed before it started: a durable lock
+    closed while it waited (seed 000: a closed lock leaves no row), so it was refused."""
+
+    request: str = Field(
+        max_length=64, description="The achilles.io/run-requested-at value it answered."
+    )
+    message: str = Field(max_length=1024, description="Why it was refused, in words.")
+
+
 class AgentStatus(RowStatus):
     """What the operator reports; owned by the operator, read by people and the portal."""
 
@@ -184,6 +190,7 @@ class AgentStatus(RowStatus):
         max_length=64,
         description="The achilles.io/run-requested-at value last turned into a run request.",
     )
+    withdrawn_run_request: WithdrawnRunRequest | None = None
 
 
 class AgentResource(CustomResource):
