@@ -15,7 +15,7 @@ from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
-from achilles.k8s.resources.kinds import AGENT, AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL
+from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL
 from achilles.services import catalogue
 from achilles.services.status import condition, invalid_spec_message, needs_patch
 
@@ -70,18 +70,10 @@ def model_changed(
     name = meta["name"]
     if _deleted(type, meta):
         stopped = catalogue.withdraw_model(engine.database, name)
-        for agent in stopped:
-            if agent.namespace and agent.name:
-                # Clear spec.model: the agent stops, and the owner must choose again.
-                engine.resources.patch_agent_spec(agent.namespace, agent.name, {"model": None})
-                engine.resources.post_event(
-                    ObjectRef(AGENT.kind, AGENT.plural, agent.name, agent.namespace, agent.uid),
-                    "Warning",
-                    "ModelWithdrawn",
-                    f"AgentModel {name} was deleted: spec.model cleared; the agent is stopped"
-                    " until its owner picks a model",
-                )
         logger.info("model %s withdrawn from %d agent(s)", name, len(stopped))
+        # Clear their spec.model (the owner must choose again); what a failure leaves
+        # undelivered stays owed in the database and the sweeper finishes it.
+        engine.deliver_owed_specs()
         return
     mirror = Mirror(engine, ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, name), meta, status)
     parsed = mirror.parse(AgentModelSpec, spec)

@@ -26,8 +26,8 @@ from achilles.handlers import metrics
 from achilles.handlers.config import OperatorConfig
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
-from achilles.k8s.resources.kinds import AGENT
-from achilles.services import agents, dispatch, outcomes, scheduler
+from achilles.k8s.resources.kinds import AGENT, AGENT_MODEL, AGENT_TOOL
+from achilles.services import agents, catalogue, dispatch, outcomes, scheduler
 from achilles.services.status import StatusQueue, WrittenStatuses, journal_fields
 
 log = logging.getLogger("achilles.operator")
@@ -85,8 +85,6 @@ class Engine:
     retries_lock: threading.Lock = field(default_factory=threading.Lock)
     # The journal fields of each Agent's status as last patched (patch only changes).
     written_statuses: WrittenStatuses = field(default_factory=WrittenStatuses)
-    # Agents whose CR we switched off for a deactivated owner (so we patch once).
-    disabled_for_owner: set[int] = field(default_factory=set)
 
     # --- lifecycle ---
 
@@ -300,32 +298,51 @@ class Engine:
             self._pass("retries", self._retry_failed_handlers)
             self._pass("owners", self._follow_owner_deactivation)
             if passes % ORPHAN_SWEEP_EVERY == 0:
-                self._pass("orphans", self._forget_deleted_agents)
+                self._pass("orphans", self._forget_deleted_objects)
             passes += 1
             self.stop.wait(SWEEP_TICK)
 
     def _follow_owner_deactivation(self) -> bool:
-        """Owner deactivated (`users.active`): write `spec.enabled: false` on their CRs."""
-        for agent_id, namespace, name in agents.agents_of_inactive_owners(self.database):
-            if agent_id in self.disabled_for_owner:
-                continue
-            if self.resources.patch_agent_spec(namespace, name, {"enabled": False}):
-                message = "the owner's account is deactivated: spec.enabled set to false"
-                self.resources.post_event(
-                    _agent_ref(name, namespace, None), "Normal", "OwnerDeactivated", message
-                )
-            self.disabled_for_owner.add(agent_id)
+        """Owner deactivated (`users.active`): switch their agents off. Read from the rows
+        on every pass, never remembered here, so a second deactivation is followed too."""
+        agents.switch_off_agents_of_inactive_owners(self.database)
+        return self.deliver_owed_specs()
+
+    def deliver_owed_specs(self) -> bool:
+        """Spec writes the database owes Agent resources (`db/journal/owed_spec.py`: a
+        withdrawn model, a deactivated owner): patch each CR, tell its owner, forget."""
+        for owed in agents.owed_specs(self.database):
+            if self.resources.patch_agent_spec(owed.namespace, owed.name, owed.patch):
+                ref = _agent_ref(owed.name, owed.namespace, owed.uid)
+                for write in owed.writes.values():
+                    self.resources.post_event(ref, write.event_type, write.reason, write.message)
+            agents.spec_delivered(self.database, owed)
         return True
 
-    def _forget_deleted_agents(self) -> bool:
-        """Agents deleted while no operator watched: their rows (and runs) go too."""
-        listed_at = agents.database_clock(self.database)  # before the listing begins
+    def _forget_deleted_objects(self) -> bool:
+        """Whatever was deleted while no operator watched: Agents (their rows and runs),
+        AgentModels (withdrawn from their agents) and AgentTools (their links)."""
+        listed_at = agents.database_clock(self.database)  # before the listings begin
         live = self.resources.agent_uids()
         if live is not None:
             for agent_id in agents.forget_agents_not_in(self.database, live, listed_at=listed_at):
                 self.jobs.delete_for_agent(agent_id)
                 log.info("agent row %s removed: its Agent no longer exists", agent_id)
-        return True
+        converged = catalogue.forget_deleted_catalogue(
+            self.database,
+            live_models=self.resources.object_names(AGENT_MODEL.plural),
+            live_tools=self.resources.object_names(AGENT_TOOL.plural),
+            listed_at=listed_at,
+        )
+        for name, stopped in converged.withdrawn_models.items():
+            log.info(
+                "model %s withdrawn from %d agent(s): its AgentModel no longer exists",
+                name,
+                len(stopped),
+            )
+        for name in converged.removed_tools:
+            log.info("tool %s removed: its AgentTool no longer exists", name)
+        return self.deliver_owed_specs()
 
     def _sweep_once(self) -> outcomes.SweepResult:
         swept = outcomes.sweep(self.database, self.jobs, stale_after=self.config.stale_after)

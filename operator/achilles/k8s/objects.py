@@ -71,20 +71,30 @@ class Resources:
 
     def agent_uids(self) -> set[str] | None:
         """The uids of every Agent in the cluster (metadata only); None on failure."""
+        items = self._list_metadata(AGENT.plural)
+        return None if items is None else {item["metadata"]["uid"] for item in items}
+
+    def object_names(self, plural: str) -> set[str] | None:
+        """The names of every object of a cluster-scoped kind of ours (metadata only);
+        None on failure."""
+        items = self._list_metadata(plural)
+        return None if items is None else {item["metadata"]["name"] for item in items}
+
+    def _list_metadata(self, plural: str) -> list[dict[str, Any]] | None:
         try:
             response = self.custom.list_cluster_custom_object(
                 API_GROUP,
                 API_VERSION_NAME,
-                AGENT.plural,
+                plural,
                 _preload_content=False,
                 _request_timeout=60,
-                # Only the metadata: without it every Agent comes whole, status and all.
+                # Only the metadata: without it every object comes whole, status and all.
                 _headers={"Accept": METADATA_LIST},
             )
         except ApiException:
             return None
-        items = json.loads(cast(Any, response).data).get("items", [])
-        return {item["metadata"]["uid"] for item in items}
+        items: list[dict[str, Any]] = json.loads(cast(Any, response).data).get("items", [])
+        return items
 
     def post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on the object, as `kubectl describe` shows them."""

@@ -14,10 +14,10 @@ from typing import Any
 
 from achilles.db.database import Database
 from achilles.db.journal import agents as agent_rows
-from achilles.db.journal import catalogue
+from achilles.db.journal import catalogue, owed_spec
 from achilles.db.journal.schedule import refresh_next_run
 from achilles.db.journal.settings import database_now
-from achilles.db.journal.status import agent_status_rows, inactive_owner_agents
+from achilles.db.journal.status import agent_status_rows
 from achilles.db.journal.users import find_user
 from achilles.domain.schedule import schedule_to_db
 from achilles.k8s.resources.agent import AgentSpec
@@ -69,8 +69,19 @@ def reconcile_agent(
     with database.transaction() as session:
         now = database_now(session)
         owner = find_user(session, agent.spec.owner)
-        model_name = agent.spec.model
-        if model_name is None and is_new:
+        # What the operator still owes this CR (a withdrawn model, a deactivated owner)
+        # wins over what the CR says until it is delivered: re-creating a model of that
+        # name meanwhile must not revive the agent silently (seed 000).
+        owed = owed_spec.settle_owed(
+            session,
+            agent.uid,
+            {
+                owed_spec.MODEL_FIELD: agent.spec.model,
+                owed_spec.ENABLED_FIELD: agent.spec.enabled,
+            },
+        )
+        model_name = owed.get(owed_spec.MODEL_FIELD, agent.spec.model)
+        if model_name is None and is_new and owed_spec.MODEL_FIELD not in owed:
             # DESIGN §2: the list's preset is offered to a new agent, at creation only.
             model_name = catalogue.default_model_name(session)
             if model_name is not None:
@@ -90,6 +101,8 @@ def reconcile_agent(
             )
             return AgentReconciled(None, status, spec_patch)
         definition = definition_of(agent, model_name)
+        if owed.get(owed_spec.ENABLED_FIELD) is False:
+            definition = agent_rows.AgentDefinition(**{**definition.__dict__, "enabled": False})
         if not owner.active and definition.enabled:
             # Owner deactivation writes the owner's own switch (seed 000: no third lock).
             definition = agent_rows.AgentDefinition(**{**definition.__dict__, "enabled": False})
@@ -118,12 +131,24 @@ def forget_agent(database: Database, uid: str) -> int | None:
         return agent_rows.delete_agent_by_uid(session, uid)
 
 
-def agents_of_inactive_owners(database: Database) -> list[tuple[int, str, str]]:
-    """(id, namespace, name) of agents whose owner is deactivated: their CRs must say
-    `enabled: false` too (the operator notices a `users` change without an Agent event)."""
+def switch_off_agents_of_inactive_owners(database: Database) -> list[int]:
+    """Owner deactivated in `users` (no Agent event tells the operator): the agents still
+    on are switched off and their CRs owed `spec.enabled: false`. Derived from the rows
+    each time, so it survives restarts and a second deactivation of the same owner."""
     with database.transaction() as session:
-        rows = inactive_owner_agents(session)
-    return [(agent_id, ns, name) for agent_id, ns, name in rows if ns and name]
+        return agent_rows.switch_off_agents_of_inactive_owners(session)
+
+
+def owed_specs(database: Database) -> list[owed_spec.OwedSpec]:
+    """Agent resources still owed a spec write (a withdrawn model, a deactivated owner)."""
+    with database.transaction() as session:
+        return owed_spec.owed_specs(session)
+
+
+def spec_delivered(database: Database, owed: owed_spec.OwedSpec) -> None:
+    """The resource now says what was owed (or is gone): stop owing it."""
+    with database.transaction() as session:
+        owed_spec.delivered(session, owed.agent_id, owed.writes)
 
 
 def database_clock(database: Database) -> datetime:

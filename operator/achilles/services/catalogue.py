@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from achilles.db.database import Database
 from achilles.db.journal import catalogue
@@ -38,9 +39,45 @@ def mirror_model(database: Database, name: str, spec: AgentModelSpec) -> ModelMi
 
 
 def withdraw_model(database: Database, name: str) -> list[catalogue.AgentRef]:
-    """DESIGN §4: its agents stop (model_id NULL); re-adding the name revives nobody."""
+    """DESIGN §4: its agents stop (model_id NULL); re-adding the name revives nobody.
+    Their CRs are owed `spec.model: null` (delivered by `agents.deliver_owed_specs`)."""
     with database.transaction() as session:
         return catalogue.withdraw_model(session, name)
+
+
+@dataclass(frozen=True)
+class CatalogueConverged:
+    """Rows whose resource was deleted while no operator watched, now gone too."""
+
+    withdrawn_models: dict[str, list[catalogue.AgentRef]] = field(default_factory=dict)
+    removed_tools: list[str] = field(default_factory=list)
+
+
+def forget_deleted_catalogue(
+    database: Database,
+    *,
+    live_models: set[str] | None,
+    live_tools: set[str] | None,
+    listed_at: datetime,
+) -> CatalogueConverged:
+    """Models and tools whose AgentModel/AgentTool no longer exists (deleted while the
+    operator was down, or in a watch gap): withdrawn and removed exactly as their delete
+    event would have done. Cluster-scoped names are unique, so a row is judged by its
+    name. `live_*` are listings that began at `listed_at` (the database's clock; None:
+    that listing failed, judge nothing): a row made since may belong to a resource
+    created after its listing, so only older rows are judged."""
+    withdrawn: dict[str, list[catalogue.AgentRef]] = {}
+    removed: list[str] = []
+    with database.transaction() as session:
+        if live_models is not None:
+            for name in catalogue.model_names(session, created_before=listed_at):
+                if name not in live_models:
+                    withdrawn[name] = catalogue.withdraw_model(session, name)
+        if live_tools is not None:
+            for name in catalogue.tool_names(session, created_before=listed_at):
+                if name not in live_tools and catalogue.delete_tool(session, name):
+                    removed.append(name)
+    return CatalogueConverged(withdrawn, removed)
 
 
 def mirror_tool(database: Database, name: str, spec: AgentToolSpec) -> int:

@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, Tool, User
+from achilles.db.journal.owed_spec import owing, owner_deactivated
 from achilles.db.journal.users import find_owner_id
 from achilles.domain.gates import DurableLocks
 from achilles.errors import NotFound
@@ -198,3 +199,23 @@ def agent_uids(session: Session, *, created_before: datetime | None = None) -> d
         query = query.where(Agent.created_at < created_before)
     rows = session.execute(query)
     return {uid: agent_id for uid, agent_id in rows.tuples() if uid is not None}
+
+
+# --- owner deactivation (seed 000: it writes the owner's own switch, no third lock) ---
+
+
+def switch_off_agents_of_inactive_owners(session: Session) -> list[int]:
+    """Agents still switched on whose owner is inactive (deactivated by whoever owns
+    `users`, without `achilles users upsert --inactive`, which does this itself): switched
+    off, and their CRs owed `spec.enabled: false` (`owed_spec`). Read from the rows on
+    every call, never remembered: if the owner is reactivated, switches an agent on and is
+    deactivated again, the agent is found again."""
+    inactive = select(User.id).where(User.active.is_(False))
+    return list(
+        session.execute(
+            update(Agent)
+            .where(Agent.enabled.is_(True), Agent.user_id.in_(inactive))
+            .values(enabled=False, next_run_at=None, meta=owing(owner_deactivated()))
+            .returning(Agent.id)
+        ).scalars()
+    )

@@ -4,12 +4,14 @@ platform settings (neighbour tables for standalone installs, seed 000)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, PlatformSettings, Tool
+from achilles.db.journal.owed_spec import model_withdrawn, owing
 
 
 @dataclass(frozen=True)
@@ -72,19 +74,41 @@ class AgentRef:
 
 
 def withdraw_model(session: Session, name: str) -> list[AgentRef]:
-    """Delete the model; its agents' `model_id` becomes NULL (FK SET NULL) and they stop.
-    Returns those agents so their CRs can be told (spec.model cleared)."""
+    """Delete the model; its agents' `model_id` becomes NULL and they stop. Each of their
+    CRs is owed `spec.model: null` (`owed_spec`), recorded in this transaction, so a
+    failed or interrupted delivery is finished later; until then a model re-created under
+    this name revives nobody. Returns those agents."""
     model_id = model_id_by_name(session, name)
     if model_id is None:
         return []
     rows = session.execute(
         update(Agent)
         .where(Agent.model_id == model_id)
-        .values(model_id=None, next_run_at=None)
+        .values(model_id=None, next_run_at=None, meta=owing(model_withdrawn(name)))
         .returning(Agent.id, Agent.cr_uid, Agent.cr_namespace, Agent.cr_name)
     ).all()
     session.execute(delete(AgentModel).where(AgentModel.id == model_id))
     return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
+
+
+def model_names(session: Session, *, created_before: datetime) -> list[str]:
+    """Models in the allowlist whose row is older than `created_before`."""
+    return list(
+        session.execute(
+            select(AgentModel.name)
+            .where(AgentModel.created_at < created_before)
+            .order_by(AgentModel.name)
+        ).scalars()
+    )
+
+
+def tool_names(session: Session, *, created_before: datetime) -> list[str]:
+    """Tools in the catalogue whose row is older than `created_before`."""
+    return list(
+        session.execute(
+            select(Tool.name).where(Tool.created_at < created_before).order_by(Tool.name)
+        ).scalars()
+    )
 
 
 def upsert_tool(

@@ -113,16 +113,6 @@ def agents_of_owners(session: Session, agent_ids: Iterable[int]) -> list[int]:
     return list(session.execute(select(Agent.id).where(Agent.user_id.in_(owners))).scalars())
 
 
-def inactive_owner_agents(session: Session) -> list[tuple[int, str | None, str | None]]:
-    """Agents of inactive owners (their CRs must show `enabled: false`)."""
-    rows = session.execute(
-        select(Agent.id, Agent.cr_namespace, Agent.cr_name)
-        .join(User)
-        .where(User.active.is_(False), Agent.cr_uid.is_not(None))
-    ).all()
-    return [(row.id, row.cr_namespace, row.cr_name) for row in rows]
-
-
 @dataclass(frozen=True)
 class RunOwner:
     run_id: int

@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, User
+from achilles.db.journal.owed_spec import owing, owner_deactivated
 from achilles.errors import NotFound
 
 
@@ -66,11 +67,12 @@ def upsert_user(session: Session, key: str, *, timezone: str | None, active: boo
 
 
 def disable_agents_of(session: Session, user_id: int) -> int:
-    """Owner deactivation writes the owner's own switch (no third lock, seed 000)."""
+    """Owner deactivation writes the owner's own switch (no third lock, seed 000); each
+    Agent resource is owed `spec.enabled: false`, which the operator delivers."""
     result = session.execute(
         update(Agent)
         .where(Agent.user_id == user_id, Agent.enabled.is_(True))
-        .values(enabled=False, next_run_at=None)
+        .values(enabled=False, next_run_at=None, meta=owing(owner_deactivated()))
         .returning(Agent.id)
     )
     return len(result.all())
