@@ -2,9 +2,10 @@
 
 `build` compiles the control plane and the real node once and builds the images; `up`
 starts PostgreSQL, etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a
-real node (containerd, kubelet, kube-proxy), or the kubelet stand-in, and waits until
-they are ready; `env` prints the exports that point tools at them; `down` stops all of
-it and removes what the node left.
+real node (containerd, kubelet, kube-proxy), or the kubelet stand-in, the demo model
+server and the dev OpenID Provider, and waits until they are ready; `env` prints the
+exports that point tools at them; `token` prints a bearer token for a user key; `down`
+stops all of it and removes what the node left.
 """
 
 from __future__ import annotations
@@ -137,9 +138,41 @@ def down(state_dir: Path | None) -> None:
 @state_dir_option
 @reports_errors
 def env(state_dir: Path | None) -> None:
-    """Print `export` lines for KUBECONFIG, ACHILLES_DATABASE_URL and PATH."""
+    """Print `export` lines for KUBECONFIG, ACHILLES_DATABASE_URL, ACHILLES_OIDC_ISSUER
+    and PATH."""
     for line in _stack(state_dir).env_lines():
         click.echo(line)
+
+
+@dev.command()
+@state_dir_option
+@click.argument("user")
+@reports_errors
+def token(state_dir: Path | None, user: str) -> None:
+    """Print a bearer token for USER (any user key) from the stack's OIDC provider.
+
+    A real access token (an RS256 JWT, `sub` = USER) signed in through the provider's
+    authorization-code flow with the dev password, for curl and scripts:
+    `curl -H "Authorization: Bearer $(achilles dev token alice)" ...`. Exits 2 for a
+    malformed user key, 1 when the stack's provider is not running.
+    """
+    from achilles.domain.users import check_user_key
+    from achilles.errors import LocalStackError
+    from achilles_dev import oidc
+    from achilles_dev.processes import running_from_pidfile
+    from achilles_dev.stack import OIDC_PROVIDER
+
+    check_user_key(user)
+    stack = _stack(state_dir)
+    hint = f"(state {stack.config.state_dir}): run `achilles dev up`"
+    if OIDC_PROVIDER not in stack.component_names:
+        raise LocalStackError(f"this stack runs no OIDC provider {hint} on a stack with PostgreSQL")
+    if running_from_pidfile(stack.config.pidfile(OIDC_PROVIDER)) is None:
+        raise LocalStackError(f"the stack's OIDC provider is not running {hint}")
+    issuer = stack.config.oidc_issuer
+    if not oidc.is_serving(issuer):
+        raise LocalStackError(f"the stack's OIDC provider does not answer at {issuer} {hint}")
+    click.echo(oidc.token_for(issuer, user))
 
 
 @dev.command()

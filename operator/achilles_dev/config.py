@@ -42,6 +42,8 @@ class Ports:
     scheduler: int = 16445
     # The offline model server the demo's AgentModel points at (host side, pods reach it).
     model_server: int = 18400
+    # The dev OpenID Provider (achilles_dev.oidc): people's sign-in and `achilles dev token`.
+    oidc_provider: int = 18410
 
     @classmethod
     def free(cls) -> Ports:
@@ -139,6 +141,12 @@ class StackConfig:
     def model_server_url(self) -> str:
         """The demo model server's base URL, as pods (and the host) reach it."""
         return f"http://{self.apiserver_host}:{self.ports.model_server}/v1"
+
+    @property
+    def oidc_issuer(self) -> str:
+        """The dev OpenID Provider's issuer: where the host's browser and curl, and pods,
+        reach it (the address pods reach the model server at)."""
+        return f"http://{self.apiserver_host}:{self.ports.oidc_provider}"
 
     @property
     def apiserver_host(self) -> str:

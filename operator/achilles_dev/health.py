@@ -1,10 +1,10 @@
 """Is the local stack healthy? What `achilles dev status` shows, one check per part.
 
 Every process the stack started (PostgreSQL, the control plane, the node, the demo model
-server), then what the chart installed: the Helm release (deployed, and every object it
-owns still there: a deleted `AgentPlatform/default` is a broken release, not a running
-one) and the operator (the chart's Deployment, ready). A part that is not healthy says
-what to do; `dev status` exits non-zero when any is.
+server, the dev OpenID Provider), then what the chart installed: the Helm release
+(deployed, and every object it owns still there: a deleted `AgentPlatform/default` is a
+broken release, not a running one) and the operator (the chart's Deployment, ready). A
+part that is not healthy says what to do; `dev status` exits non-zero when any is.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import yaml
 
 from achilles_dev import controlplane, postgres
 from achilles_dev.chart import RELEASE, RELEASE_NAMESPACE, ReleaseStatus, release_status
+from achilles_dev.oidc import is_serving
 from achilles_dev.pki import Pki
-from achilles_dev.stack import MODEL_SERVER, LocalStack
+from achilles_dev.processes import running_from_pidfile
+from achilles_dev.stack import MODEL_SERVER, OIDC_PROVIDER, LocalStack
 from achilles_dev.versions import bin_dir
 
 UP_HINT = "run `achilles dev up`"
@@ -56,6 +58,11 @@ def stack_checks(stack: LocalStack) -> list[Check]:
     return checks
 
 
+def process_check(stack: LocalStack, name: str) -> Check:
+    """One process of the stack, as `dev status` shows it."""
+    return _component_check(stack, name, running_from_pidfile(stack.config.pidfile(name)))
+
+
 def _component_check(stack: LocalStack, name: str, process: Any) -> Check:
     if process is None:
         return Check(name, "stopped", UP_HINT, False)
@@ -64,6 +71,11 @@ def _component_check(stack: LocalStack, name: str, process: Any) -> Check:
         if not _answers(f"{url}/models"):
             return Check(name, "not answering", f"pid {process.pid}, {url}", False)
         return Check(name, "running", f"pid {process.pid}, {url}", True)
+    if name == OIDC_PROVIDER:
+        issuer = stack.config.oidc_issuer
+        if not is_serving(issuer):
+            return Check(name, "not answering", f"pid {process.pid}, issuer {issuer}", False)
+        return Check(name, "running", f"pid {process.pid}, issuer {issuer}", True)
     return Check(name, "running", f"pid {process.pid}", True)
 
 

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 
 from achilles.errors import LocalStackError
+from achilles_dev.config import LOOPBACK, StackConfig
 from achilles_dev.oidc_build import ensure_provider_built
 from achilles_dev.processes import ProcessRef, is_alive, reference, stop_group
 from achilles_dev.waiting import wait_until
@@ -94,6 +95,17 @@ class ProviderSettings:
             "ACHILLES_OIDC_DEV_PASSWORD": self.dev_password,
             "ACHILLES_OIDC_WEB_CLIENT_SECRET": self.web_client_secret,
         }
+
+
+def stack_provider_settings(config: StackConfig) -> ProviderSettings:
+    """The local stack's provider: on the host address pods reach (and the host's browser
+    and curl), the web inbox's redirect URIs on any port of that address and of loopback."""
+    host = config.apiserver_host
+    return ProviderSettings(
+        issuer=config.oidc_issuer,
+        listen=f"{host}:{config.ports.oidc_provider}",
+        web_redirect_uris=web_redirect_globs(*dict.fromkeys((host, LOOPBACK, "localhost"))),
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -12,6 +12,7 @@ namespace; or the stand-in's pod processes) and checks that nothing is left.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 import urllib.request
@@ -27,6 +28,8 @@ from achilles_dev.config import DATABASE_NAME, StackConfig
 from achilles_dev.kubelet.runs import recorded_shims
 from achilles_dev.node import network
 from achilles_dev.node.node import RealNode, require_root
+from achilles_dev.oidc import is_serving, stack_provider_settings
+from achilles_dev.oidc_build import ensure_provider_built
 from achilles_dev.pki import NodeIdentity, Pki, ensure_pki
 from achilles_dev.processes import (
     ProcessRef,
@@ -60,8 +63,10 @@ _START_TIMEOUT_S = {
     "kubelet": 120.0,
     "kube-proxy": 60.0,
     "model-server": 30.0,
+    "oidc-provider": 30.0,  # built before it starts (oidc_build), so only its start counts
 }
 MODEL_SERVER = "model-server"
+OIDC_PROVIDER = "oidc-provider"
 _SETTLE_TIMEOUT_S = 60.0
 
 
@@ -93,8 +98,9 @@ class LocalStack:
     @property
     def component_names(self) -> tuple[str, ...]:
         names = REAL_NODE_COMPONENTS if self.config.real_node else COMPONENTS
-        # The demo's offline model comes with the database (both are the demo's).
-        return (*names, MODEL_SERVER) if self.with_postgres else names
+        # The demo's offline model and the people's identity provider come with the
+        # database (the cluster tests' stacks bring their own).
+        return (*names, MODEL_SERVER, OIDC_PROVIDER) if self.with_postgres else names
 
     def components(self) -> list[ComponentState]:
         return [
@@ -121,6 +127,7 @@ class LocalStack:
         lines = [f"export KUBECONFIG={self.config.kubeconfig}"]
         if self.with_postgres:
             lines.append(f"export ACHILLES_DATABASE_URL={self.config.database_url}")
+            lines.append(f"export ACHILLES_OIDC_ISSUER={self.config.oidc_issuer}")
         lines.append(f'export PATH="{bin_dir()}:$PATH"')
         if self.config.real_node:
             # crictl and ctr find the node's containerd without flags.
@@ -198,6 +205,7 @@ class LocalStack:
             self._start("kubelet", self._kubelet_argv(pki), self._node_is_ready)
         if self.with_postgres:
             self._start_model_server()
+            self.start_oidc_provider()
         wait_until(
             self._default_service_account_exists,
             timeout=_SETTLE_TIMEOUT_S,
@@ -245,6 +253,22 @@ class LocalStack:
             str(self.config.ports.model_server),
         ]
         self._start(MODEL_SERVER, argv, lambda: _http_ok(f"{url}/models"))
+
+    def start_oidc_provider(self) -> None:
+        """The dev OpenID Provider (built once first), unless it already runs."""
+        binary = ensure_provider_built(report=self.report)
+        settings = stack_provider_settings(self.config)
+        for directory in (self.config.logs_dir, self.config.run_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._start(
+            OIDC_PROVIDER,
+            settings.argv(binary),
+            lambda: is_serving(settings.issuer),
+            {**os.environ, **settings.env()},
+        )
+        self.report(
+            f"{OIDC_PROVIDER}: issuer {settings.issuer}, dev password {settings.dev_password}"
+        )
 
     def _start_postgres(self) -> None:
         real = self.config.real_node
@@ -409,6 +433,7 @@ class LocalStack:
                 stopped.append(f"{pods} pod sandbox(es)")
         for name in (
             MODEL_SERVER,  # listens on the node network's host address: before the network
+            OIDC_PROVIDER,  # the same
             "kube-proxy",
             "containerd",
             "kube-scheduler",

@@ -30,7 +30,7 @@ from achilles_dev.chart import (
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.health import stack_checks
 from achilles_dev.processes import read_pidfile
-from achilles_dev.stack import COMPONENTS, MODEL_SERVER, LocalStack
+from achilles_dev.stack import COMPONENTS, MODEL_SERVER, OIDC_PROVIDER, LocalStack
 from achilles_dev.versions import bin_dir
 from tests.cluster.kube import create_pod, gated_program, pid_from, pod_phase, process_is_gone
 from tests.waiting import wait_for
@@ -61,7 +61,9 @@ def test_up_is_idempotent_and_down_leaves_no_process(
 ) -> None:
     stack, lines = own_stack
     assert stack.up() is True
-    component_pids = [read_pidfile(stack.config.pidfile(name)) for name in COMPONENTS]
+    component_pids = [
+        read_pidfile(stack.config.pidfile(name)) for name in (*COMPONENTS, OIDC_PROVIDER)
+    ]
     assert all(ref is not None for ref in component_pids)
     postmaster = int((stack.config.postgres_dir / "postmaster.pid").read_text().split()[0])
     # Every component logs under logs/, PostgreSQL too (docs/development.md).
@@ -77,12 +79,13 @@ def test_up_is_idempotent_and_down_leaves_no_process(
     assert f"export KUBECONFIG={stack.config.kubeconfig}" in env.output.splitlines()
     database = f"postgresql+psycopg://postgres@127.0.0.1:{stack.config.ports.postgres}/achilles"
     assert f"export ACHILLES_DATABASE_URL={database}" in env.output.splitlines()
+    issuer = f"http://127.0.0.1:{stack.config.ports.oidc_provider}"
+    assert f"export ACHILLES_OIDC_ISSUER={issuer}" in env.output.splitlines()
 
     status = CliRunner().invoke(cli, ["dev", "status", "--state-dir", str(stack.config.state_dir)])
     checks = {check.name: check for check in stack_checks(stack)}
-    assert {name: checks[name].state for name in ("postgres", *COMPONENTS, MODEL_SERVER)} == (
-        dict.fromkeys(("postgres", *COMPONENTS, MODEL_SERVER), "running")
-    )
+    parts = ("postgres", *COMPONENTS, MODEL_SERVER, OIDC_PROVIDER)
+    assert {name: checks[name].state for name in parts} == dict.fromkeys(parts, "running")
     # Without the chart (this test's `up` is the stack's alone) the stack is not healthy.
     assert checks["release"].state == "not installed"
     assert status.exit_code == 1, status.output
