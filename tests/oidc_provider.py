@@ -17,8 +17,8 @@ What a test gets (`OidcProvider`):
   user key signs in; a bad one raises `achilles_dev.oidc.SignInRefused`.
 * `login_password` -- the one dev password of the sign-in form (any valid user key).
 * `web_client_id`, `web_client_secret` -- the web inbox's confidential client
-  (client_secret_basic; authorization code, PKCE welcome). Its redirect URIs are fixed
-  patterns: `http://127.0.0.1:<any port>/auth/callback` and
+  (client_secret_basic or client_secret_post; authorization code, PKCE welcome). Its
+  redirect URIs are fixed patterns: `http://127.0.0.1:<any port>/auth/callback` and
   `http://localhost:<any port>/auth/callback` (`web_redirect_uri_patterns`), so a web
   app on any free port signs in without registering anything.
 * `cli_client_id` -- the public client `token_for` uses.
