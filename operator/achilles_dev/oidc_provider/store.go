@@ -253,3 +253,16 @@ func (s *Store) ClientCredentials(context.Context, string, string) (op.Client, e
 func (s *Store) ClientCredentialsTokenRequest(context.Context, string, []string) (op.TokenRequest, error) {
 	return nil, errRefused
 }
+
+// The example joins first and last name with a space; our users have one name, the key.
+func (s *Store) SetUserinfoFromRequest(ctx context.Context, userinfo *oidc.UserInfo, token op.IDTokenRequest, scopes []string) error {
+	err := s.Storage.SetUserinfoFromRequest(ctx, userinfo, token, scopes)
+	userinfo.Name = strings.TrimSpace(userinfo.Name)
+	return err
+}
+
+func (s *Store) SetUserinfoFromToken(ctx context.Context, userinfo *oidc.UserInfo, tokenID, subject, origin string) error {
+	err := s.Storage.SetUserinfoFromToken(ctx, userinfo, tokenID, subject, origin)
+	userinfo.Name = strings.TrimSpace(userinfo.Name)
+	return err
+}
