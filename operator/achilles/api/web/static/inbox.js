@@ -113,21 +113,14 @@
   // --- what the API's documents say, read in one place ---
 
   const itemsOf = (page) => (page && Array.isArray(page.items) ? page.items : []);
-  const agentKey = (agent) => `${agent.namespace}/${agent.name}`;
-
-  function hasUnprocessedReply(item) {
-    return Boolean(item.reply) && (item.reply.outcome === null || item.reply.outcome === undefined);
-  }
+  const agentKey = (agent) => String(agent.id);
 
   // The person's turn: blocked, and no reply of theirs waiting for the agent.
   function isAwaitingMe(item) {
-    return item.state === "blocked" && !hasUnprocessedReply(item);
+    return item.state === "blocked" && !item.unprocessed;
   }
 
-  function itemAgentName(item) {
-    if (item.agent && typeof item.agent === "object") return item.agent.name || "";
-    return item.agent_name || item.agent || "";
-  }
+  const itemAgentName = (item) => item.agent_name || `agent ${item.agent_id}`;
 
   // --- the inbox ---
 
@@ -147,14 +140,15 @@
   function replyBlock(item) {
     const reply = item.reply;
     if (!reply) return null;
-    const verb = reply.kind === "clarify" ? "You asked to clarify" : "You answered";
+    const verb = reply.kind === "clarify" ? "Asked to clarify" : "Answered";
+    const by = reply.by ? ` by ${reply.by}` : "";
     let status = "waiting for the agent to read it";
     if (reply.outcome) status = `the agent processed it: ${reply.outcome}`;
     else if (reply.seen_at) status = "the agent is working on it";
     return el(
       "div",
       { class: "reply" },
-      el("p", { class: "meta" }, `${verb} via ${reply.channel || "inbox"} `, when(reply.handled_at)),
+      el("p", { class: "meta" }, `${verb}${by} via ${reply.channel} `, when(reply.handled_at)),
       el("p", { text: reply.text }),
       el("p", { class: "meta", text: status }),
     );
@@ -297,14 +291,15 @@
     state.problems.delete(item.id);
     const key = newKey();
     try {
-      await api("POST", `/v1/inbox/${encodeURIComponent(item.id)}/reply`, {
+      const outcome = await api("POST", `/v1/inbox/${encodeURIComponent(item.id)}/reply`, {
         body: { kind, text, channel: "inbox" },
         headers: { "If-Match": `"${item.revision}"`, "Idempotency-Key": key },
       });
       state.drafts.delete(item.id);
       const what = kind === "clarify" ? "Clarification request" : "Answer";
-      state.notes.set(item.id, `${what} sent.`);
-      announce(`${what} sent to ${itemAgentName(item)}.`);
+      const note = `${what} sent.${wakeNote(outcome && outcome.wake)}`;
+      state.notes.set(item.id, note);
+      announce(`${itemAgentName(item)}: ${note}`);
       await loadInbox();
       focusAfterReply();
     } catch (error) {
@@ -324,6 +319,12 @@
         button.disabled = false;
       });
     }
+  }
+
+  function wakeNote(wake) {
+    if (!wake || !wake.requested) return "";
+    if (wake.delivered) return " The agent will run again to read it.";
+    return wake.detail ? ` The agent was not woken: ${wake.detail}.` : "";
   }
 
   function problemText(error) {
@@ -347,13 +348,22 @@
 
   // --- agents and runs ---
 
+  const openRuns = new Set(); // run ids whose output the person opened
+  const outputs = new Map(); // run id -> full output, once fetched
+
   function agentFacts(agent) {
+    const last = agent.last_run;
+    const tokens = agent.weekly_tokens;
+    let status = agent.phase;
+    if (agent.admin_paused) status = `${agent.phase} (paused by an admin)`;
+    else if (!agent.enabled) status = `${agent.phase} (disabled)`;
     const facts = [
-      ["State", agent.admin_paused ? "paused by an admin" : agent.enabled ? "enabled" : "disabled"],
-      ["Model", agent.model],
+      ["Status", status],
+      ["Model", agent.model || "none"],
       ["Schedule", agent.schedule],
       ["Next run", agent.next_run_at ? when(agent.next_run_at) : "none"],
-      ["Weekly tokens", agent.weekly_tokens === undefined ? null : String(agent.weekly_tokens)],
+      ["Last run", last ? el("span", {}, `${last.state} `, when(last.finished_at || last.started_at)) : "none"],
+      ["Tokens this week", tokens ? `${tokens.used} of ${tokens.limit} (all your agents)` : null],
     ];
     const list = el("dl", { class: "facts" });
     for (const [name, value] of facts) {
@@ -363,53 +373,69 @@
     return list;
   }
 
+  function runOutput(run) {
+    if (run.output_preview === null || run.output_preview === undefined) return null;
+    const pre = el("pre", { class: "output", text: outputs.get(run.id) || run.output_preview });
+    const details = el("details", { open: openRuns.has(run.id) }, el("summary", { text: "Output" }), pre);
+    details.addEventListener("toggle", async () => {
+      if (!details.open) {
+        openRuns.delete(run.id);
+        return;
+      }
+      openRuns.add(run.id);
+      if (outputs.has(run.id)) return;
+      try {
+        const full = await api("GET", `/v1/runs/${encodeURIComponent(run.id)}`);
+        outputs.set(run.id, full.output || "");
+        pre.textContent = full.output || "";
+      } catch (error) {
+        showLoadProblem(error);
+      }
+    });
+    return details;
+  }
+
   function runEntry(run) {
-    const output = run.output
-      ? el(
-          "details",
-          {},
-          el("summary", { text: "Output" }),
-          el("pre", { class: "output", text: run.output }),
-        )
-      : null;
     return el(
       "li",
-      {},
+      { "data-run": run.id },
       el(
         "p",
         { class: "meta" },
         el("span", { class: "badge", text: run.state }),
-        ` ${run.trigger || ""} `,
+        ` ${run.trigger} · `,
         when(run.finished_at || run.started_at || run.queued_at),
         run.reason ? ` · ${run.reason}` : null,
+        run.tokens_used ? ` · ${run.tokens_used} tokens` : null,
       ),
       run.error ? el("p", { class: "problem", text: run.error }) : null,
-      output,
+      runOutput(run),
     );
   }
 
   function agentCard(agent) {
     const key = agentKey(agent);
-    const headingId = `agent-${key.replace(/[^A-Za-z0-9_-]/g, "_")}-heading`;
+    const headingId = `agent-${key}-heading`;
     const note = state.agentNotes.get(key) || {};
-    const button = el("button", {
-      type: "button",
-      class: "secondary",
-      text: "Run now",
-      "aria-describedby": headingId,
-    });
-    button.addEventListener("click", () => runNow(agent, button));
+    let action;
+    if (agent.namespace) {
+      action = el("button", { type: "button", class: "secondary", "aria-describedby": headingId, text: "Run now" });
+      action.addEventListener("click", () => runNow(agent, action));
+    } else {
+      action = el("p", { class: "meta", text: "No Agent resource: it cannot be run from here." });
+    }
     const runs = state.runsByAgent.get(key) || [];
     return el(
       "li",
       { class: "card", "data-agent": key },
       el("h3", { id: headingId, text: agent.name }),
-      el("p", { class: "meta", text: `namespace ${agent.namespace}` }),
+      el("p", { class: "meta", text: agent.namespace ? `namespace ${agent.namespace}` : `agent ${agent.id}` }),
+      agent.description ? el("p", { text: agent.description }) : null,
       agentFacts(agent),
-      el("div", { class: "actions" }, button),
+      el("div", { class: "actions" }, action),
       el("p", { class: "note", role: "status", text: note.text || "" }),
       el("p", { class: "problem", role: "alert", text: note.problem || "" }),
-      el("h4", { class: "meta", text: runs.length ? "Recent runs" : "No runs yet" }),
+      el("h4", { text: runs.length ? "Recent runs" : "No runs yet" }),
       runs.length ? el("ul", { class: "runs" }, ...runs.map(runEntry)) : null,
     );
   }
@@ -422,10 +448,10 @@
   }
 
   async function loadAgents() {
-    state.agents = itemsOf(await api("GET", "/v1/agents"));
+    state.agents = itemsOf(await api("GET", "/v1/agents?limit=200"));
     const runs = await Promise.all(
       state.agents.map((agent) =>
-        api("GET", `/v1/runs?agent=${encodeURIComponent(agentKey(agent))}&limit=${RUNS_PER_AGENT}`),
+        api("GET", `/v1/runs?agent=${encodeURIComponent(agent.id)}&limit=${RUNS_PER_AGENT}`),
       ),
     );
     state.runsByAgent = new Map(state.agents.map((agent, i) => [agentKey(agent), itemsOf(runs[i])]));
@@ -437,10 +463,9 @@
     button.disabled = true;
     state.agentNotes.set(key, {});
     try {
-      await api("POST", `/v1/agents/${encodeURIComponent(agent.namespace)}/${encodeURIComponent(agent.name)}/runs`, {
-        headers: { "Idempotency-Key": newKey() },
-      });
-      state.agentNotes.set(key, { text: "Run requested." });
+      const path = `/v1/agents/${encodeURIComponent(agent.namespace)}/${encodeURIComponent(agent.name)}/runs`;
+      await api("POST", path, { headers: { "Idempotency-Key": newKey() } });
+      state.agentNotes.set(key, { text: "Run requested: it appears below when the operator starts it." });
       announce(`Run of ${agent.name} requested.`);
     } catch (error) {
       if (!(error instanceof ApiError) || error.status === 401) throw error;
@@ -480,28 +505,35 @@
     badge.textContent = text;
   }
 
+  // EventSource reconnects by itself after a dropped connection (sending Last-Event-ID);
+  // an error answer (a 503 while the server starts) closes it for good, so then we open
+  // a new one, a little later each time, and re-read everything once it is open.
+  let retryDelay = 1000;
+
   function follow() {
     const source = new EventSource("/v1/events");
     let opened = false;
     source.addEventListener("open", () => {
       setLive("live", "live");
-      // After a reconnection, re-read everything: nothing missed stays stale.
+      retryDelay = 1000;
       if (opened) {
         refreshSoon("inbox");
         refreshSoon("runs");
       }
       opened = true;
     });
-    source.addEventListener("error", () => setLive("reconnecting", "reconnecting…"));
-    for (const name of ["item", "inbox", "inbox_item"]) {
-      source.addEventListener(name, () => refreshSoon("inbox"));
-    }
-    for (const name of ["run", "runs", "agent"]) {
-      source.addEventListener(name, () => refreshSoon("runs"));
-    }
-    source.addEventListener("message", () => {
-      refreshSoon("inbox");
-      refreshSoon("runs");
+    source.addEventListener("ready", () => setLive("live", "live"));
+    source.addEventListener("inbox_item", () => refreshSoon("inbox"));
+    source.addEventListener("run", () => refreshSoon("runs"));
+    source.addEventListener("error", () => {
+      setLive("reconnecting", "reconnecting…");
+      if (source.readyState !== EventSource.CLOSED) return;
+      window.setTimeout(() => {
+        follow();
+        refreshSoon("inbox");
+        refreshSoon("runs");
+      }, retryDelay);
+      retryDelay = Math.min(retryDelay * 2, 30000);
     });
   }
 
