@@ -3,9 +3,10 @@
 `achilles dev up` ends here, so the local stack has exactly what `helm install` gives a
 real cluster: the CRDs, RBAC, admission policies, the runs namespace with its quota,
 AgentPlatform/default, and the schema migrations, which run as the chart's pre-install
-hook Job, and the operator Deployment under its ServiceAccount and RBAC — both from the
-engine image on a real node. The stand-in runs the hook's command as a process and no
-operator (run `achilles operator` beside it).
+hook Job, the operator Deployment and the API's (`achilles api` and the web inbox, two
+replicas behind a NodePort Service the host's curl and browser reach) under their
+ServiceAccounts and RBAC — all from the engine image on a real node. The stand-in runs
+the hook's command as a process and neither Deployment (run `achilles operator` beside it).
 
 Helm installs `crds/` on first install only, so CRDs are applied server-side first,
 every time: a developer who changed the models and ran `achilles crds generate` gets
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from achilles.errors import LocalStackError
+from achilles_dev.config import API_NODE_PORT
 
 if TYPE_CHECKING:
     from achilles_dev.stack import LocalStack
@@ -38,6 +40,11 @@ RELEASE_NAMESPACE = "achilles-system"
 DATABASE_SECRET = "achilles-database"  # noqa: S105
 RUNNER_DATABASE_SECRET = "achilles-runner-database"  # noqa: S105
 DATABASE_SECRET_KEY = "url"  # noqa: S105
+# The API's web client and session secrets, which the stack creates (dev values only).
+API_WEB_CLIENT_SECRET = "achilles-api-web-client"  # noqa: S105 - a Secret's name
+API_WEB_CLIENT_SECRET_KEY = "client-secret"  # noqa: S105 - a key's name
+API_SESSION_SECRET = "achilles-api-session"  # noqa: S105 - a Secret's name
+API_SESSION_SECRET_KEY = "session-secret"  # noqa: S105 - a key's name
 FIELD_MANAGER = "achilles-dev"
 _HELM_TIMEOUT = "5m"
 
@@ -70,24 +77,66 @@ class ChartInstall:
         )
 
 
-def local_values(*, with_database: bool, image: str | None = None) -> dict[str, Any]:
-    """The chart's values for a local stack: the operator Deployment and migrations when a
-    real node and a database run.
+@dataclass(frozen=True)
+class LocalApi:
+    """How a local stack runs the API: whom it trusts and where people reach it."""
+
+    oidc_issuer: str  # the stack's OpenID Provider, as pods reach it (and tokens name it)
+    public_url: str  # the URL the host's curl and browser use: the NodePort on the node IP
+    node_port: int
+
+
+def local_values(
+    *, with_database: bool, image: str | None = None, api: LocalApi | None = None
+) -> dict[str, Any]:
+    """The chart's values for a local stack: the operator and API Deployments and the
+    migrations when a real node and a database run.
 
     `image` is the locally built engine image (`repository:tag`) a real node runs the
-    chart's Jobs from; the stand-in ignores images.
+    chart's Jobs from; the stand-in ignores images. `api` turns the API on (with the
+    stack's OIDC provider for people and its web inbox); without it the API is off.
     """
+    on_node = image is not None and with_database
     values: dict[str, Any] = {
         # The operator runs as the chart's Deployment, from the engine image, where a real
         # node can run that image and a database is there for it; elsewhere (the stand-in)
         # it runs as a local process (`achilles operator`).
-        "operator": {"enabled": image is not None and with_database},
+        "operator": {"enabled": on_node},
+        "api": {"enabled": on_node and api is not None},
         "migrations": {"enabled": with_database},
     }
     if image is not None:
         repository, _, tag = image.rpartition(":")
         values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
+    if on_node and api is not None:
+        values["api"] = local_api_values(api)
     return values
+
+
+def local_api_values(api: LocalApi) -> dict[str, Any]:
+    """The API as the dev stack runs it: a NodePort the host reaches, people's tokens and
+    the web inbox's sign-in from the stack's provider (its published dev client)."""
+    from achilles_dev import oidc
+
+    return {
+        "enabled": True,
+        "service": {"type": "NodePort", "nodePort": api.node_port},
+        "oidc": {
+            "issuer": api.oidc_issuer,
+            "audience": oidc.API_AUDIENCE,
+            "userClaim": oidc.USER_CLAIM,
+        },
+        "web": {
+            "enabled": True,
+            "publicURL": api.public_url,
+            "clientId": oidc.WEB_CLIENT_ID,
+            "clientSecret": {
+                "secretName": API_WEB_CLIENT_SECRET,
+                "key": API_WEB_CLIENT_SECRET_KEY,
+            },
+            "sessionSecret": {"secretName": API_SESSION_SECRET, "key": API_SESSION_SECRET_KEY},
+        },
+    }
 
 
 def apply_crds(install: ChartInstall) -> None:
@@ -274,34 +323,42 @@ def install_local_chart(
     database_url: str | None,
     report: Report,
     image: str | None = None,
+    api: LocalApi | None = None,
 ) -> None:
-    """What `achilles dev up` installs: the chart (with the operator Deployment on a real node).
+    """What `achilles dev up` installs: the chart (with the operator and API Deployments
+    on a real node).
 
     With a database, its URL (as pods reach it) goes into the chart's Secrets (the
     migration hook Job and, later, run Jobs read it) and the hook migrates the schema;
-    without one, no hook.
+    without one, no hook. With `api`, the API's web client and session secrets too.
     """
     install = ChartInstall(kubeconfig=kubeconfig, bin_dir=bin_dir)
     apply_crds(install)
     if database_url is not None:
         _ensure_namespace(kubeconfig, install.namespace)
         _ensure_secret(kubeconfig, install.namespace, DATABASE_SECRET, database_url)
+    stack_values = local_values(with_database=database_url is not None, image=image, api=api)
+    if stack_values["api"]["enabled"]:
+        _ensure_api_secrets(kubeconfig, install.namespace)
     recover_release(install, report)
     # Every `dev up` applies the chart, whatever the release's state: a failed or missing
     # release is installed again and a deleted object (AgentPlatform/default) recreated.
     # What the user set on the release (`helm upgrade --reuse-values --set platform.*`, or
     # the handover `platform.create=false`) stays: only the stack's own keys are replaced.
-    stack_values = local_values(with_database=database_url is not None, image=image)
     install = replace(install, values=merged_values(user_values(install), stack_values))
     install_chart(install, extra_args=("--force-conflicts",))
     if database_url is not None:
         _ensure_secret(kubeconfig, _runs_namespace(install), RUNNER_DATABASE_SECRET, database_url)
+    deployments = [name for name in ("operator", "api") if install.values[name]["enabled"]]
     report(
         f"chart: release {install.release} in namespace {install.namespace} "
         f"(CRDs, RBAC, admission policies, runs namespace, AgentPlatform/default"
         f"{', migrations' if database_url else ''}"
-        f"{'; operator Deployment' if install.values['operator']['enabled'] else ''})"
+        f"{'; ' + ' and '.join(deployments) + ' Deployments' if deployments else ''})"
     )
+    if api is not None and install.values["api"]["enabled"]:
+        wait_until_api_answers(api.public_url)
+        report(f"api: {api.public_url} (the web inbox at /, sign in as any user key)")
 
 
 def user_values(install: ChartInstall) -> dict[str, Any]:
@@ -356,14 +413,41 @@ def _ensure_namespace(kubeconfig: Path, name: str) -> None:
 
 def _ensure_secret(kubeconfig: Path, namespace: str, name: str, url: str) -> None:
     """Create or update the Secret holding a database URL (key `url`)."""
+    _ensure_secret_data(kubeconfig, namespace, name, {DATABASE_SECRET_KEY: url})
+
+
+def _ensure_api_secrets(kubeconfig: Path, namespace: str) -> None:
+    """The web client's secret (the one the stack's provider was given) and a session
+    secret, made once and kept: signed-in browsers stay signed in across `dev up`."""
+    import secrets
+
+    from achilles_dev import oidc
+
+    _ensure_secret_data(
+        kubeconfig,
+        namespace,
+        API_WEB_CLIENT_SECRET,
+        {API_WEB_CLIENT_SECRET_KEY: oidc.WEB_CLIENT_SECRET},
+    )
+    _ensure_secret_data(
+        kubeconfig,
+        namespace,
+        API_SESSION_SECRET,
+        {API_SESSION_SECRET_KEY: secrets.token_urlsafe(48)},
+        replace=False,
+    )
+
+
+def _ensure_secret_data(
+    kubeconfig: Path, namespace: str, name: str, data: Mapping[str, str], *, replace: bool = True
+) -> None:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     from achilles.k8s.client import api_client
 
     secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace),
-        string_data={DATABASE_SECRET_KEY: url},
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace), string_data=dict(data)
     )
     with api_client(kubeconfig) as api:
         core = client.CoreV1Api(api)
@@ -374,7 +458,39 @@ def _ensure_secret(kubeconfig: Path, namespace: str, name: str, url: str) -> Non
                 raise LocalStackError(
                     f"cannot create Secret {namespace}/{name}: {error.reason}"
                 ) from error
-            core.replace_namespaced_secret(name, namespace, secret)
+            if replace:
+                core.replace_namespaced_secret(name, namespace, secret)
+
+
+# A first start pulls nothing (the image is on the node) but waits for the migrations and
+# two pods' probes; a machine busy building can take a while.
+_API_START_TIMEOUT_S = 180.0
+
+
+def wait_until_api_answers(url: str, *, timeout: float = _API_START_TIMEOUT_S) -> None:
+    """Return once `url`/readyz answers 200 from here (the host): a pod is ready and the
+    Service's node port forwards to it."""
+    import httpx
+
+    from achilles_dev.waiting import wait_until
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(ready, timeout=timeout, what=f"the API at {url}/readyz", interval=0.5)
+
+
+def stack_api(stack: LocalStack) -> LocalApi | None:
+    """The API of a stack with a real node and PostgreSQL (and so the OIDC provider)."""
+    config = stack.config
+    if not (config.real_node and stack.with_postgres):
+        return None
+    return LocalApi(
+        oidc_issuer=config.oidc_issuer, public_url=config.api_url, node_port=API_NODE_PORT
+    )
 
 
 def install_into_stack(stack: LocalStack) -> None:
@@ -388,4 +504,5 @@ def install_into_stack(stack: LocalStack) -> None:
         database_url=stack.config.pod_database_url if stack.with_postgres else None,
         report=stack.report,
         image=ENGINE_IMAGE if stack.config.real_node else None,
+        api=stack_api(stack),
     )

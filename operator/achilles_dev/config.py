@@ -25,6 +25,9 @@ from achilles_dev.postgres import default_data_root
 LOOPBACK = "127.0.0.1"
 DATABASE_NAME = "achilles"
 DEFAULT_NODE_NAME = "achilles-local"
+# The API Service's node port on a real node: the host's curl and browser reach the API at
+# http://<node IP>:API_NODE_PORT (each stack's node has an IP of its own, so two never clash).
+API_NODE_PORT = 30080
 _SETTINGS = "stack.json"
 
 NodeKind = Literal["containerd", "process"]
@@ -147,6 +150,12 @@ class StackConfig:
         """The dev OpenID Provider's issuer: where the host's browser and curl, and pods,
         reach it (the address pods reach the model server at)."""
         return f"http://{self.apiserver_host}:{self.ports.oidc_provider}"
+
+    @property
+    def api_url(self) -> str:
+        """The API (`achilles api`, the chart's Deployment) as the host reaches it: its
+        Service's node port on the real node's IP, through the node's kube-proxy."""
+        return f"http://{self.network.node_ip}:{API_NODE_PORT}"
 
     @property
     def apiserver_host(self) -> str:

@@ -3,14 +3,15 @@
 Every process the stack started (PostgreSQL, the control plane, the node, the demo model
 server, the dev OpenID Provider), then what the chart installed: the Helm release
 (deployed, and every object it owns still there: a deleted `AgentPlatform/default` is a
-broken release, not a running one) and the operator (the chart's Deployment, ready). A
-part that is not healthy says what to do; `dev status` exits non-zero when any is.
+broken release, not a running one), the operator and the API (the chart's Deployments,
+every replica ready). A part that is not healthy says what to do; `dev status` exits
+non-zero when any is.
 """
 
 from __future__ import annotations
 
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +94,14 @@ def release_checks(
         return [
             Check("release", "not installed", f"{namespace}/{release}: {UP_HINT}", False),
             Check("operator", "not installed", "comes with the release", False),
+            Check("api", "not installed", "comes with the release", False),
         ]
     manifest = [doc for doc in yaml.safe_load_all(status.manifest) if doc]
-    return [_release_check(kubeconfig, status, manifest), _operator_check(kubeconfig, manifest)]
+    return [
+        _release_check(kubeconfig, status, manifest),
+        _operator_check(kubeconfig, manifest),
+        _api_check(kubeconfig, manifest),
+    ]
 
 
 def _release_check(
@@ -140,15 +146,51 @@ def missing_objects(kubeconfig: Path, manifest: list[dict[str, Any]], namespace:
 
 
 def _operator_check(kubeconfig: Path, manifest: list[dict[str, Any]]) -> Check:
-    deployments = [doc for doc in manifest if doc.get("kind") == "Deployment"]
+    return _deployment_check(
+        kubeconfig,
+        manifest,
+        "operator",
+        "the chart's Deployment is off here (operator.enabled=false):"
+        " run `achilles operator` beside the stack",
+    )
+
+
+def _api_check(kubeconfig: Path, manifest: list[dict[str, Any]]) -> Check:
+    """The API's Deployment, ready, and where the host reaches it (its NodePort)."""
+    check = _deployment_check(
+        kubeconfig,
+        manifest,
+        "api",
+        "the chart's API is off here (api.enabled=false: the stack has no real node"
+        " or no PostgreSQL)",
+    )
+    services = _component_documents(manifest, "Service", "api")
+    node_port = next(
+        (p.get("nodePort") for s in services for p in s["spec"]["ports"] if p.get("nodePort")),
+        None,
+    )
+    if check.healthy and check.state == "ready" and node_port is not None:
+        return replace(check, detail=f"{check.detail}, node port {node_port}")
+    return check
+
+
+def _component_documents(
+    manifest: list[dict[str, Any]], kind: str, component: str
+) -> list[dict[str, Any]]:
+    return [
+        doc
+        for doc in manifest
+        if doc.get("kind") == kind
+        and doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+    ]
+
+
+def _deployment_check(
+    kubeconfig: Path, manifest: list[dict[str, Any]], component: str, off: str
+) -> Check:
+    deployments = _component_documents(manifest, "Deployment", component)
     if not deployments:
-        return Check(
-            "operator",
-            "not deployed",
-            "the chart's Deployment is off here (operator.enabled=false):"
-            " run `achilles operator` beside the stack",
-            True,
-        )
+        return Check(component, "not deployed", off, True)
     meta = deployments[0]["metadata"]
     namespace, name = meta.get("namespace", RELEASE_NAMESPACE), meta["name"]
     from kubernetes import client
@@ -162,15 +204,15 @@ def _operator_check(kubeconfig: Path, manifest: list[dict[str, Any]]) -> Check:
         except ApiException as error:
             if error.status != 404:
                 raise
-            return Check("operator", "missing", f"Deployment {namespace}/{name}; {UP_HINT}", False)
+            return Check(component, "missing", f"Deployment {namespace}/{name}; {UP_HINT}", False)
     wanted = max(deployment.spec.replicas or 1, 1)
     ready = (deployment.status.ready_replicas if deployment.status else None) or 0
     where = f"Deployment {namespace}/{name}, {ready}/{wanted} ready"
     if ready < wanted:
         return Check(
-            "operator", "not ready", f"{where}: kubectl -n {namespace} describe pods", False
+            component, "not ready", f"{where}: kubectl -n {namespace} describe pods", False
         )
-    return Check("operator", "ready", where, True)
+    return Check(component, "ready", where, True)
 
 
 def _answers(url: str) -> bool:

@@ -99,12 +99,15 @@ class ProviderSettings:
 
 def stack_provider_settings(config: StackConfig) -> ProviderSettings:
     """The local stack's provider: on the host address pods reach (and the host's browser
-    and curl), the web inbox's redirect URIs on any port of that address and of loopback."""
+    and curl), the web inbox's redirect URIs on any port of that address, of loopback and,
+    with a real node, of the node's IP (where the chart's API answers: `config.api_url`)."""
     host = config.apiserver_host
+    # With a real node, the chart's API (its web inbox) is reached at the node's IP.
+    hosts = (host, LOOPBACK, "localhost", *((config.network.node_ip,) if config.real_node else ()))
     return ProviderSettings(
         issuer=config.oidc_issuer,
         listen=f"{host}:{config.ports.oidc_provider}",
-        web_redirect_uris=web_redirect_globs(*dict.fromkeys((host, LOOPBACK, "localhost"))),
+        web_redirect_uris=web_redirect_globs(*dict.fromkeys(hosts)),
     )
 
 

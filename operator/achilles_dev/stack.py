@@ -128,6 +128,8 @@ class LocalStack:
         if self.with_postgres:
             lines.append(f"export ACHILLES_DATABASE_URL={self.config.database_url}")
             lines.append(f"export ACHILLES_OIDC_ISSUER={self.config.oidc_issuer}")
+            if self.config.real_node:  # the chart's API Deployment runs on a real node only
+                lines.append(f"export ACHILLES_API_URL={self.config.api_url}")
         lines.append(f'export PATH="{bin_dir()}:$PATH"')
         if self.config.real_node:
             # crictl and ctr find the node's containerd without flags.

@@ -89,7 +89,7 @@ def test_up_is_idempotent_and_down_leaves_no_process(
     # Without the chart (this test's `up` is the stack's alone) the stack is not healthy.
     assert checks["release"].state == "not installed"
     assert status.exit_code == 1, status.output
-    assert status.stderr == "error: not healthy: release, operator\n"
+    assert status.stderr == "error: not healthy: release, operator, api\n"
 
     pid_file = tmp_path / "pid"
     pod = {
@@ -162,6 +162,7 @@ def test_up_converges_the_chart_and_status_tells_the_truth(
     checks = {check.name: check for check in stack_checks(stack)}
     assert checks["release"].state == "deployed"
     assert checks["operator"].state == "not deployed"  # the stand-in runs none
+    assert checks["api"].state == "not deployed"  # nor the API (it needs the engine image)
     assert checks[MODEL_SERVER].state == "running"
 
     # A setting made the documented way survives the next `dev up` (only the stack's own

@@ -4,7 +4,7 @@ setting made with `helm upgrade --reuse-values --set ...` (or the kubectl handov
 
 from __future__ import annotations
 
-from achilles_dev.chart import local_values, merged_values
+from achilles_dev.chart import LocalApi, local_values, merged_values
 
 
 def test_the_stacks_values_replace_only_their_own_keys() -> None:
@@ -17,6 +17,7 @@ def test_the_stacks_values_replace_only_their_own_keys() -> None:
     assert merged == {
         "platform": {"timezone": "Europe/Paris", "create": False},
         "operator": {"enabled": False, "replicas": 2},
+        "api": {"enabled": False},
         "migrations": {"enabled": False},
         "maxConcurrency": 7,
     }
@@ -26,3 +27,19 @@ def test_the_stacks_values_replace_only_their_own_keys() -> None:
 def test_a_value_that_is_no_longer_a_mapping_is_replaced_whole() -> None:
     assert merged_values({"image": {"tag": "x"}}, {"image": "plain"}) == {"image": "plain"}
     assert merged_values({"image": "plain"}, {"image": {"tag": "y"}}) == {"image": {"tag": "y"}}
+
+
+def test_the_api_runs_on_a_real_node_with_the_stacks_provider() -> None:
+    api = LocalApi(
+        oidc_issuer="http://10.213.3.1:18410", public_url="http://10.213.3.2:30080", node_port=30080
+    )
+    image = "localhost/achilles/achilles-agent-engine:dev"
+    values = local_values(with_database=True, image=image, api=api)["api"]
+    assert values["enabled"] is True
+    assert values["service"] == {"type": "NodePort", "nodePort": 30080}
+    assert values["oidc"]["issuer"] == "http://10.213.3.1:18410"
+    assert values["web"]["enabled"] is True
+    assert values["web"]["publicURL"] == "http://10.213.3.2:30080"
+    # The stand-in (no image) and a stack without PostgreSQL run no API.
+    assert local_values(with_database=True, api=api)["api"] == {"enabled": False}
+    assert local_values(with_database=False, image=image, api=api)["api"] == {"enabled": False}

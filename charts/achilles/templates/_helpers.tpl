@@ -29,6 +29,44 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- default (printf "%s-operator" (include "achilles.fullname" .)) .Values.operator.serviceAccount.name -}}
 {{- end -}}
 
+{{- define "achilles.apiServiceAccount" -}}
+{{- default (printf "%s-api" (include "achilles.fullname" .)) .Values.api.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The API's database Secret: its own, or the operator's when none is given. */}}
+{{- define "achilles.apiSecretName" -}}
+{{- default .Values.database.operator.secretName .Values.database.api.secretName -}}
+{{- end -}}
+
+{{- define "achilles.apiSecretKey" -}}
+{{- if .Values.database.api.secretName -}}
+{{- .Values.database.api.key -}}
+{{- else -}}
+{{- .Values.database.operator.key -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Settings of the API that only make sense together: one clear failure each. */}}
+{{- define "achilles.apiChecks" -}}
+{{- $api := .Values.api -}}
+{{- if ne (empty $api.oidc.issuer) (empty $api.oidc.audience) -}}
+{{- fail "api.oidc.issuer and api.oidc.audience must be set together (the audience a token must carry is part of trusting an issuer)" -}}
+{{- end -}}
+{{- if $api.web.enabled -}}
+{{- range $name, $value := dict "api.oidc.issuer" $api.oidc.issuer "api.web.publicURL" $api.web.publicURL "api.web.clientId" $api.web.clientId "api.web.clientSecret.secretName" $api.web.clientSecret.secretName "api.web.sessionSecret.secretName" $api.web.sessionSecret.secretName -}}
+{{- if empty $value -}}
+{{- fail (printf "api.web.enabled needs %s (see the chart README, section API)" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $api.ingress.enabled (empty $api.ingress.host) -}}
+{{- fail "api.ingress.enabled needs api.ingress.host" -}}
+{{- end -}}
+{{- if and $api.service.nodePort (eq $api.service.type "ClusterIP") -}}
+{{- fail "api.service.nodePort needs api.service.type NodePort or LoadBalancer" -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The migrations' database Secret: its own, or the operator's when none is given. */}}
 {{- define "achilles.migrationsSecretName" -}}
 {{- default .Values.database.operator.secretName .Values.database.migrations.secretName -}}

@@ -1,7 +1,7 @@
 """The chart, installed once per session into the cluster tier's control plane.
 
 A real `helm install` of charts/achilles, as a platform operator would run it, minus
-the operator Deployment (tests run no operator image): the CRDs from the chart's crds/
+the operator and API Deployments (tests run no operator image): the CRDs from the chart's crds/
 directory, RBAC, both admission policies, the runs namespace with its quota, and
 AgentPlatform/default. The pre-install hook Job runs `achilles db upgrade` against a
 fresh database of the test PostgreSQL, through the kubelet stand-in. The portal's
@@ -45,6 +45,8 @@ POLICY_MESSAGE = "only members of achilles-admins may set or change spec.adminPa
 # What the tests install: the chart's defaults plus what a test cluster needs.
 TEST_VALUES: dict[str, Any] = {
     "operator": {"enabled": False},
+    # The stand-in ignores images: the API's pods run on a real node (test_api_chart.py).
+    "api": {"enabled": False},
     "rbac": {
         "portalSubjects": [
             {"kind": "User", "name": PORTAL_USER, "apiGroup": "rbac.authorization.k8s.io"}

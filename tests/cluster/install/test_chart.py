@@ -72,13 +72,14 @@ def test_default_render_has_every_component() -> None:
         "Namespace": 1,
         "ResourceQuota": 1,
         "LimitRange": 1,
-        "ServiceAccount": 1,
-        "ClusterRole": 3,  # operator, portal, admin
-        "ClusterRoleBinding": 2,  # operator, admin groups
+        "ServiceAccount": 2,  # operator, API
+        "ClusterRole": 4,  # operator, API, portal, admin
+        "ClusterRoleBinding": 3,  # operator, API, admin groups
         "Role": 1,
         "RoleBinding": 1,
-        "Service": 1,
-        "Deployment": 1,
+        "Service": 2,  # operator metrics, API
+        "Deployment": 2,  # operator, API
+        "PodDisruptionBudget": 1,  # the API's two replicas
         "AgentPlatform": 1,
         "ValidatingAdmissionPolicy": 3,  # adminPaused, single default model, platform owner
         "ValidatingAdmissionPolicyBinding": 3,
@@ -98,17 +99,21 @@ def test_platform_handed_over_leaves_out_the_object_and_its_guard() -> None:
 
 
 def test_operator_disabled_leaves_out_its_workload_and_identity() -> None:
-    kinds = by_kind(render("operator.enabled=false"))
+    kinds = by_kind(render("operator.enabled=false", "api.enabled=false"))
     for kind in ("Deployment", "ServiceAccount", "Role", "RoleBinding", "Service"):
         assert kind not in kinds
     assert [role["metadata"]["name"] for role in kinds["ClusterRole"]] == [
         "achilles-portal",
         "achilles-admin",
     ]
+    # The API is its own component: on without the operator (test_api_chart.py).
+    without_operator = render("operator.enabled=false")
+    assert [d for d in without_operator if "operator" in d["metadata"]["name"]] == []
+    assert one(without_operator, "Deployment")["metadata"]["name"] == "achilles-api"
 
 
 def test_operator_deployment_is_restricted_and_probed() -> None:
-    deployment = one(render(), "Deployment")
+    deployment = one(render(), "Deployment", "operator")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -131,7 +136,7 @@ def test_operator_deployment_is_restricted_and_probed() -> None:
         "key": "url",
     }
     assert env["ACHILLES_RUNS_NAMESPACE"]["value"] == "achilles-runs"
-    service = one(render(), "Service")
+    service = one(render(), "Service", "operator-metrics")
     assert service["spec"]["ports"] == [
         {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
     ]
