@@ -27,7 +27,7 @@ from achilles.handlers.config import OperatorConfig
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.kinds import AGENT, AGENT_MODEL, AGENT_TOOL
-from achilles.services import agents, catalogue, dispatch, outcomes, scheduler
+from achilles.services import agents, catalogue, dispatch, outcomes, reply_wakes, scheduler
 from achilles.services.status import StatusQueue, WrittenStatuses, journal_fields
 
 log = logging.getLogger("achilles.operator")
@@ -297,6 +297,7 @@ class Engine:
             self._pass("pending-pods", self._judge_pending_pods)
             self._pass("retries", self._retry_failed_handlers)
             self._pass("owners", self._follow_owner_deactivation)
+            self._pass("reply-wakes", self._wake_for_waiting_replies)
             if passes % ORPHAN_SWEEP_EVERY == 0:
                 self._pass("orphans", self._forget_deleted_objects)
             passes += 1
@@ -307,6 +308,30 @@ class Engine:
         on every pass, never remembered here, so a second deactivation is followed too."""
         agents.switch_off_agents_of_inactive_owners(self.database)
         return self.deliver_owed_specs()
+
+    def _wake_for_waiting_replies(self) -> bool:
+        """A reply whose wake was lost (it came during a run, or never reached the
+        cluster) gets its run now: derived from the rows, so nothing is lost to a restart."""
+        for wake in reply_wakes.wake_for_waiting_replies(self.database):
+            owed = wake.owed
+            if wake.result is None:
+                continue  # a lock closed meanwhile: owed again once it opens
+            metrics.RUNS_ENQUEUED.labels(
+                "manual", wake.result.state, wake.result.reason or ""
+            ).inc()
+            if owed.namespace and owed.name:
+                message = (
+                    f"run {wake.result.run_id} {wake.result.state}"
+                    f"{': ' + wake.result.reason if wake.result.reason else ''}"
+                    f" for the reply to inbox item {owed.item_id} that no run has taken yet"
+                )
+                reason = "RunQueued" if wake.result.is_queued else "RunSkipped"
+                self.resources.post_event(
+                    _agent_ref(owed.name, owed.namespace, owed.uid), "Normal", reason, message
+                )
+            self.mark_dirty([owed.agent_id])
+            self.dispatch_wake.set()
+        return True
 
     def deliver_owed_specs(self) -> bool:
         """Spec writes the database owes Agent resources (`db/journal/owed_spec.py`: a

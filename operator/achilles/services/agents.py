@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from achilles.db.database import Database
+from achilles.db.inbox import settings as inbox_settings
 from achilles.db.journal import agents as agent_rows
 from achilles.db.journal import catalogue, owed_spec
 from achilles.db.journal.schedule import refresh_next_run
@@ -111,6 +112,9 @@ def reconcile_agent(
             session, definition, owner.user_id
         )
         unknown_tools = agent_rows.link_tools(session, agent_id, definition.tool_names)
+        if agent.spec.wake_on_reply is not None:
+            # The owner's consent, as the portal writes it: the spec wins over the CLI's.
+            inbox_settings.mirror_wake_on_reply(session, agent_id, agent.spec.wake_on_reply)
         refresh_next_run(session, agent_id, now, reset=schedule_changed)
         rows = agent_status_rows(session, [agent_id])
     status = agent_status(

@@ -1,5 +1,8 @@
 """The owner's inbox settings of an agent, kept in `agents.meta` under `"inbox"`.
 
+An Agent resource that says `spec.wakeOnReply` has it mirrored here at every reconcile
+(`mirror_wake_on_reply`); `achilles inbox wake-on-reply` writes it for the others.
+
 Only our own key is ever written (merged into the `inbox` section), so
 whatever else reconciles into `meta` is left alone.
 """
@@ -62,3 +65,12 @@ def set_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> InboxSe
     if new_meta is None:
         raise NotFound(f"agent {agent_id} does not exist")
     return inbox_settings_from_meta(new_meta)
+
+
+def mirror_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> bool:
+    """The Agent resource's `spec.wakeOnReply`, written into the row only when it differs
+    (a reconcile that changes nothing writes nothing). True when it was written."""
+    if load_inbox_settings(session, agent_id).settings.wake_on_reply == enabled:
+        return False
+    set_wake_on_reply(session, agent_id, enabled)
+    return True

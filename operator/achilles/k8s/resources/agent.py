@@ -106,6 +106,12 @@ class AgentSpec(SpecModel):
         default=False,
         description="The admin's sticky lock; only members of the admin groups may change it.",
     )
+    wake_on_reply: bool | None = Field(
+        default=None,
+        description="The owner's consent that a human's reply to the agent's blocked inbox "
+        "question requests a run (absent: the setting of `achilles inbox wake-on-reply`, "
+        "off unless set there).",
+    )
 
     @field_validator("schedule", mode="before")
     @classmethod
