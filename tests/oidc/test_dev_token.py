@@ -29,10 +29,10 @@ def stack_with_provider(tmp_path: Path) -> Iterator[LocalStack]:
     config = StackConfig(state_dir=tmp_path / "stack", ports=Ports.free(), node="process")
     config.save()
     stack = LocalStack(config, report=lambda _: None)
-    stack.start_oidc_provider()
     try:
+        stack.start_oidc_provider()
         yield stack
-    finally:
+    finally:  # also after a failed start: it leaves the process to `down`, as `up` does
         stack.stop_component(OIDC_PROVIDER)
 
 
