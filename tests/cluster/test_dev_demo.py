@@ -1,7 +1,8 @@
 """`make dev` as a test: a whole local stack on a real node, the chart installed as a user
-would (the operator as its Deployment, from the engine image, under its ServiceAccount
-and RBAC), the demo applied, and one run of the demo agent through a real Job whose
-container runs as non-root with no service-account token."""
+would (the operator and the API as their Deployments, from the engine image, under their
+ServiceAccounts and RBAC), the demo applied, and one run of the demo agent through a real
+Job whose container runs as non-root with no service-account token; the API reached from
+the host at the URL `achilles dev env` exports, with a token `achilles dev token` gets."""
 
 from __future__ import annotations
 
@@ -10,15 +11,19 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import pytest
+from click.testing import CliRunner
 from kubernetes import client
 
+from achilles.cli.main import cli
 from achilles.k8s.client import api_client
 from achilles.k8s.jobs import RUN_SELECTOR
 from achilles_dev.chart import install_into_stack
 from achilles_dev.config import Ports, StackConfig
-from achilles_dev.demo import DEMO_AGENT, OPERATOR_DEPLOYMENT, install_demo, run_demo
+from achilles_dev.demo import DEMO_AGENT, DEMO_OWNER, OPERATOR_DEPLOYMENT, install_demo, run_demo
 from achilles_dev.health import stack_checks
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
@@ -106,6 +111,44 @@ def test_dev_status_finds_every_part_healthy(dev_stack: LocalStack) -> None:
     assert checks["release"].state == "deployed"
     assert checks["operator"].state == "ready"
     assert checks["model-server"].state == "running"
+    assert checks["api"].state == "ready"
+    assert checks["api"].detail.endswith("2/2 ready, node port 30080")
+
+
+def test_the_api_answers_the_host_at_the_exported_url(dev_stack: LocalStack) -> None:
+    """`achilles dev env` exports ACHILLES_API_URL; curl (here httpx) on the host reaches
+    it; a token from `achilles dev token alice` reads /v1/me as alice."""
+    state = ("--state-dir", str(dev_stack.config.state_dir))
+    env = CliRunner().invoke(cli, ["dev", "env", *state])
+    assert env.exit_code == 0, env.output
+    exported = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in env.stdout.splitlines()
+        if line.startswith("export ACHILLES_")
+    )
+    url = exported["ACHILLES_API_URL"]
+    assert url == dev_stack.config.api_url
+    health = httpx.get(f"{url}/healthz", timeout=10)
+    assert health.status_code == 200
+    assert health.json() == {"status": "ok"}
+
+    token = CliRunner().invoke(cli, ["dev", "token", DEMO_OWNER, *state])
+    assert token.exit_code == 0, token.output
+    bearer = {"Authorization": f"Bearer {token.stdout.strip()}"}
+    me = httpx.get(f"{url}/v1/me", headers=bearer, timeout=10)
+    assert me.status_code == 200, me.text
+    assert me.json() == {"user_key": DEMO_OWNER, "is_admin": False, "via": "oidc"}
+    # The web inbox's sign-in goes to the stack's provider, which accepts its redirect URI
+    # (<ACHILLES_API_URL>/auth/callback) and shows its sign-in form.
+    with httpx.Client(timeout=10) as browser:
+        login = browser.get(f"{url}/auth/login")
+        assert login.status_code == 302, login.text
+        authorize = login.headers["location"]
+        assert authorize.startswith(exported["ACHILLES_OIDC_ISSUER"])
+        assert "redirect_uri=" + quote(f"{url}/auth/callback", safe="") in authorize
+        form = browser.get(authorize, follow_redirects=True)
+        assert form.status_code == 200, form.text
+        assert 'name="username"' in form.text
 
 
 def test_dev_down_then_up_applies_the_demo_at_once(dev_stack: LocalStack) -> None:
