@@ -94,8 +94,8 @@ def build(force: bool, no_images: bool, only: tuple[str, ...]) -> None:
 )
 @reports_errors
 def up(state_dir: Path | None, node: str | None) -> None:
-    """Start the local stack, install the chart (with the operator on a real node) and the
-    demo (owner, model, agent)."""
+    """Start the local stack, install the chart (with the operator and the API on a real
+    node) and the demo (owner, model, agent)."""
     from achilles_dev.chart import install_into_stack  # the chart: CRDs, RBAC, policies
 
     stack = _stack(state_dir, node)
