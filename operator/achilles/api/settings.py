@@ -35,6 +35,9 @@ DEFAULT_USER_CLAIM = "sub"
 DEFAULT_KUBE_USER_PREFIX = "oidc:"
 # Request bodies larger than this are refused with 413 before they are read whole.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
+# The web session cookie's signing key: long enough that guessing it is no attack
+# (`python -c "import secrets; print(secrets.token_urlsafe(48))"` makes a good one).
+MIN_SESSION_SECRET_LENGTH = 32
 
 # field name -> environment variable.
 ENVIRONMENT: dict[str, str] = {
@@ -110,6 +113,17 @@ class ApiSettings(BaseModel):
     def _not_blank(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("must not be blank")
+        return value
+
+    @field_validator("session_secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_SESSION_SECRET_LENGTH:
+            raise ValueError(
+                f"must be at least {MIN_SESSION_SECRET_LENGTH} characters (it signs the web"
+                " session cookie); e.g. the output of"
+                ' python -c "import secrets; print(secrets.token_urlsafe(48))"'
+            )
         return value
 
     @property
