@@ -44,6 +44,10 @@ test-unit: bootstrap ## Pure unit tests only (no services)
 test-db: bootstrap ## Database tests (starts its own PostgreSQL)
 	$(RUN) pytest tests/db
 
+.PHONY: test-web
+test-web: bootstrap ## Web inbox browser tests (Playwright + Debian chromium; own PostgreSQL, OIDC provider, API)
+	$(RUN) pytest tests/web
+
 .PHONY: test-cluster
 test-cluster: control-plane ## Cluster tests (start their own control plane and real node)
 	$(RUN) pytest tests/cluster
