@@ -114,9 +114,7 @@ def test_the_checker_catches_a_chat_reply_that_ignores_the_rule(db: Engine) -> N
                 {"a": agent_id},
             ).scalar_one()
             item, _ = get_item_and_board_version(session, item_id)
-        return reply_event(
-            agent_id, channel, text_, ReplyWrite(accepted=True, item=item, board_version=version)
-        )
+        return reply_event(agent_id, channel, text_, ReplyWrite(item=item, board_version=version))
 
     report = run_race(
         db, agents, writers=WRITERS, rounds=4, seed=11, reply_writer=unconditional_chat

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from sqlalchemy import MetaData
 
+from achilles.db.api import models as api_models
 from achilles.db.inbox import models as inbox_models
 from achilles.db.journal import models
 from achilles.db.knowledge import models as knowledge_models
 
-MODEL_MODULES = (models, knowledge_models, inbox_models)
+MODEL_MODULES = (models, knowledge_models, inbox_models, api_models)
 metadata: MetaData = models.Base.metadata

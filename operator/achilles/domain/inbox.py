@@ -102,6 +102,7 @@ class Reply:
     handled_at: datetime
     seen_at: datetime | None = None  # the agent took it
     outcome: str | None = None  # the agent acknowledged processing it
+    by: str | None = None  # who replied, when known (the API's caller)
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,15 @@ def check_reask(item: InboxItem, target: ItemState) -> None:
         raise InvalidInboxTransition(item.id, item.state.value, target.value)
     if not can_leave_blocked(item):
         raise InboxReplyPending(item.id, item.reply_serial)
+
+
+class ReplyRefusal(StrEnum):
+    """Why a human's reply was not written (nothing changed)."""
+
+    # A chat reply over a reply the agent has not taken yet (seed 003's chat rule).
+    CHAT_RULE = "chat_rule"
+    # The item's revision is not the one the person replied to (compare-and-swap).
+    STALE_REVISION = "stale_revision"
 
 
 class AckStatus(StrEnum):

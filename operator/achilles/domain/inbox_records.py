@@ -49,6 +49,7 @@ def item_record(item: InboxItem, *, board_version: int | None = None) -> dict[st
             "handled_at": iso_utc(reply.handled_at),
             "seen_at": iso_utc(reply.seen_at),
             "outcome": reply.outcome,
+            "by": reply.by,
         }
     if board_version is not None:
         record["board_version"] = board_version

@@ -14,22 +14,24 @@ own transactions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from achilles.db.database import Database
-from achilles.db.inbox import board, replies
+from achilles.db.inbox import board, people, replies
 from achilles.db.inbox import settings as inbox_settings
 from achilles.db.inbox.board import AdvanceResult, AskResult, ItemListing
+from achilles.db.inbox.people import QueuePosition, Revision
 from achilles.db.inbox.replies import AckResult
 from achilles.db.inbox.settings import AgentInboxSettings
 from achilles.db.journal.agents import find_agent_id
-from achilles.domain.inbox import InboxItem, ItemState, ReplyChannel, ReplyKind
+from achilles.domain.inbox import InboxItem, ItemState, ReplyChannel, ReplyKind, ReplyRefusal
 from achilles.domain.inbox_wake import should_request_run
 from achilles.errors import ClusterUnavailable, NotFound
 
 if TYPE_CHECKING:
+    from achilles.services.idempotency import Once
     from achilles.services.run_requests import RunRequester
 
 # --- people ---
@@ -78,6 +80,52 @@ def item_details(database: Database, item_id: int) -> ItemDetails:
     )
 
 
+def owner_inbox(
+    database: Database,
+    owner_key: str,
+    *,
+    states: Sequence[ItemState] = (),
+    agent_ref: str | None = None,
+    after: QueuePosition | None = None,
+    limit: int,
+) -> list[ItemListing]:
+    """The owner's items across their agents, blocked first, one keyset page.
+    `agent_ref` (`namespace/name` or id) must be one of the owner's agents (else
+    `NotFound`, as for an agent that does not exist)."""
+    with database.transaction() as session:
+        agent_id = None
+        if agent_ref is not None:
+            agent_id = people.owner_agent_id(session, owner_key, agent_ref)
+            if agent_id is None:
+                raise NotFound(f"agent {agent_ref!r} does not exist")
+        return people.owner_queue(
+            session, owner_key, states=states, agent_id=agent_id, after=after, limit=limit
+        )
+
+
+@dataclass(frozen=True)
+class ItemHistory:
+    details: ItemDetails
+    revisions: list[Revision]
+
+
+def item_history(database: Database, item_id: int, *, owner_key: str | None) -> ItemHistory:
+    """One item, its board's version and its revisions (who replied, when, how), from one
+    snapshot; with `owner_key`, only that owner's item (else `NotFound`, as if missing)."""
+    with database.transaction() as session:
+        found = board.list_items(session, item_id=item_id, limit=1)
+        if not found or (owner_key is not None and found[0].owner_key != owner_key):
+            raise NotFound(f"inbox item {item_id} does not exist")
+        listing = found[0]
+        _, board_version = board.get_item_and_board_version(session, item_id)
+        agent = inbox_settings.load_inbox_settings(session, listing.item.agent_id)
+        revisions = people.item_history(session, item_id)
+    details = ItemDetails(
+        listing=listing, board_version=board_version, wake_on_reply=agent.settings.wake_on_reply
+    )
+    return ItemHistory(details=details, revisions=revisions)
+
+
 @dataclass(frozen=True)
 class WakeOutcome:
     """What became of waking the agent after a reply."""
@@ -92,10 +140,14 @@ class WakeOutcome:
 
 @dataclass(frozen=True)
 class ReplyReceipt:
-    accepted: bool  # False only when the chat rule refused the reply
     item: InboxItem
     board_version: int
     wake: WakeOutcome
+    refusal: ReplyRefusal | None = None  # None: the reply was written
+
+    @property
+    def accepted(self) -> bool:
+        return self.refusal is None
 
 
 def reply(
@@ -106,23 +158,43 @@ def reply(
     kind: ReplyKind = ReplyKind.ANSWER,
     channel: ReplyChannel = ReplyChannel.INBOX,
     requester: RunRequester,
+    expected_revision: int | None = None,
+    by: str | None = None,
+    owner_key: str | None = None,
+    once: Once[ReplyReceipt] | None = None,
 ) -> ReplyReceipt:
     """A human's reply (inbox replies always land; chat replies only over a taken reply),
-    then, when the owner allows it and the reply unblocked the agent, a run request."""
+    then, when the owner allows it and the reply unblocked the agent, a run request.
+
+    `expected_revision`: write only over that revision (else refused, `STALE_REVISION`);
+    `by`: who replied; `owner_key`: the item must be that owner's (else `NotFound`, as
+    for a missing item); `once`: an idempotency key, claimed and answered in the reply's
+    transaction (`achilles.services.idempotency`)."""
     with database.transaction() as session:
-        written = replies.write_reply(session, item_id, text, kind, channel)
+        if once is not None:
+            once.claim(session)
+        if owner_key is not None and people.item_owner(session, item_id) != owner_key:
+            raise NotFound(f"inbox item {item_id} does not exist")
+        written = replies.write_reply(
+            session, item_id, text, kind, channel, expected_revision=expected_revision, by=by
+        )
         agent = inbox_settings.load_inbox_settings(session, written.item.agent_id)
+        wanted = written.accepted and should_request_run(written.item.state, agent.settings)
+        receipt = ReplyReceipt(
+            item=written.item,
+            board_version=written.board_version,
+            wake=WakeOutcome(requested=wanted),
+            refusal=written.refusal,
+        )
+        if once is not None:
+            once.record(session, receipt)
     # Committed: whatever happens to the wake request, the reply stands.
-    wake = WakeOutcome(requested=False)
-    if written.accepted and should_request_run(written.item.state, agent.settings):
+    if wanted:
         assert written.item.reply is not None  # accepted: the item holds this reply
-        wake = _wake(agent, written.item.reply.handled_at, requester)
-    return ReplyReceipt(
-        accepted=written.accepted,
-        item=written.item,
-        board_version=written.board_version,
-        wake=wake,
-    )
+        receipt = replace(receipt, wake=_wake(agent, written.item.reply.handled_at, requester))
+        if once is not None:
+            once.amend(database, receipt)
+    return receipt
 
 
 def _wake(agent: AgentInboxSettings, at: datetime, requester: RunRequester) -> WakeOutcome:

@@ -66,6 +66,7 @@ def item_from_row(row: Row[Any]) -> InboxItem:
             handled_at=values["handled_at"],
             seen_at=values["reply_seen_at"],
             outcome=values["outcome"],
+            by=values["reply_by"],
         )
     return InboxItem(
         id=values["id"],

@@ -72,6 +72,10 @@ class InboxItemRow(Base):
             postgresql_where=text(checks.UNPROCESSED_REPLY_PREDICATE),
         ),
         Index("ix_agent_inbox_items_state", "state"),
+        # 0010_api: an owner's inbox, blocked first, and an owner's items in one state.
+        CheckConstraint("reply_by IS NULL OR reply IS NOT NULL", name="reply_by_needs_reply"),
+        Index("ix_agent_inbox_items_owner_queue", "user_id", text("(state <> 'blocked')"), "id"),
+        Index("ix_agent_inbox_items_user_id_state_id", "user_id", "state", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -80,6 +84,10 @@ class InboxItemRow(Base):
         BigInteger,
         ForeignKey("agent_inbox_boards.agent_id", ondelete="CASCADE"),
         nullable=False,
+    )
+    # The agent's owner, kept by triggers (0010_api): set on insert, follows the agent.
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False
     )
     key: Mapped[str] = mapped_column(Text, nullable=False)
     state: Mapped[str] = mapped_column(Text, nullable=False)
@@ -93,5 +101,41 @@ class InboxItemRow(Base):
     handled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     reply_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str | None] = mapped_column(Text)
+    # Who gave the current reply: the API's caller; NULL through the database (the CLI).
+    reply_by: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = timestamp_column()
     updated_at: Mapped[datetime] = timestamp_column()
+
+
+class InboxItemRevision(Base):
+    """One row per revision of an item, written by a trigger (0010_api) whatever bumped it:
+    `asked` (created), `replied` (a human's accepted reply: what, how, by whom) or
+    `updated` (re-asked or advanced: what the item then said)."""
+
+    __tablename__ = "agent_inbox_item_revisions"
+    __table_args__ = (
+        CheckConstraint("change IN ('asked', 'replied', 'updated')", name="change"),
+        CheckConstraint(checks.ITEM_STATE_CHECK, name="state"),
+        CheckConstraint(
+            "(change = 'replied') = (reply IS NOT NULL)"
+            " AND (reply IS NULL) = (reply_kind IS NULL)"
+            " AND (reply IS NULL) = (reply_channel IS NULL)"
+            " AND (change = 'replied') <> (question IS NOT NULL)",
+            name="shape",
+        ),
+    )
+
+    item_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agent_inbox_items.id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    change: Mapped[str] = mapped_column(Text, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False)
+    question: Mapped[str | None] = mapped_column(Text)
+    context: Mapped[str | None] = mapped_column(Text)
+    reply: Mapped[str | None] = mapped_column(Text)
+    reply_kind: Mapped[str | None] = mapped_column(Text)
+    reply_channel: Mapped[str | None] = mapped_column(Text)
+    reply_serial: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    reply_by: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = timestamp_column()

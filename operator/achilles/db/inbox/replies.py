@@ -6,6 +6,9 @@ the current reply and replacing it:
 - chat:  `WHERE id = :id AND (reply IS NULL OR reply_seen_at IS NOT NULL)` —
   it never lands on a reply the agent has not taken; a refusal is a result,
   not an error.
+A person who read the item may also name the revision they replied to
+(`expected_revision`, the API's `If-Match`): one more guard in the same UPDATE, so a
+reply to a question that changed meanwhile is refused, never written.
 An accepted reply bumps the item's revision and then its board (lock order of
 `achilles.db.inbox.board`). Taking and acknowledging touch the item only.
 The caller owns the transaction.
@@ -34,6 +37,7 @@ from achilles.domain.inbox import (
     InboxItem,
     ReplyChannel,
     ReplyKind,
+    ReplyRefusal,
     acknowledge_status,
     validate_text,
 )
@@ -41,18 +45,33 @@ from achilles.domain.inbox import (
 
 @dataclass(frozen=True)
 class ReplyWrite:
-    accepted: bool  # False only for a chat reply refused by the chat rule
     item: InboxItem  # after the write; as found when refused
     board_version: int
+    refusal: ReplyRefusal | None = None  # None: written
+
+    @property
+    def accepted(self) -> bool:
+        return self.refusal is None
 
 
 def write_reply(
-    session: Session, item_id: int, text: str, kind: ReplyKind, channel: ReplyChannel
+    session: Session,
+    item_id: int,
+    text: str,
+    kind: ReplyKind,
+    channel: ReplyChannel,
+    *,
+    expected_revision: int | None = None,
+    by: str | None = None,
 ) -> ReplyWrite:
+    """Write a human's reply by `channel`'s rule; with `expected_revision`, only over that
+    revision. `by` names who replied (kept with the reply and in the item's history)."""
     validate_text("reply", text)
     guards = [InboxItemRow.id == item_id]
     if channel is ReplyChannel.CHAT:
         guards.append(or_(InboxItemRow.reply.is_(None), InboxItemRow.reply_seen_at.is_not(None)))
+    if expected_revision is not None:
+        guards.append(InboxItemRow.revision == expected_revision)
     row = session.execute(
         update(InboxItemRow)
         .where(*guards)
@@ -65,16 +84,20 @@ def write_reply(
             reply_seen_at=None,
             outcome=None,
             revision=InboxItemRow.revision + 1,
+            reply_by=by,
         )
         .returning(*ITEM_COLUMNS)
     ).first()
     if row is None:
         # Refused (or absent: NotFound). Read afterwards, for the caller's
-        # information only: the decision was the UPDATE's.
+        # information only: the decision was the UPDATE's. Revisions only grow, so
+        # the expected one still being current means the chat rule refused.
         current, version = get_item_and_board_version(session, item_id)
-        return ReplyWrite(accepted=False, item=current, board_version=version)
+        stale = expected_revision is not None and current.revision != expected_revision
+        refusal = ReplyRefusal.STALE_REVISION if stale else ReplyRefusal.CHAT_RULE
+        return ReplyWrite(item=current, board_version=version, refusal=refusal)
     item = item_from_row(row)
-    return ReplyWrite(accepted=True, item=item, board_version=bump_board(session, item.agent_id))
+    return ReplyWrite(item=item, board_version=bump_board(session, item.agent_id))
 
 
 def take_reply(session: Session, item_id: int) -> InboxItem | None:

@@ -1,0 +1,1 @@
+"""What the HTTP API keeps in the database: idempotency keys and the owners' event log."""

@@ -1,0 +1,130 @@
+"""Agent Inbox queries for people through the API: an owner's inbox, one item's history.
+
+An owner's inbox is one index range whatever the number of their agents: items carry
+their owner (`user_id`, kept by 0010_api's triggers), and the queue is ordered by
+`(state <> 'blocked', id)` — blocked first, then oldest first — which is
+`ix_agent_inbox_items_owner_queue` (a state filter uses
+`ix_agent_inbox_items_user_id_state_id`). Pages are keyset pages: the cursor is the last
+row's (blocked?, id), so a page is as cheap at the millionth item as at the first.
+The caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import literal, select, tuple_
+from sqlalchemy.orm import Session
+
+from achilles.db.inbox.board import ITEM_COLUMNS, ItemListing, item_from_row
+from achilles.db.inbox.models import InboxItemRevision, InboxItemRow
+from achilles.db.journal.models import Agent, User
+from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
+
+
+@dataclass(frozen=True)
+class QueuePosition:
+    """Where a page ended: the last item's section (blocked or not) and id."""
+
+    blocked: bool
+    item_id: int
+
+
+def owner_queue(
+    session: Session,
+    owner_key: str,
+    *,
+    states: Sequence[ItemState] = (),
+    agent_id: int | None = None,
+    after: QueuePosition | None = None,
+    limit: int,
+) -> list[ItemListing]:
+    """The owner's items, blocked first, then by id; the page after `after`."""
+    owner_id = select(User.id).where(User.key == owner_key).scalar_subquery()
+    not_blocked = InboxItemRow.state != ItemState.BLOCKED.value
+    query = (
+        select(*ITEM_COLUMNS, Agent.name.label("agent_name"))
+        .join(Agent, Agent.id == InboxItemRow.agent_id)
+        .where(InboxItemRow.user_id == owner_id)
+    )
+    if states:
+        query = query.where(InboxItemRow.state.in_([s.value for s in states]))
+    if agent_id is not None:
+        query = query.where(InboxItemRow.agent_id == agent_id)
+    if after is not None:
+        query = query.where(
+            tuple_(not_blocked, InboxItemRow.id)
+            > tuple_(literal(not after.blocked), literal(after.item_id))
+        )
+    rows = session.execute(query.order_by(not_blocked, InboxItemRow.id).limit(limit)).all()
+    return [
+        ItemListing(item=item_from_row(row), agent_name=row.agent_name, owner_key=owner_key)
+        for row in rows
+    ]
+
+
+def owner_agent_id(session: Session, owner_key: str, ref: str) -> int | None:
+    """The owner's agent named by `ref`: `namespace/name` of its Agent resource, or its
+    numeric id. None when the owner has no such agent."""
+    query = select(Agent.id).join(User, User.id == Agent.user_id).where(User.key == owner_key)
+    namespace, slash, name = ref.partition("/")
+    if slash:
+        query = query.where(Agent.cr_namespace == namespace, Agent.cr_name == name)
+    elif ref.isdigit() and len(ref) <= 18:
+        query = query.where(Agent.id == int(ref))
+    else:
+        return None
+    return session.execute(query.limit(1)).scalar_one_or_none()
+
+
+def item_owner(session: Session, item_id: int) -> str | None:
+    """The key of the item's owner; None when there is no such item."""
+    return session.execute(
+        select(User.key)
+        .join(InboxItemRow, InboxItemRow.user_id == User.id)
+        .where(InboxItemRow.id == item_id)
+    ).scalar_one_or_none()
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One revision of an item: what it said (`asked`, `updated`) or who replied how."""
+
+    revision: int
+    change: str  # asked | replied | updated
+    state: ItemState
+    at: datetime
+    question: str | None = None
+    context: str | None = None
+    reply: str | None = None
+    reply_kind: ReplyKind | None = None
+    reply_channel: ReplyChannel | None = None
+    reply_serial: int = 0
+    reply_by: str | None = None
+
+
+def item_history(session: Session, item_id: int) -> list[Revision]:
+    """Every revision of the item, oldest first."""
+    rows = session.execute(
+        select(InboxItemRevision)
+        .where(InboxItemRevision.item_id == item_id)
+        .order_by(InboxItemRevision.revision)
+    ).scalars()
+    return [
+        Revision(
+            revision=row.revision,
+            change=row.change,
+            state=ItemState(row.state),
+            at=row.at,
+            question=row.question,
+            context=row.context,
+            reply=row.reply,
+            reply_kind=ReplyKind(row.reply_kind) if row.reply_kind else None,
+            reply_channel=ReplyChannel(row.reply_channel) if row.reply_channel else None,
+            reply_serial=row.reply_serial,
+            reply_by=row.reply_by,
+        )
+        for row in rows
+    ]
