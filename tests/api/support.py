@@ -89,7 +89,7 @@ def add_runs(
 ) -> list[int]:
     """`count` ended runs of the agent, one minute apart from `start`; their ids."""
     start = start or datetime(2026, 11, 2, 9, tzinfo=UTC)
-    reason = {"failed": "error", "skipped": "budget_exhausted"}.get(state)
+    reason = {"failed": "error", "skipped": "budget_exceeded"}.get(state)
     rows = []
     for i in range(count):
         at = start + timedelta(minutes=i)

@@ -169,6 +169,8 @@ def install_problem_handlers(app: FastAPI) -> None:
             detail = f"no such path: {request.url.path}"
         elif exc.status_code == 405:
             detail = f"{request.method} is not allowed on {request.url.path}"
+        elif exc.status_code == 400 and detail == "There was an error parsing the body":
+            detail = "the request body is not valid JSON (or not UTF-8 text)"
         elif exc.status_code == 413:
             detail = "the request body is too large"
         return problem_response(exc.status_code, detail, headers=exc.headers)

@@ -1,0 +1,140 @@
+"""`achilles api`: settings from the environment, one error line on bad ones, and a real
+server process answering a real token."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner, Result
+
+from achilles.cli.main import cli
+from tests.api.conftest import Tokens
+from tests.api.support import bearer
+from tests.oidc_provider import OidcProvider
+from tests.waiting import wait_for
+
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"
+ALL_SETTINGS = (
+    "ACHILLES_DATABASE_URL",
+    "ACHILLES_API_OIDC_ISSUER",
+    "ACHILLES_API_OIDC_AUDIENCE",
+    "ACHILLES_API_OIDC_USER_CLAIM",
+    "ACHILLES_API_OIDC_ALGORITHMS",
+    "ACHILLES_API_KUBE_AUDIENCE",
+    "ACHILLES_API_WEB_CLIENT_ID",
+    "ACHILLES_API_WEB_CLIENT_SECRET",
+    "ACHILLES_API_PUBLIC_URL",
+    "ACHILLES_API_SESSION_SECRET",
+    "ACHILLES_API_MAX_BODY_BYTES",
+)
+
+
+def run(env: dict[str, str], *args: str) -> Result:
+    cleared: dict[str, str | None] = dict.fromkeys(ALL_SETTINGS)
+    return CliRunner().invoke(cli, ["api", *args], env={**cleared, **env})
+
+
+def one_error_line(result: Result, code: int) -> str:
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == code, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "ACHILLES_DATABASE_URL: not set"),
+        ({"ACHILLES_DATABASE_URL": "mysql://x@h/d"}, "ACHILLES_DATABASE_URL:"),
+        (
+            {"ACHILLES_DATABASE_URL": UNREACHABLE, "ACHILLES_API_OIDC_ISSUER": "http://h"},
+            "must be set together",
+        ),
+        (
+            {"ACHILLES_DATABASE_URL": UNREACHABLE, "ACHILLES_API_OIDC_ALGORITHMS": "none"},
+            "ACHILLES_API_OIDC_ALGORITHMS: each must be one of RS256",
+        ),
+        (
+            {"ACHILLES_DATABASE_URL": UNREACHABLE, "ACHILLES_API_OIDC_ALGORITHMS": "HS256"},
+            "ACHILLES_API_OIDC_ALGORITHMS",
+        ),
+        (
+            {"ACHILLES_DATABASE_URL": UNREACHABLE, "ACHILLES_API_MAX_BODY_BYTES": "lots"},
+            "ACHILLES_API_MAX_BODY_BYTES",
+        ),
+        (
+            {"ACHILLES_DATABASE_URL": UNREACHABLE, "ACHILLES_API_WEB_CLIENT_ID": "web"},
+            "also needs ACHILLES_API_WEB_CLIENT_SECRET",
+        ),
+    ],
+)
+def test_bad_settings_are_one_line_exit_2(env: dict[str, str], expected: str) -> None:
+    assert expected in one_error_line(run(env), 2)
+
+
+def test_a_busy_port_is_one_line_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(
+            {"ACHILLES_DATABASE_URL": UNREACHABLE}, "--host", "127.0.0.1", "--port", str(port)
+        )
+    assert f"cannot listen on 127.0.0.1:{port}" in one_error_line(result, 1)
+
+
+@pytest.fixture
+def api_process(database_url: str, oidc_provider: OidcProvider, tmp_path: Path) -> Iterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ALL_SETTINGS},
+        "ACHILLES_DATABASE_URL": database_url,
+        "ACHILLES_API_OIDC_ISSUER": oidc_provider.issuer,
+        "ACHILLES_API_OIDC_AUDIENCE": oidc_provider.audience,
+    }
+    log = (tmp_path / "api.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "achilles", "api", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _answers(url) or process.poll() is not None, 30, what="achilles api")
+        assert process.poll() is None, (tmp_path / "api.log").read_text()
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        # A graceful stop: uvicorn finishes, then dies of the signal it was sent.
+        assert process.wait(15) in (0, -signal.SIGTERM), (tmp_path / "api.log").read_text()
+        log.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_the_server_process_answers_a_real_token(api_process: str, tokens: Tokens) -> None:
+    assert httpx.get(f"{api_process}/readyz", timeout=10).json() == {"status": "ready"}
+    me = httpx.get(f"{api_process}/v1/me", headers=bearer(tokens("carol")), timeout=10)
+    assert me.status_code == 200, me.text
+    assert me.json()["user_key"] == "carol"
+    anonymous = httpx.get(f"{api_process}/v1/me", timeout=10)
+    assert anonymous.status_code == 401
