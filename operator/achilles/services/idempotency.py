@@ -5,7 +5,9 @@ transaction, `once.claim(session)` before writing and `once.record(session, resu
 after: the claim, the change and the recorded response commit together or not at all,
 so a retry (or the same request reaching another replica) never writes twice and always
 gets the first response. A used key raises `Replayed` out of the transaction (nothing
-written); the same key with another request raises `IdempotencyKeyReused`.
+written); the same key with another request raises `IdempotencyKeyReused`. Only writes
+are remembered: a request the rules refused (409, 412: nothing written) releases its key
+in the same transaction, so it leaves no trace and a retry is judged afresh.
 
 What the response *is* — status, JSON body, headers — is the entry point's business: it
 passes `render`, which turns the use case's result into a `StoredResponse`. Something
@@ -82,7 +84,12 @@ class Once(Generic[T]):
         raise Replayed(StoredResponse(stored.status, stored.body, stored.headers))
 
     def record(self, session: Session, result: T) -> StoredResponse:
+        """Remember the response of a write (2xx); a refusal (nothing written) releases
+        the key instead, so a refused request leaves nothing behind and may be retried."""
         response = self.render(result)
+        if not 200 <= response.status < 300:
+            keys.release(session, self.request.user_key, self.request.key)
+            return response
         keys.record(
             session,
             self.request.user_key,

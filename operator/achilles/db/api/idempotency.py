@@ -89,6 +89,13 @@ def record(
     )
 
 
+def release(session: Session, user_key: str, key: str) -> None:
+    """Give the claimed key back (same transaction as the claim): nothing is remembered."""
+    session.execute(
+        delete(IdempotencyKey).where(IdempotencyKey.user_key == user_key, IdempotencyKey.key == key)
+    )
+
+
 def purge_expired(session: Session, ttl: timedelta) -> int:
     """Forget keys past the expiry; returns how many."""
     result = session.execute(

@@ -1,0 +1,125 @@
+"""`GET /v1/events`: the caller's changes as Server-Sent Events (docs/api.md#events).
+
+An event when one of the caller's inbox items or runs changes — ids only (fetch the
+object to see it) — from the process's one LISTEN connection (`achilles.api.event_hub`).
+Each event's `id` is a position in the database's event log, valid on every replica: a
+client that reconnects with `Last-Event-ID` first gets what it missed, then the live
+stream. The stream opens with a `ready` event whose id is where it stands (so even a
+client that saw no event yet can resume), and sends a keepalive comment every
+`KEEPALIVE_SECONDS`. Only the caller's own events, admins included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from achilles.api.event_hub import EventHub, Subscription
+from achilles.api.identity.caller import Caller, current_caller
+from achilles.api.problems import PROBLEM_RESPONSES, Problem
+from achilles.errors import InvalidInputError
+from achilles.services import owner_events
+from achilles.services.owner_events import Event, EventPosition
+
+KEEPALIVE_SECONDS = 15.0
+CATCH_UP_BATCH = 500
+# How long a request waits for a hub that is (re)starting before 503.
+READY_TIMEOUT_SECONDS = 5.0
+
+
+@asynccontextmanager
+async def _hub_lifespan(app: FastAPI) -> AsyncIterator[None]:
+    hub = EventHub(app.state.database)
+    app.state.event_hub = hub
+    await hub.start()
+    try:
+        yield
+    finally:
+        await hub.stop()
+
+
+router = APIRouter(
+    prefix="/v1", tags=["events"], responses=PROBLEM_RESPONSES, lifespan=_hub_lifespan
+)
+
+
+def event_record(event: Event) -> ServerSentEvent:
+    key = "item_id" if event.kind == "inbox_item" else "run_id"
+    data = {"kind": event.kind, key: event.object_id, "agent_id": event.agent_id}
+    return ServerSentEvent(data=json.dumps(data), event=event.kind, id=event.position.token)
+
+
+@router.get(
+    "/events",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "The event stream"}},
+)
+async def events(
+    request: Request,
+    caller: Annotated[Caller, Depends(current_caller)],
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """Server-Sent Events: `inbox_item` (`item_id`, `agent_id`) and `run` (`run_id`,
+    `agent_id`) for the caller's own objects; resumable with `Last-Event-ID`."""
+    after = None
+    if last_event_id is not None and last_event_id.strip():
+        try:
+            after = EventPosition.parse(last_event_id)
+        except InvalidInputError as exc:
+            raise Problem(400, f"Last-Event-ID: {exc}") from None
+    hub: EventHub | None = getattr(request.app.state, "event_hub", None)
+    if hub is None or not await hub.ready(READY_TIMEOUT_SECONDS):
+        raise Problem(503, "the event stream is starting; try again shortly")
+    subscription = hub.subscribe(caller.user_key)
+    return EventSourceResponse(
+        _stream(request, hub, subscription, after),
+        ping=KEEPALIVE_SECONDS,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _stream(
+    request: Request, hub: EventHub, subscription: Subscription, after: EventPosition | None
+) -> AsyncIterator[ServerSentEvent]:
+    try:
+        seen = subscription.start
+        if after is not None:
+            async for event in _missed(request, subscription, after):
+                yield event_record(event)
+            seen = max(after, subscription.start)
+        yield ServerSentEvent(data="{}", event="ready", id=seen.token)
+        while True:
+            live = await subscription.queue.get()
+            if live is None:  # the hub closed this stream: the client resumes
+                return
+            if live.position > seen:
+                yield event_record(live)
+    finally:
+        hub.unsubscribe(subscription)
+
+
+async def _missed(
+    request: Request, subscription: Subscription, after: EventPosition
+) -> AsyncIterator[Event]:
+    """The caller's events in (after, subscription.start]: settled, so all in the log."""
+    database = request.app.state.database
+    while after < subscription.start:
+        batch = await asyncio.to_thread(
+            owner_events.missed_events,
+            database,
+            subscription.owner_key,
+            after,
+            subscription.start,
+            CATCH_UP_BATCH,
+        )
+        for event in batch:
+            yield event
+        if len(batch) < CATCH_UP_BATCH:
+            return
+        after = batch[-1].position

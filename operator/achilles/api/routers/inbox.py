@@ -1,0 +1,343 @@
+"""The inbox: `GET /v1/inbox`, `GET /v1/inbox/{id}`, `POST /v1/inbox/{id}/reply`.
+
+Parse, call `achilles.services.inbox` (the CLI's service: the compare-and-swap, the two
+channels' rule and wake-on-reply live there once), answer. Owner-scoped: the caller's
+items only (an admin may also read anyone's item); another owner's item is 404 like a
+missing one. docs/api.md#inbox.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from datetime import datetime
+from http import HTTPStatus
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from achilles.api import dependencies
+from achilles.api.idempotency import once_for, replayable, response_of, stored_json
+from achilles.api.identity.caller import Caller, current_caller
+from achilles.api.problems import PROBLEM_RESPONSES, TYPE_BASE, Problem
+from achilles.db.database import Database
+from achilles.db.inbox.board import ItemListing
+from achilles.db.inbox.people import QueuePosition, Revision
+from achilles.domain.inbox import InboxItem, ItemState, ReplyChannel, ReplyKind, ReplyRefusal
+from achilles.domain.inbox_records import item_record
+from achilles.services import inbox as service
+from achilles.services.idempotency import StoredResponse
+from achilles.services.run_requests import RunRequester
+
+router = APIRouter(prefix="/v1", tags=["inbox"], responses=PROBLEM_RESPONSES)
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+ITEM_ID = Annotated[int, Path(ge=1, le=2**63 - 1, description="The item's id")]
+_REVISION = re.compile(r'^(?:"(\d{1,18})"|(\d{1,18}))$')
+_CURSOR = re.compile(r"^([01]):(\d{1,19})$")
+
+
+# --- what the routes answer with ---
+
+
+class ReplyOut(BaseModel):
+    text: str
+    kind: ReplyKind
+    channel: ReplyChannel
+    serial: int
+    handled_at: datetime
+    seen_at: datetime | None
+    outcome: str | None
+    by: str | None = Field(description="Who replied, when known (the API's caller)")
+
+
+class ItemOut(BaseModel):
+    """An item as `achilles inbox show --json` prints it."""
+
+    id: int
+    agent_id: int
+    key: str
+    state: ItemState
+    status: str = Field(description="Whose turn it is, in words")
+    question: str
+    context: str | None
+    revision: int = Field(description="Send it back as If-Match when replying")
+    reply_serial: int
+    unprocessed: bool = Field(description="A reply the agent has not processed yet")
+    reply: ReplyOut | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ListedItemOut(ItemOut):
+    agent_name: str
+    owner: str
+
+
+class InboxPage(BaseModel):
+    items: list[ListedItemOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page")
+
+
+class RevisionOut(BaseModel):
+    revision: int
+    change: Literal["asked", "replied", "updated"]
+    state: ItemState
+    at: datetime
+    question: str | None = Field(description="What the item asked (asked, updated)")
+    context: str | None
+    reply: str | None = Field(description="What was replied (replied)")
+    reply_kind: ReplyKind | None
+    reply_channel: ReplyChannel | None
+    reply_serial: int
+    reply_by: str | None = Field(description="Who replied, when known")
+
+
+class ItemDetailOut(ListedItemOut):
+    board_version: int
+    wake_on_reply: bool
+    history: list[RevisionOut]
+
+
+class ReplyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: ReplyKind = ReplyKind.ANSWER
+    text: str
+    channel: ReplyChannel = ReplyChannel.INBOX
+
+
+class WakeOut(BaseModel):
+    requested: bool = Field(description="The owner allows it and the reply unblocked the agent")
+    delivered: bool
+    agent_resource: str | None
+    request: str | None
+    detail: str | None
+
+
+class ReplyOutcome(BaseModel):
+    item: ItemOut
+    board_version: int
+    wake: WakeOut
+
+
+def _item(item: InboxItem) -> ItemOut:
+    return ItemOut.model_validate(item_record(item))
+
+
+def _listed(listing: ItemListing) -> ListedItemOut:
+    return ListedItemOut.model_validate(
+        {**item_record(listing.item), "agent_name": listing.agent_name, "owner": listing.owner_key}
+    )
+
+
+def _revision(revision: Revision) -> RevisionOut:
+    return RevisionOut.model_validate(revision, from_attributes=True)
+
+
+def _etag(revision: int) -> str:
+    return f'"{revision}"'
+
+
+# --- the list ---
+
+
+def encode_cursor(position: QueuePosition) -> str:
+    raw = f"{int(not position.blocked)}:{position.item_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> QueuePosition:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raw = ""
+    match = _CURSOR.match(raw)
+    if match is None or int(match[2]) >= 2**63:
+        raise Problem(400, "cursor: not a cursor of this list; pass next_cursor as it came")
+    return QueuePosition(blocked=match[1] == "0", item_id=int(match[2]))
+
+
+@router.get("/inbox", response_model=InboxPage)
+def list_inbox(
+    caller: Annotated[Caller, Depends(current_caller)],
+    database: Annotated[Database, Depends(dependencies.database)],
+    state: Annotated[list[ItemState] | None, Query(description="Only these states")] = None,
+    agent: Annotated[
+        str | None, Query(max_length=600, description="One agent: `namespace/name` or its id")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    cursor: Annotated[str | None, Query(max_length=100)] = None,
+) -> InboxPage:
+    """My items across all my agents: blocked first, then oldest first; keyset pages."""
+    after = decode_cursor(cursor) if cursor else None
+    listings = service.owner_inbox(
+        database,
+        caller.user_key,
+        states=tuple(dict.fromkeys(state or ())),
+        agent_ref=agent,
+        after=after,
+        limit=limit,
+    )
+    next_cursor = None
+    if len(listings) == limit:
+        last = listings[-1].item
+        next_cursor = encode_cursor(
+            QueuePosition(blocked=last.state is ItemState.BLOCKED, item_id=last.id)
+        )
+    return InboxPage(items=[_listed(listing) for listing in listings], next_cursor=next_cursor)
+
+
+# --- one item ---
+
+
+@router.get("/inbox/{item_id}", response_model=ItemDetailOut)
+def get_item(
+    item_id: ITEM_ID,
+    response: Response,
+    caller: Annotated[Caller, Depends(current_caller)],
+    database: Annotated[Database, Depends(dependencies.database)],
+) -> ItemDetailOut:
+    """The item, its board's version and its revision history (who replied, when, by
+    which channel). `ETag` is the revision to send back as `If-Match`."""
+    found = service.item_history(
+        database, item_id, owner_key=None if caller.is_admin else caller.user_key
+    )
+    details = found.details
+    response.headers["ETag"] = _etag(details.listing.item.revision)
+    return ItemDetailOut.model_validate(
+        {
+            **_listed(details.listing).model_dump(),
+            "board_version": details.board_version,
+            "wake_on_reply": details.wake_on_reply,
+            "history": [_revision(revision) for revision in found.revisions],
+        }
+    )
+
+
+# --- replying ---
+
+
+def parse_if_match(value: str | None) -> int:
+    if value is None:
+        raise Problem(
+            428,
+            "If-Match is required: send the item's revision (its ETag, or `revision`"
+            ' from GET /v1/inbox/{id}), e.g. If-Match: "3"',
+            type_="if-match-required",
+        )
+    match = _REVISION.match(value.strip())
+    if match is None:
+        raise Problem(400, f'If-Match: not an item revision (got {value[:40]!r}; e.g. "3")')
+    return int(match[1] or match[2])
+
+
+def _render(receipt: service.ReplyReceipt) -> StoredResponse:
+    current = receipt.item.revision
+    if receipt.refusal is ReplyRefusal.STALE_REVISION:
+        return stored_json(
+            412,
+            _problem(
+                412,
+                "precondition-failed",
+                f"the item changed since revision you replied to: it is at revision {current};"
+                " read it again and reply to what it says now",
+                current,
+            ),
+            headers={"ETag": _etag(current)},
+            problem=True,
+        )
+    if receipt.refusal is ReplyRefusal.CHAT_RULE:
+        return stored_json(
+            409,
+            _problem(
+                409,
+                "chat-reply-refused",
+                "a chat reply never replaces a reply the agent has not taken yet;"
+                " nothing was written (reply through the inbox channel to replace it)",
+                current,
+            ),
+            headers={"ETag": _etag(current)},
+            problem=True,
+        )
+    wake = receipt.wake
+    outcome = ReplyOutcome(
+        item=_item(receipt.item),
+        board_version=receipt.board_version,
+        wake=WakeOut(
+            requested=wake.requested,
+            delivered=wake.delivered,
+            agent_resource=wake.agent_resource,
+            request=wake.request,
+            detail=wake.detail,
+        ),
+    )
+    return stored_json(200, outcome.model_dump(mode="json"), headers={"ETag": _etag(current)})
+
+
+def _problem(status: int, type_: str, detail: str, revision: int) -> dict[str, object]:
+    """A problem document (docs/api.md#errors) carrying the item's current revision."""
+    return {
+        "type": f"{TYPE_BASE}{type_}",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        "current_revision": revision,
+    }
+
+
+@router.post(
+    "/inbox/{item_id}/reply",
+    response_model=ReplyOutcome,
+    responses={
+        409: {"description": "A chat reply the chat rule refused; nothing written"},
+        412: {"description": "If-Match is not the item's revision; nothing written"},
+        428: {"description": "If-Match is missing"},
+    },
+)
+def reply(
+    item_id: ITEM_ID,
+    body: ReplyIn,
+    request: Request,
+    caller: Annotated[Caller, Depends(current_caller)],
+    database: Annotated[Database, Depends(dependencies.database)],
+    requester: Annotated[RunRequester, Depends(dependencies.run_requester)],
+    if_match: Annotated[str | None, Header()] = None,
+    idempotency_key: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Answer or clarify one of my items, over the revision I read (`If-Match`).
+
+    The inbox channel always replaces the current reply; the chat channel never replaces
+    a reply the agent has not taken (409). A stale revision is 412. With
+    `Idempotency-Key`, a retry returns the first response and writes nothing. When the
+    owner allows it and the reply unblocked the agent, a run is requested (`wake`)."""
+    revision = parse_if_match(if_match)
+    once = once_for(
+        caller,
+        request,
+        idempotency_key,
+        _render,
+        body=body.model_dump(mode="json"),
+        preconditions={"If-Match": str(revision)},
+    )
+
+    def write() -> Response:
+        receipt = service.reply(
+            database,
+            item_id,
+            body.text,
+            kind=body.kind,
+            channel=body.channel,
+            requester=requester,
+            expected_revision=revision,
+            by=caller.user_key,
+            owner_key=caller.user_key,
+            once=once,
+        )
+        return response_of(_render(receipt))
+
+    return replayable(write)
