@@ -84,7 +84,8 @@ def signin_router(settings: ApiSettings, oauth: OAuth) -> APIRouter:
                 leeway=ID_TOKEN_LEEWAY_SECONDS,
             )
         except AuthlibBaseError as exc:  # state, provider error, code exchange
-            reason = exc.error or "refused"
+            # `error` may come from the query string: one short line, escaped on the page.
+            reason = " ".join(str(exc.error or "refused").split())[:80]
             log.info("web sign-in refused: %s", reason)
             return failure_page(f"Sign-in did not complete ({reason}).", status=400)
         except JoseError as exc:  # the ID token: signature, iss, aud, exp, nonce

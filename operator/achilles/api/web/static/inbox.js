@@ -11,6 +11,8 @@
   const CSRF_COOKIE = "achilles_csrf";
   const CSRF_HEADER = "X-CSRF-Token";
   const RUNS_PER_AGENT = 5;
+  const INBOX_LIMIT = 200; // the API's largest page
+  const AGENTS_LIMIT = 500;
 
   const state = {
     items: [], // the inbox, as the server last listed it (blocked first)
@@ -162,13 +164,20 @@
       name: "text",
       rows: 4,
       maxlength: 20000,
-      "aria-describedby": problemId,
+      "aria-describedby": `item-${item.id}-question ${problemId}`,
     });
     textarea.value = state.drafts.get(item.id) || "";
     textarea.addEventListener("input", () => state.drafts.set(item.id, textarea.value));
-    const answer = el("button", { type: "submit", name: "kind", value: "answer", text: "Send answer" });
+    const answer = el("button", {
+      type: "submit",
+      id: `answer-${item.id}`,
+      name: "kind",
+      value: "answer",
+      text: "Send answer",
+    });
     const clarify = el("button", {
       type: "submit",
+      id: `clarify-${item.id}`,
       name: "kind",
       value: "clarify",
       class: "secondary",
@@ -198,7 +207,7 @@
       "li",
       { class: awaiting ? "card waiting" : "card", id: `item-${item.id}`, "data-item": item.id },
       el("h3", { id: headingId, text: awaiting ? `${agent} asks` : `${agent}: ${item.key}` }),
-      el("p", { class: "question", text: item.question }),
+      el("p", { class: "question", id: `item-${item.id}-question`, text: item.question }),
       item.context ? el("pre", { class: "context", "aria-label": "Context", text: item.context }) : null,
       el(
         "p",
@@ -270,9 +279,14 @@
     restoreFocus(snapshot);
   }
 
+  let inboxReads = 0;
+
   async function loadInbox() {
-    const page = await api("GET", "/v1/inbox?limit=200");
+    const read = ++inboxReads;
+    const page = await api("GET", `/v1/inbox?limit=${INBOX_LIMIT}`);
+    if (read !== inboxReads) return; // a newer read is on its way: show that one
     state.items = itemsOf(page);
+    byId("inbox-more").hidden = !page.next_cursor;
     renderInbox();
   }
 
@@ -376,7 +390,7 @@
   function runOutput(run) {
     if (run.output_preview === null || run.output_preview === undefined) return null;
     const pre = el("pre", { class: "output", text: outputs.get(run.id) || run.output_preview });
-    const details = el("details", { open: openRuns.has(run.id) }, el("summary", { text: "Output" }), pre);
+    const details = el("details", { open: openRuns.has(run.id) }, el("summary", { id: `run-output-${run.id}`, text: "Output" }), pre);
     details.addEventListener("toggle", async () => {
       if (!details.open) {
         openRuns.delete(run.id);
@@ -419,7 +433,13 @@
     const note = state.agentNotes.get(key) || {};
     let action;
     if (agent.namespace) {
-      action = el("button", { type: "button", class: "secondary", "aria-describedby": headingId, text: "Run now" });
+      action = el("button", {
+        type: "button",
+        id: `run-now-${key}`,
+        class: "secondary",
+        "aria-describedby": headingId,
+        text: "Run now",
+      });
       action.addEventListener("click", () => runNow(agent, action));
     } else {
       action = el("p", { class: "meta", text: "No Agent resource: it cannot be run from here." });
@@ -447,14 +467,19 @@
     restoreFocus(snapshot);
   }
 
+  let agentReads = 0;
+
   async function loadAgents() {
-    state.agents = itemsOf(await api("GET", "/v1/agents?limit=200"));
+    const read = ++agentReads;
+    const agents = itemsOf(await api("GET", `/v1/agents?limit=${AGENTS_LIMIT}`));
     const runs = await Promise.all(
-      state.agents.map((agent) =>
+      agents.map((agent) =>
         api("GET", `/v1/runs?agent=${encodeURIComponent(agent.id)}&limit=${RUNS_PER_AGENT}`),
       ),
     );
-    state.runsByAgent = new Map(state.agents.map((agent, i) => [agentKey(agent), itemsOf(runs[i])]));
+    if (read !== agentReads) return;
+    state.agents = agents;
+    state.runsByAgent = new Map(agents.map((agent, i) => [agentKey(agent), itemsOf(runs[i])]));
     renderAgents();
   }
 
@@ -472,8 +497,9 @@
       state.agentNotes.set(key, { problem: `Not started: ${error.message}` });
       announce(`Run of ${agent.name} not started: ${error.message}`);
     }
+    button.disabled = false;
     await loadAgents().catch(showLoadProblem);
-    const again = document.querySelector(`[data-agent="${CSS.escape(key)}"] button`);
+    const again = byId(`run-now-${key}`);
     if (again) again.focus();
   }
 
