@@ -54,6 +54,7 @@ ENVIRONMENT: dict[str, str] = {
     "web_client_secret": "ACHILLES_API_WEB_CLIENT_SECRET",
     "public_url": "ACHILLES_API_PUBLIC_URL",
     "session_secret": "ACHILLES_API_SESSION_SECRET",
+    "sse_keepalive_seconds": "ACHILLES_API_SSE_KEEPALIVE_SECONDS",
 }
 # Settings given as comma-separated lists in the environment.
 _LISTS = frozenset({"oidc_algorithms"})
@@ -85,6 +86,8 @@ class ApiSettings(BaseModel):
     kube_user_prefix: str = DEFAULT_KUBE_USER_PREFIX
     kubeconfig: str | None = None
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = DEFAULT_MAX_BODY_BYTES
+    # GET /v1/events: a keepalive comment this often, so proxies keep an idle stream open.
+    sse_keepalive_seconds: Annotated[float, Field(ge=0.1, le=300)] = 15.0
     # The web inbox (the web helper's `install_web`); on when web_client_id is set.
     web_client_id: str | None = None
     web_client_secret: SecretStr | None = None

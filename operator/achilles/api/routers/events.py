@@ -6,7 +6,7 @@ Each event's `id` is a position in the database's event log, valid on every repl
 client that reconnects with `Last-Event-ID` first gets what it missed, then the live
 stream. The stream opens with a `ready` event whose id is where it stands (so even a
 client that saw no event yet can resume), and sends a keepalive comment every
-`KEEPALIVE_SECONDS`. Only the caller's own events, admins included.
+ACHILLES_API_SSE_KEEPALIVE_SECONDS (15 s). Only the caller's own events, admins included.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from achilles.errors import InvalidInputError
 from achilles.services import owner_events
 from achilles.services.owner_events import Event, EventPosition
 
-KEEPALIVE_SECONDS = 15.0
 CATCH_UP_BATCH = 500
 # How long a request waits for a hub that is (re)starting before 503.
 READY_TIMEOUT_SECONDS = 5.0
@@ -79,7 +78,7 @@ async def events(
     subscription = hub.subscribe(caller.user_key)
     return EventSourceResponse(
         _stream(request, hub, subscription, after),
-        ping=KEEPALIVE_SECONDS,
+        ping=request.app.state.settings.sse_keepalive_seconds,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
