@@ -11,6 +11,7 @@ cluster tier runs it end to end (tests/cluster/install/test_operator_convergence
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.domain.inbox import ItemState
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
+from achilles.errors import ClusterUnavailable
 from achilles.k8s.annotations import format_run_request
 from achilles.k8s.resources.agent import AgentSpec
 from achilles.services import agents, reply_wakes
@@ -165,3 +167,43 @@ def test_the_agent_spec_carries_the_owners_consent(db: Engine, database: Databas
     inbox_service.wake_on_reply(database, str(agent_id), enabled=True)
     reconcile()
     assert inbox_service.wake_on_reply(database, str(agent_id)).wake_on_reply is True
+
+
+@dataclass
+class SpecWriter:
+    refuse_with: Exception | None = None
+    writes: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
+
+    def write(self, namespace: str, name: str, fields: dict[str, object]) -> None:
+        if self.refuse_with is not None:
+            raise self.refuse_with
+        self.writes.append((namespace, name, fields))
+
+
+def test_the_cli_setting_writes_the_agents_resource_when_it_has_one(
+    db: Engine, database: Database
+) -> None:
+    standalone = make_agent(db)
+    writer = SpecWriter()
+    assert inbox_service.wake_on_reply(
+        database, str(standalone), True, spec_writer=writer
+    ) == inbox_service.WakeSetting(standalone, wake_on_reply=True)
+    assert writer.writes == []  # no resource: the row is the setting
+
+    with_resource = make_agent(db)
+    with db.begin() as conn:
+        conn.execute(
+            text("UPDATE agents SET cr_namespace = 'team', cr_name = 'w' WHERE id = :a"),
+            {"a": with_resource},
+        )
+    written = inbox_service.wake_on_reply(database, str(with_resource), True, spec_writer=writer)
+    assert (written.agent_resource, written.resource_written) == ("team/w", True)
+    assert writer.writes == [("team", "w", {"wakeOnReply": True})]
+
+    unreachable = SpecWriter(refuse_with=ClusterUnavailable("the API server is unreachable"))
+    refused = inbox_service.wake_on_reply(
+        database, str(with_resource), False, spec_writer=unreachable
+    )
+    assert refused.wake_on_reply is False  # the row is written either way
+    assert refused.resource_written is False
+    assert refused.detail == "spec not written: the API server is unreachable"

@@ -254,13 +254,34 @@ def _report_reply(receipt: ReplyReceipt, as_json: bool) -> None:
 @database_url_option
 @click.argument("agent_ref", metavar="AGENT")
 @click.option("--on/--off", "enabled", default=None, help="Turn it on or off (else: show it).")
+@kubeconfig_option("Cluster of the agent's Agent resource (its spec.wakeOnReply)")
 @reports_errors
-def wake_on_reply(database_url: str | None, agent_ref: str, enabled: bool | None) -> None:
-    """Show or set whether a reply to a blocked item asks for a run of AGENT (owner's choice)."""
+def wake_on_reply(
+    database_url: str | None, agent_ref: str, enabled: bool | None, kubeconfig: Path | None
+) -> None:
+    """Show or set whether a reply to a blocked item asks for a run of AGENT (owner's choice).
+
+    For an agent with an Agent resource, setting it also writes the resource's
+    spec.wakeOnReply, which the operator mirrors into the agent's row at every event
+    (the spec wins over an earlier setting here)."""
     from achilles.cli.common import open_database
     from achilles.services import inbox as service
+    from achilles.services.run_requests import KubernetesAgentSpecWriter
 
-    setting = service.wake_on_reply(open_database(database_url), agent_ref, enabled)
+    setting = service.wake_on_reply(
+        open_database(database_url),
+        agent_ref,
+        enabled,
+        spec_writer=KubernetesAgentSpecWriter(kubeconfig),
+    )
     click.echo(
         f"agent {setting.agent_id}: wake on reply {'on' if setting.wake_on_reply else 'off'}"
     )
+    if setting.resource_written:
+        click.echo(f"Agent {setting.agent_resource}: spec.wakeOnReply written")
+    elif setting.detail is not None:
+        click.echo(
+            f"warning: Agent {setting.agent_resource}: {setting.detail}; if the resource sets"
+            " spec.wakeOnReply, the operator restores its value at the agent's next event",
+            err=True,
+        )

@@ -32,7 +32,7 @@ from achilles.errors import ClusterUnavailable, NotFound
 
 if TYPE_CHECKING:
     from achilles.services.idempotency import Once
-    from achilles.services.run_requests import RunRequester
+    from achilles.services.run_requests import AgentSpecWriter, RunRequester
 
 # --- people ---
 
@@ -218,17 +218,42 @@ def _wake(agent: AgentInboxSettings, at: datetime, requester: RunRequester) -> W
 class WakeSetting:
     agent_id: int
     wake_on_reply: bool
+    # The Agent resource whose spec.wakeOnReply was written too (it wins over the row:
+    # the operator mirrors it at every event), and why it was not, when it was not.
+    agent_resource: str | None = None
+    resource_written: bool = False
+    detail: str | None = None
 
 
-def wake_on_reply(database: Database, agent_ref: str, enabled: bool | None = None) -> WakeSetting:
-    """The owner's wake-on-reply switch of an agent: set it (`enabled`), or only read it."""
+def wake_on_reply(
+    database: Database,
+    agent_ref: str,
+    enabled: bool | None = None,
+    *,
+    spec_writer: AgentSpecWriter | None = None,
+) -> WakeSetting:
+    """The owner's wake-on-reply switch of an agent: set it (`enabled`), or only read it.
+
+    Setting it writes the row and, for an agent with an Agent resource, that resource's
+    `spec.wakeOnReply` through `spec_writer` (the spec is what the portal edits and what
+    the operator mirrors into the row). A write the cluster refuses is reported in
+    `detail`; the row is written either way."""
     with database.transaction() as session:
         agent_id = find_agent_id(session, agent_ref)
         if enabled is None:
             settings = inbox_settings.load_inbox_settings(session, agent_id).settings
         else:
             settings = inbox_settings.set_wake_on_reply(session, agent_id, enabled)
-    return WakeSetting(agent_id=agent_id, wake_on_reply=settings.wake_on_reply)
+        agent = inbox_settings.load_inbox_settings(session, agent_id)
+    setting = WakeSetting(agent_id=agent_id, wake_on_reply=settings.wake_on_reply)
+    if enabled is None or spec_writer is None or not (agent.cr_namespace and agent.cr_name):
+        return setting
+    resource = f"{agent.cr_namespace}/{agent.cr_name}"
+    try:
+        spec_writer.write(agent.cr_namespace, agent.cr_name, {"wakeOnReply": enabled})
+    except (ClusterUnavailable, NotFound) as exc:
+        return replace(setting, agent_resource=resource, detail=f"spec not written: {exc}")
+    return replace(setting, agent_resource=resource, resource_written=True)
 
 
 # --- acting as an agent, from outside a run (operators, demos, checks) ---

@@ -8,6 +8,9 @@ pass a fake.
 
 Standalone installs (no cluster) and operations enqueue straight into the journal
 instead, through the same start gates (`enqueue_run`).
+
+The owner's settings that live in the Agent's spec (`wakeOnReply`) are written the same
+way, through an `AgentSpecWriter`, when the CLI changes them for an agent with a resource.
 """
 
 from __future__ import annotations
@@ -96,3 +99,25 @@ def request_owned_run(
         request_key = requester.request(namespace, name, at)
         once.record(session, request_key)
     return request_key
+
+
+class AgentSpecWriter(Protocol):
+    def write(self, namespace: str, name: str, fields: dict[str, object]) -> None:
+        """Merge `fields` (CR spelling) into Agent `namespace/name`'s spec.
+
+        Raises `NotFound` when the Agent does not exist and `ClusterUnavailable` when
+        the write cannot be delivered.
+        """
+        ...
+
+
+class KubernetesAgentSpecWriter:
+    """Patches the Agent through the kubeconfig's (or the pod's) cluster."""
+
+    def __init__(self, kubeconfig: Path | None = None) -> None:
+        self.kubeconfig = kubeconfig
+
+    def write(self, namespace: str, name: str, fields: dict[str, object]) -> None:
+        from achilles.k8s.agent_spec import patch_spec
+
+        patch_spec(namespace, name, dict(fields), kubeconfig=self.kubeconfig)
