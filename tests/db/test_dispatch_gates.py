@@ -161,3 +161,28 @@ def test_a_run_already_dispatched_is_not_withdrawn(db: Engine, database_url: str
     row = _row(db, run_id)
     assert row is not None
     assert row.state == "queued"
+
+
+def test_a_locked_run_waiting_behind_a_full_cap_is_withdrawn_at_once(
+    db: Engine, database_url: str
+) -> None:
+    """Its turn might be far off: the requester hears of the refusal on the next pass."""
+    set_settings(db, agent_max_concurrency=1)
+    owner = make_owner(db)
+    running = _enqueue(db, make_agent(db, owner))
+    jobs = _RecordedJobs()
+    assert [run.run_id for run in _dispatch(database_url, jobs).created] == [running]
+    paused_agent = make_agent(db, owner)
+    waiting = _enqueue(db, paused_agent, request_key="2026-12-01T21:00:00.000000Z")
+    behind = _enqueue(db, make_agent(db, owner))
+    assert _dispatch(database_url, jobs).withdrawn == []  # nothing closed: they wait
+    _pause(db, paused_agent)
+
+    done = _dispatch(database_url, jobs)
+    assert [withdrawn.run.run_id for withdrawn in done.withdrawn] == [waiting]
+    assert done.created == []  # the cap is still full
+    assert _row(db, waiting) is None
+    row = _row(db, behind)
+    assert row is not None
+    assert row.state == "queued"
+    assert done.waiting == 1

@@ -5,12 +5,12 @@ name is the run's, so a crash between creating a Job and recording it is repaire
 the next pass (AlreadyExists counts as dispatched). An API refusal (quota, overload)
 leaves the run queued for the next pass.
 
-The start gates are checked again when a waiting run's turn comes, since it may have
-waited behind the cap for a while:
+The start gates are checked again, since a run may wait behind the cap for a while:
 - a durable lock closed meanwhile (disabled, paused, model withdrawn, owner
-  deactivated): the run never started and a closed lock leaves no row (seed 000), so
-  its row is removed, as if the request had been refused at once (`withdrawn`);
-- its owner's weekly budget ran out meanwhile: it ends `skipped/budget_exceeded` with
+  deactivated), found on every pass wherever the run waits: the run never started and
+  a closed lock leaves no row (seed 000), so its row is removed, as if the request had
+  been refused at once (`withdrawn`);
+- its owner's weekly budget ran out meanwhile, when its turn comes: it ends `skipped/budget_exceeded` with
   no tokens, as the same request at enqueue would have (`skipped`). The seed's small
   overrun is for runs already running, not for runs that have not started.
 """
@@ -88,6 +88,15 @@ def _spec(run: queue.DispatchableRun, timeout: int) -> RunJobSpec:
     )
 
 
+def _withdrawn(runs: list[queue.DispatchableRun], removed: list[int]) -> list[WithdrawnRun]:
+    """The `runs` whose rows were removed, each with why (their closed locks)."""
+    return [
+        WithdrawnRun(run, refusal_message(closed_locks(run.locks)))
+        for run in runs
+        if run.run_id in set(removed)
+    ]
+
+
 def dispatch_queued_runs(
     database: Database, jobs: RunJobs, template: JobTemplate, *, batch: int = BATCH
 ) -> DispatchResult:
@@ -96,22 +105,21 @@ def dispatch_queued_runs(
         now = database_now(session)
         settings = load_settings(session)
         window = week_window(now, settings.zone)
+        # Locked ones first, wherever they wait: they will never start.
+        locked = queue.take_locked_waiting_runs(session, batch, window)
+        ids = [run.run_id for run in locked]
+        result.withdrawn = _withdrawn(locked, queue.withdraw_queued_runs(session, ids))
         runs = queue.take_dispatchable_runs(session, settings.max_concurrency, batch, window)
         startable = []
-        refusals: dict[int, str] = {}
         for run in runs:
-            closed = closed_locks(run.locks)
-            if closed:
-                refusals[run.run_id] = refusal_message(closed)
+            if closed_locks(run.locks):  # closed since the look above
+                removed = queue.withdraw_queued_runs(session, [run.run_id])
+                result.withdrawn.extend(_withdrawn([run], removed))
             elif is_budget_exhausted(run.owner_tokens, settings.weekly_token_budget):
                 if skip_queued_run(session, run.run_id, SkipReason.BUDGET_EXCEEDED, now=now):
                     result.skipped.append(run)
             else:
                 startable.append(run)
-        removed = set(queue.withdraw_queued_runs(session, list(refusals)))
-        result.withdrawn = [
-            WithdrawnRun(run, refusals[run.run_id]) for run in runs if run.run_id in removed
-        ]
 
         def create(run: queue.DispatchableRun) -> str | None:
             try:

@@ -85,7 +85,33 @@ def take_dispatchable_runs(
     room = cap - count_executing(session)
     if room <= 0:
         return []
-    rows = session.execute(
+    return _waiting_runs(session, window, limit=min(room, batch))
+
+
+def take_locked_waiting_runs(
+    session: Session, batch: int, window: BudgetWindow
+) -> list[DispatchableRun]:
+    """Lock the dispatcher, then waiting runs (no Job yet) whose agent a durable lock
+    closed, wherever they are in the queue: they will never start, and their requester
+    should hear so now rather than when their turn comes."""
+    session.execute(select(func.pg_advisory_xact_lock(DISPATCH_LOCK_KEY)))
+    startable = (
+        Agent.enabled
+        & ~Agent.admin_paused
+        & Agent.model_id.is_not(None)
+        & func.coalesce(User.active, False)
+    )
+    return _waiting_runs(session, window, limit=batch, where=~startable)
+
+
+def _waiting_runs(
+    session: Session,
+    window: BudgetWindow,
+    *,
+    limit: int,
+    where: ColumnElement[bool] | None = None,
+) -> list[DispatchableRun]:
+    query = (
         select(
             AgentRun.id,
             AgentRun.agent_id,
@@ -108,8 +134,12 @@ def take_dispatchable_runs(
         .outerjoin(User, User.id == Agent.user_id)
         .outerjoin(AgentModel, AgentModel.id == Agent.model_id)
         .where(AgentRun.state == RunState.QUEUED, AgentRun.dispatched_at.is_(None))
-        .order_by(AgentRun.created_at, AgentRun.id)
-        .limit(min(room, batch))
+    )
+    if where is not None:
+        query = query.where(where)
+    rows = session.execute(
+        query.order_by(AgentRun.created_at, AgentRun.id)
+        .limit(limit)
         .with_for_update(of=AgentRun, skip_locked=True)
     ).all()
     return [
