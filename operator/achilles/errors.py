@@ -99,6 +99,26 @@ class InboxReplyPending(AchillesError):
         )
 
 
+class InboxVersionRequired(AchillesError):
+    """Re-asking would move an existing item's state, which only a versioned write may
+    do (seed 003): the re-ask must carry the revision and board version it read."""
+
+    def __init__(
+        self, item_id: int, current: str, target: str, *, revision: int, board_version: int
+    ) -> None:
+        self.item_id = item_id
+        self.current = current
+        self.target = target
+        self.revision = revision
+        self.board_version = board_version
+        super().__init__(
+            f"inbox item {item_id} is {current}: re-asking it as {target} changes its state,"
+            " which needs expected_revision and board_version (the compare-and-swap of"
+            f" board_advance); it is at revision {revision}, board version {board_version}:"
+            " pass them, or re-ask without a state to update only the question"
+        )
+
+
 class ClusterUnavailable(AchillesError):
     """No Kubernetes cluster is configured or reachable from here."""
 

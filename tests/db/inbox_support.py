@@ -18,10 +18,22 @@ def ask(
     key: str = "db-choice",
     question: str = "Which database should the report use?",
     context: str | None = None,
-    state: ItemState = ItemState.BLOCKED,
+    state: ItemState | None = ItemState.BLOCKED,
+    *,
+    expected_revision: int | None = None,
+    board_version: int | None = None,
 ) -> inbox.AskResult:
     with Session(engine) as session, session.begin():
-        return inbox.ask(session, agent_id, key, question, context, state)
+        return inbox.ask(
+            session,
+            agent_id,
+            key,
+            question,
+            context,
+            state,
+            expected_revision=expected_revision,
+            board_version=board_version,
+        )
 
 
 def reply(

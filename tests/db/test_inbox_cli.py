@@ -311,7 +311,17 @@ def test_asking_the_same_question_again_writes_nothing_whatever_the_state(
     assert done.returncode == 0, done.stderr
     again = as_json(achilles(database_url, *ask))
     assert (again["result"], again["state"], again["revision"]) == ("unchanged", "done", 2)
-    reopened = as_json(achilles(database_url, *ask, "--state", "blocked"))
+    # A change of state is versioned (seed 003): refused without what was read.
+    unversioned = achilles(database_url, *ask, "--state", "blocked")
+    assert unversioned.returncode == 3
+    refusal = as_json(unversioned)
+    assert refusal["refused"] == "InboxVersionRequired"
+    assert (refusal["current_revision"], refusal["current_board_version"]) == (2, 2)
+    reopened = as_json(
+        achilles(
+            database_url, *ask, "--state", "blocked", "--revision", "2", "--board-version", "2"
+        )
+    )
     assert (reopened["result"], reopened["state"], reopened["revision"]) == (
         "updated",
         "blocked",

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from sqlalchemy import Engine
 
+from achilles.db.inbox.board import AskResult
 from achilles.domain.inbox import (
     InboxItem,
     ItemState,
@@ -63,19 +64,57 @@ class InboxMachine(RuleBasedStateMachine):
         return None
 
     @rule(
+        actor=ACTORS,
+        versioned=st.booleans(),
         key=KEYS,
         question=st.sampled_from(["Which database?", "Which region?"]),
         context=st.sampled_from([None, "facts 1", "facts 2"]),
         state=STATES,
     )
-    def ask(self, key: str, question: str, context: str | None, state: ItemState) -> None:
+    def ask(
+        self,
+        actor: int,
+        versioned: bool,
+        key: str,
+        question: str,
+        context: str | None,
+        state: ItemState,
+    ) -> None:
+        """Ask or re-ask; with `versioned`, carrying what `actor` last read (a change of an
+        existing item's state needs it, seed 003)."""
         current = self.items.get(key)
-        error = None if current is None else self._expect_error(lambda: check_reask(current, state))
+        revision, version = (
+            self.reads.get((actor, key), (None, None)) if versioned else (None, None)
+        )
+
+        def check() -> None:
+            assert current is not None
+            check_reask(
+                current,
+                self.board_version,
+                state,
+                expected_revision=revision,
+                expected_board_version=version,
+            )
+
+        def ask() -> AskResult:
+            return box.ask(
+                self.engine,
+                self.agent_id,
+                key,
+                question,
+                context,
+                state,
+                expected_revision=revision,
+                board_version=version,
+            )
+
+        error = None if current is None else self._expect_error(check)
         if error is not None:
             with pytest.raises(error):
-                box.ask(self.engine, self.agent_id, key, question, context, state)
+                ask()
             return
-        result = box.ask(self.engine, self.agent_id, key, question, context, state)
+        result = ask()
         if current is None:
             expected = InboxItem(
                 id=result.item.id,
@@ -94,6 +133,8 @@ class InboxMachine(RuleBasedStateMachine):
         assert _plain(result.item) == expected
         assert result.board_version == self.board_version
         self.items[key] = expected
+        if current is not None and expected.state is not current.state:
+            self.reads[actor, key] = (result.item.revision, result.board_version)
 
     @rule(actor=ACTORS, key=KEYS)
     def read(self, actor: int, key: str) -> None:

@@ -16,6 +16,7 @@ from achilles.domain.inbox import AckStatus, ItemState, ReplyChannel, ReplyKind
 from achilles.errors import (
     InboxConflict,
     InboxReplyPending,
+    InboxVersionRequired,
     InvalidInboxTransition,
     InvalidInputError,
     NotFound,
@@ -117,17 +118,62 @@ def test_reask_follows_the_transition_rules(db: Engine) -> None:
     agent_id = make_agent(db)
     item = box.ask(db, agent_id, state=S.DONE).item
     with pytest.raises(InvalidInboxTransition, match="from done to partial"):
-        box.ask(db, agent_id, state=S.PARTIAL)
-    reopened = box.ask(db, agent_id, context="New facts", state=S.BLOCKED)
+        box.ask(db, agent_id, state=S.PARTIAL, expected_revision=1, board_version=1)
+    reopened = box.ask(
+        db, agent_id, context="New facts", state=S.BLOCKED, expected_revision=1, board_version=1
+    )
     assert (reopened.item.state, reopened.item.revision) == (S.BLOCKED, 2)
 
-    box.reply(db, item.id)
+    answered = box.reply(db, item.id)
     with pytest.raises(InboxReplyPending):
-        box.ask(db, agent_id, state=S.TRACKED)
+        box.ask(
+            db,
+            agent_id,
+            state=S.TRACKED,
+            expected_revision=answered.item.revision,
+            board_version=answered.board_version,
+        )
     still = box.ask(db, agent_id, context="Even newer facts")  # stays blocked: fine
     assert still.item.state is S.BLOCKED
     assert still.item.reply is not None  # re-asking never drops the human's reply
     assert still.item.reply.text == "Use Postgres"
+
+
+def test_reask_changes_state_only_with_the_versions_it_read(db: Engine) -> None:
+    """Seed 003: state changes only through versioned operations. Re-asking may update
+    the question (revision + 1); a change of state is board_advance's compare-and-swap,
+    or is refused and writes nothing (issue 18, item 8)."""
+    agent_id = make_agent(db)
+    item = box.ask(db, agent_id, state=S.DONE).item
+    before = box.raw_row(db, item.id)
+    with pytest.raises(InboxVersionRequired, match="needs expected_revision") as refused:
+        box.ask(db, agent_id, question="Which database, now?", state=S.BLOCKED)
+    assert (refused.value.revision, refused.value.board_version) == (1, 1)
+    assert box.raw_row(db, item.id) == before  # neither the question nor the state moved
+    assert box.board(db, agent_id).version == 1
+
+    # The question alone may change without a version; the state stays.
+    reworded = box.ask(db, agent_id, question="Which database, now?", state=None)
+    assert (reworded.item.state, reworded.item.revision, reworded.board_version) == (
+        S.DONE,
+        2,
+        2,
+    )
+    with pytest.raises(InboxConflict):  # read before the rewording: stale
+        box.ask(db, agent_id, state=S.BLOCKED, expected_revision=1, board_version=1)
+    assert box.read(db, item.id)[0].state is S.DONE
+
+    reopened = box.ask(
+        db, agent_id, question="Which database for 2027?", state=S.BLOCKED,
+        expected_revision=2, board_version=2,
+    )  # fmt: skip
+    assert (reopened.created, reopened.changed) == (False, True)
+    assert (reopened.item.state, reopened.item.revision, reopened.board_version) == (
+        S.BLOCKED,
+        3,
+        3,
+    )
+    assert reopened.item.question == "Which database for 2027?"
 
 
 # --- board_advance: compare-and-swap on revision and board version ---

@@ -65,7 +65,7 @@ def test_the_inbox_toolset_is_in_the_catalogue() -> None:
     specs = {s["function"]["name"]: s for s in selection.toolbox.specs()}
     ask_params = specs["inbox_ask"]["function"]["parameters"]
     assert set(ask_params["required"]) == {"key", "question"}
-    assert ask_params["properties"]["state"]["enum"] == [
+    assert ask_params["properties"]["state"]["anyOf"][0]["enum"] == [
         "tracked",
         "partial",
         "missing",
@@ -129,6 +129,33 @@ def test_ask_reply_answered_acknowledge_advance(db: Engine, run_db: RunJournal) 
     stale = advance_as_read("tracked")
     assert f"Current revision {item['revision'] + 1}" in stale["error"]
     assert f"current board_version {board['board_version'] + 1}" in stale["error"]
+
+
+def test_re_asking_moves_the_state_only_with_the_versions_read(
+    db: Engine, run_db: RunJournal
+) -> None:
+    """Seed 003 (issue 18, item 8): a re-ask may reword the question; changing the
+    state is versioned like inbox_advance, or refused with the versions to use."""
+    ctx = _ctx(run_db, make_agent(db))
+    asked = _call(ctx, "inbox_ask", key="db", question="Which database?", state="done")
+    refused = _call(ctx, "inbox_ask", key="db", question="Which database now?", state="blocked")
+    assert "needs expected_revision and board_version" in refused["error"]
+    assert "revision 1, board version 1" in refused["error"]
+    assert _call(ctx, "inbox_board")["items"][0]["state"] == "done"  # nothing written
+
+    reworded = _call(ctx, "inbox_ask", key="db", question="Which database now?")
+    assert (reworded["state"], reworded["revision"], reworded["changed"]) == ("done", 2, True)
+
+    reopened = _call(
+        ctx,
+        "inbox_ask",
+        key="db",
+        question="Which database for 2027?",
+        state="blocked",
+        expected_revision=2,
+        board_version=2,
+    )
+    assert (reopened["id"], reopened["state"], reopened["revision"]) == (asked["id"], "blocked", 3)
 
 
 def test_superseded_acknowledgement_tells_the_agent_to_read_again(

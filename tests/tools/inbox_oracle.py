@@ -30,12 +30,14 @@ def advanced(item: InboxItem, target: ItemState, context: str | None) -> InboxIt
 
 
 def reasked(item: InboxItem, question: str, context: str | None, state: ItemState) -> InboxItem:
-    """Same key, same row: a change bumps the revision, a repeat changes nothing."""
-    if (item.question, item.context, item.state) == (question, context, state):
+    """Same key, same row: a change bumps the revision, a repeat changes nothing. A change
+    of state is an advance (versioned, `check_reask`) that also sets the question; like
+    an advance it keeps the context when none is given."""
+    if state is not item.state:
+        return dataclasses.replace(advanced(item, state, context), question=question)
+    if (item.question, item.context) == (question, context):
         return item
-    return dataclasses.replace(
-        item, question=question, context=context, state=state, revision=item.revision + 1
-    )
+    return dataclasses.replace(item, question=question, context=context, revision=item.revision + 1)
 
 
 def replied(

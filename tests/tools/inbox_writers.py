@@ -204,7 +204,9 @@ class _Writer:
         key, question = session.execute(
             select(InboxItemRow.key, InboxItemRow.question).where(InboxItemRow.id == item_id)
         ).one()
-        result = inbox.ask(session, agent_id, key, question, context=token)
+        # Re-asking updates the context and keeps the state (a change of state is an
+        # advance, which the other writers race with already).
+        result = inbox.ask(session, agent_id, key, question, context=token, state=None)
         return Event(
             op=Op.ASK,
             item_id=item_id,

@@ -35,6 +35,7 @@ from achilles.domain.inbox_wake import (
 from achilles.errors import (
     InboxConflict,
     InboxReplyPending,
+    InboxVersionRequired,
     InvalidInboxTransition,
     InvalidInputError,
 )
@@ -303,13 +304,13 @@ def test_advance_replaces_context_only_when_given() -> None:
         (_item(S.BLOCKED, 2), "Which database?", None, S.BLOCKED, 2),  # a repeat: no change
         (_item(S.BLOCKED, 2), "Which database, really?", None, S.BLOCKED, 3),
         (_item(S.BLOCKED, 2), "Which database?", "new facts", S.BLOCKED, 3),
-        (_item(S.DONE, 2), "Which database?", None, S.BLOCKED, 3),  # reopened by re-asking
+        (_item(S.DONE, 2), "Which database?", "new", S.BLOCKED, 3),  # reopened (versioned)
     ],
 )
 def test_reask_bumps_the_revision_only_on_change(
     item: InboxItem, question: str, context: str | None, state: ItemState, revision: int
 ) -> None:
-    check_reask(item, state)
+    check_reask(item, 7, state, expected_revision=item.revision, expected_board_version=7)
     after = reasked(item, question, context, state)
     assert (after.question, after.context, after.state, after.revision) == (
         question,
@@ -321,11 +322,28 @@ def test_reask_bumps_the_revision_only_on_change(
 
 
 def test_reask_follows_the_transition_rules() -> None:
+    read = {"expected_revision": 1, "expected_board_version": 7}
     with pytest.raises(InvalidInboxTransition):
-        check_reask(_item(S.DONE), S.MISSING)
+        check_reask(_item(S.DONE), 7, S.MISSING, **read)
     with pytest.raises(InboxReplyPending):
-        check_reask(_item(S.BLOCKED, reply=_reply()), S.TRACKED)
-    check_reask(_item(S.BLOCKED, reply=_reply()), S.BLOCKED)  # still the human's: fine
+        check_reask(_item(S.BLOCKED, reply=_reply()), 7, S.TRACKED, **read)
+    check_reask(_item(S.BLOCKED, reply=_reply()), 7, S.BLOCKED)  # still the human's: fine
+
+
+def test_a_reask_that_moves_the_state_is_versioned() -> None:
+    """Seed 003: state changes only through versioned operations; the question alone may
+    change without a version."""
+    check_reask(_item(S.DONE, 4), 9, S.DONE)  # same state: no versions needed
+    with pytest.raises(InboxVersionRequired) as missing:
+        check_reask(_item(S.DONE, 4), 9, S.BLOCKED)
+    assert (missing.value.revision, missing.value.board_version) == (4, 9)
+    with pytest.raises(InboxConflict):  # read before the last change
+        check_reask(_item(S.DONE, 4), 9, S.BLOCKED, expected_revision=3, expected_board_version=9)
+    with pytest.raises(InboxConflict):  # the board moved since
+        check_reask(_item(S.DONE, 4), 9, S.BLOCKED, expected_revision=4, expected_board_version=8)
+    check_reask(_item(S.DONE, 4), 9, S.BLOCKED, expected_revision=4, expected_board_version=9)
+    moved = reasked(_item(S.DONE, 4), "Which database now?", None, S.BLOCKED)
+    assert (moved.state, moved.revision, moved.question) == (S.BLOCKED, 5, "Which database now?")
 
 
 @pytest.mark.parametrize(

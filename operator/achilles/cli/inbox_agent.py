@@ -26,11 +26,16 @@ from achilles.cli.common import (
     reports_errors,
 )
 from achilles.domain.inbox import AckStatus, ItemState
-from achilles.errors import InboxConflict, InboxReplyPending, InvalidInboxTransition
+from achilles.errors import (
+    InboxConflict,
+    InboxReplyPending,
+    InboxVersionRequired,
+    InvalidInboxTransition,
+)
 
 EXIT_REFUSED = 3
 _STATES = click.Choice([s.value for s in ItemState])
-_REFUSALS = (InboxConflict, InboxReplyPending, InvalidInboxTransition)
+_REFUSALS = (InboxConflict, InboxReplyPending, InvalidInboxTransition, InboxVersionRequired)
 
 
 @click.group("agent")
@@ -52,6 +57,8 @@ def _refused(error: Exception, as_json: bool) -> None:
             current_revision=error.current_revision,
             current_board_version=error.current_board_version,
         )
+    if isinstance(error, InboxVersionRequired):
+        record.update(current_revision=error.revision, current_board_version=error.board_version)
     _emit(record, f"refused: {error}", as_json)
     sys.exit(EXIT_REFUSED)
 
@@ -69,6 +76,18 @@ def _refused(error: Exception, as_json: bool) -> None:
     help="Move the item to this state  [default: blocked for a new item; an existing one"
     " keeps its state]",
 )
+@click.option(
+    "--revision",
+    type=WholeNumber(min=1),
+    default=None,
+    help="As last read; needed to change an existing item's state.",
+)
+@click.option(
+    "--board-version",
+    type=WholeNumber(min=0),
+    default=None,
+    help="As last read; needed to change an existing item's state.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
 def ask(
@@ -78,12 +97,15 @@ def ask(
     question: str,
     context: str | None,
     state: str | None,
+    revision: int | None,
+    board_version: int | None,
     as_json: bool,
 ) -> None:
     """Ask a question on AGENT's board, or update the one under KEY.
 
     The same question again writes nothing, whatever state the item is in; pass --state
-    to move it (e.g. `--state blocked` to ask a closed question again).
+    with --revision and --board-version as last read to move it (e.g. `--state blocked`
+    to ask a closed question again): a change of state is versioned, like `advance`.
     """
     from achilles.cli.common import open_database
     from achilles.domain.inbox_records import item_record
@@ -97,6 +119,8 @@ def ask(
             question,
             context,
             ItemState(state) if state is not None else None,
+            expected_revision=revision,
+            board_version=board_version,
         )
     except _REFUSALS as refused:
         _refused(refused, as_json)

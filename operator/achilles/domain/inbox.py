@@ -9,7 +9,9 @@ a pure model of every act built on them (`tests/tools/inbox_oracle.py`).
 Versions, exactly:
 - `revision` (per item) is the item's compare-and-swap token. It grows by one
   on every change to what the item says: created (1), re-asked with a changed
-  question/context/state, advanced, and every *accepted* human reply. The
+  question/context, advanced, and every *accepted* human reply. A re-ask that
+  changes the state is an advance: it carries the revision and board version it
+  read, or is refused (`check_reask`). The
   agent's bookkeeping marks — taking a reply (`reply_seen_at`) and
   acknowledging it (`outcome`) — do not bump it, so an agent can take, decide
   and advance with the revision it read.
@@ -40,6 +42,7 @@ from enum import StrEnum
 from achilles.errors import (
     InboxConflict,
     InboxReplyPending,
+    InboxVersionRequired,
     InvalidInboxTransition,
     InvalidInputError,
 )
@@ -179,14 +182,36 @@ def check_advance(
         raise InboxReplyPending(item.id, item.reply_serial)
 
 
-def check_reask(item: InboxItem, target: ItemState) -> None:
-    """Re-asking keeps the state or moves it like an advance would."""
+def check_reask(
+    item: InboxItem,
+    board_version: int,
+    target: ItemState,
+    *,
+    expected_revision: int | None = None,
+    expected_board_version: int | None = None,
+) -> None:
+    """Raise why re-asking `item` as `target` must refuse, or return when it may proceed.
+
+    Re-asking may always change the question and context (revision + 1). A change of
+    state is a versioned operation (seed 003): it needs the revision and board version
+    the caller read, and is then exactly `board_advance`'s compare-and-swap."""
     if target is item.state:
         return
-    if not can_transition(item.state, target):
-        raise InvalidInboxTransition(item.id, item.state.value, target.value)
-    if not can_leave_blocked(item):
-        raise InboxReplyPending(item.id, item.reply_serial)
+    if expected_revision is None or expected_board_version is None:
+        raise InboxVersionRequired(
+            item.id,
+            item.state.value,
+            target.value,
+            revision=item.revision,
+            board_version=board_version,
+        )
+    check_advance(
+        item,
+        board_version,
+        expected_revision=expected_revision,
+        expected_board_version=expected_board_version,
+        target=target,
+    )
 
 
 class ReplyRefusal(StrEnum):

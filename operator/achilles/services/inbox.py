@@ -266,12 +266,25 @@ def ask(
     question: str,
     context: str | None = None,
     state: ItemState | None = None,
+    *,
+    expected_revision: int | None = None,
+    board_version: int | None = None,
 ) -> AskResult:
     """Ask, or re-ask under `key`; `state=None` keeps an existing item's state (a new item
-    is blocked), so the same question asked again writes nothing whatever its state."""
+    is blocked), so the same question asked again writes nothing whatever its state. A
+    change of an existing item's state needs the versions read (`board.ask`)."""
     with database.transaction() as session:
         agent_id = find_agent_id(session, agent_ref)
-        return board.ask(session, agent_id, key, question, context, state)
+        return board.ask(
+            session,
+            agent_id,
+            key,
+            question,
+            context,
+            state,
+            expected_revision=expected_revision,
+            board_version=board_version,
+        )
 
 
 def take_reply(database: Database, item_id: int) -> InboxItem | None:

@@ -65,10 +65,22 @@ class AskArgs(ToolArgs):
         max_length=MAX_TEXT_LENGTH,
         description="What the person needs to know to answer.",
     )
-    state: StateName = Field(
-        default="blocked",
+    state: StateName | None = Field(
+        default=None,
         description="'blocked' asks a person and waits for them; other states track an "
-        "item without asking anyone.",
+        "item without asking anyone. Absent: a new item is blocked, an existing one keeps "
+        "its state. Changing an existing item's state needs expected_revision and "
+        "board_version, as inbox_advance does.",
+    )
+    expected_revision: int | None = Field(
+        default=None,
+        ge=1,
+        description="When the state changes: the item's revision as you last read it.",
+    )
+    board_version: int | None = Field(
+        default=None,
+        ge=0,
+        description="When the state changes: the board_version as you last read it.",
     )
 
 
@@ -112,14 +124,23 @@ def inbox_ask(args: AskArgs, ctx: ToolContext) -> dict[str, Any]:
     """Ask a person a question (or update one you asked) on your inbox board.
 
     Use one stable key per question: asking again under the same key with new context
-    updates the same item. People answer later; their replies are given to you at the
-    start of a later run or by inbox_answered.
+    updates the same item. To change an existing item's state (e.g. ask a closed question
+    again as blocked), pass the expected_revision and board_version you read. People
+    answer later; their replies are given to you at the start of a later run or by
+    inbox_answered.
     """
 
     def act() -> dict[str, Any]:
         with ctx.transaction() as session:
             result = board.ask(
-                session, ctx.agent_id, args.key, args.question, args.context, ItemState(args.state)
+                session,
+                ctx.agent_id,
+                args.key,
+                args.question,
+                args.context,
+                None if args.state is None else ItemState(args.state),
+                expected_revision=args.expected_revision,
+                board_version=args.board_version,
             )
         return {
             **item_record(result.item, board_version=result.board_version),

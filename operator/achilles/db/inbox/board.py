@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Row, and_, exists, literal_column, not_, or_, select, update
+from sqlalchemy import true as sa_true
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -149,14 +150,20 @@ def ask(
     key: str,
     question: str,
     context: str | None = None,
-    state: ItemState | None = ItemState.BLOCKED,
+    state: ItemState | None = None,
+    *,
+    expected_revision: int | None = None,
+    board_version: int | None = None,
 ) -> AskResult:
     """Create the item for `key`, or update it in place (one question, one row).
 
-    A changed question, context or state bumps `revision` (and the board); the
-    same question asked again writes nothing. Moving an existing item follows
-    the transition rules, and a blocked item with an unprocessed reply stays
-    blocked. `state=None` keeps an existing item's state (a new one is blocked).
+    A new item is `state` (blocked when None). On an existing item a changed question or
+    context bumps `revision` (and the board), and the same question asked again writes
+    nothing. A change of state is a versioned operation (seed 003): it needs
+    `expected_revision` and `board_version` as the caller read them, and is then
+    `board_advance`'s compare-and-swap, question included (the context is replaced
+    when given, kept when None); without them it is refused (`InboxVersionRequired`).
+    `state=None` keeps an existing item's state.
     """
     validate_key(key)
     validate_text("question", question, limit=MAX_QUESTION_LENGTH)
@@ -174,28 +181,16 @@ def ask(
         context=context,
     )
     new = proposed.excluded
-    # The state the row ends in: the one asked for, or (None) the one it has.
-    target = table.c.state if state is None else new.state
-    sources = [s.value for s in states_that_may_become(state)] if state is not None else []
+    # An existing row is updated here only where its state stays as it is.
+    keeps_state = table.c.state == new.state if state is not None else sa_true()
     upsert = proposed.on_conflict_do_update(
         index_elements=[table.c.agent_id, table.c.key],
-        set_={
-            "question": new.question,
-            "context": new.context,
-            "state": target,
-            "revision": table.c.revision + 1,
-        },
+        set_={"question": new.question, "context": new.context, "revision": table.c.revision + 1},
         where=and_(
+            keeps_state,
             or_(
                 table.c.question.is_distinct_from(new.question),
                 table.c.context.is_distinct_from(new.context),
-                table.c.state.is_distinct_from(target),
-            ),
-            or_(table.c.state == target, table.c.state.in_(sources)),
-            or_(
-                table.c.state == target,
-                table.c.state != ItemState.BLOCKED.value,
-                not_(has_unprocessed_reply()),
             ),
         ),
     ).returning(*ITEM_COLUMNS, literal_column("xmax = 0").label("inserted"))
@@ -208,7 +203,7 @@ def ask(
             changed=True,
         )
     # ON CONFLICT locked the row although its WHERE said no, so this read is
-    # exactly what was judged: either a repeat, or a refused move.
+    # exactly what was judged: either a repeat, or a change of state.
     current_row = session.execute(
         select(*ITEM_COLUMNS, InboxBoard.board_version)
         .join(InboxBoard, InboxBoard.agent_id == InboxItemRow.agent_id)
@@ -216,11 +211,31 @@ def ask(
     ).one()
     current = item_from_row(current_row)
     wanted = current.state if state is None else state
-    check_reask(current, wanted)
-    # Not refused, so nothing changed: the same question asked again.
-    assert (current.question, current.context, current.state) == (question, context, wanted), (
-        "re-ask refused unexplained"
+    check_reask(
+        current,
+        current_row.board_version,
+        wanted,
+        expected_revision=expected_revision,
+        expected_board_version=board_version,
     )
+    if wanted is not current.state:
+        # check_reask refused a change of state without them.
+        assert expected_revision is not None
+        assert board_version is not None
+        moved = board_advance(
+            session,
+            current.id,
+            expected_revision=expected_revision,
+            board_version=board_version,
+            target=wanted,
+            context=context,
+            question=question,
+        )
+        return AskResult(
+            item=moved.item, board_version=moved.board_version, created=False, changed=True
+        )
+    # Nothing to change: the same question asked again.
+    assert (current.question, current.context) == (question, context), "re-ask unexplained"
     return AskResult(
         item=current, board_version=current_row.board_version, created=False, changed=False
     )
@@ -243,16 +258,20 @@ def board_advance(
     board_version: int,
     target: ItemState,
     context: str | None = None,
+    question: str | None = None,
 ) -> AdvanceResult:
     """Move an item to `target` iff neither it nor its board moved since the caller read them.
 
     Raises `InboxConflict` (with the current revision and board version) when
     either moved, `InvalidInboxTransition` for a move the rules forbid, and
     `InboxReplyPending` for leaving `blocked` before the reply was acknowledged.
-    `context`, when given, replaces the item's context in the same write.
+    `context` and `question` (a re-ask that moves the state), when given, replace the
+    item's in the same write.
     """
     if context is not None:
         validate_text("context", context)
+    if question is not None:
+        validate_text("question", question, limit=MAX_QUESTION_LENGTH)
     sources = [s.value for s in states_that_may_become(target)]
     board_unchanged = exists().where(
         InboxBoard.agent_id == InboxItemRow.agent_id, InboxBoard.board_version == board_version
@@ -271,6 +290,7 @@ def board_advance(
             .values(
                 state=target.value,
                 context=InboxItemRow.context if context is None else context,
+                question=InboxItemRow.question if question is None else question,
                 revision=InboxItemRow.revision + 1,
             )
             .returning(*ITEM_COLUMNS)
