@@ -72,7 +72,10 @@ class WebServer:
 
 @pytest.fixture(scope="session")
 def web_server(
-    database_url: str, oidc_provider: OidcProvider, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    database_url: str,
+    oidc_provider: OidcProvider,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WebServer]:
     """`achilles api` with the web inbox on, as `achilles dev up` runs it."""
     port = free_port()
@@ -102,10 +105,12 @@ def web_server(
         )
     server = WebServer(url=url, session_secret=session_secret, log=log)
     try:
+        # The browser starts while the server imports and connects (every test needs both).
+        request.getfixturevalue("browser")
         try:
             wait_for(
                 lambda: process.poll() is not None or _answers(f"{url}/healthz"),
-                timeout=60,  # a loaded two-core machine takes its time to import and start
+                timeout=120,  # a bound for failing, not a pace: a loaded machine is slow
                 what="achilles api to answer /healthz",
             )
         except AssertionError as exc:
