@@ -94,12 +94,11 @@ def test_forty_writers_through_two_replicas_lose_and_duplicate_nothing(
         replies = conn.execute(
             text("SELECT item_id, reply FROM agent_inbox_item_revisions WHERE change = 'replied'")
         ).all()
-        final = dict(
-            conn.execute(
-                text("SELECT id, reply_serial FROM agent_inbox_items WHERE agent_id = :a"),
-                {"a": agent},
-            ).all()
-        )
+        serials = conn.execute(
+            text("SELECT id, reply_serial FROM agent_inbox_items WHERE agent_id = :a"),
+            {"a": agent},
+        ).all()
     expected = sorted((items[w % ITEMS], f"reply of writer {w}") for w in range(WRITERS))
     assert sorted((row.item_id, row.reply) for row in replies) == expected
+    final = {row.id: row.reply_serial for row in serials}
     assert final == {item_id: WRITERS // ITEMS for item_id in items}
