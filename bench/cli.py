@@ -72,6 +72,19 @@ def journal(size: int, json_path: Path | None, server_url: str | None) -> None:
     _show(benchmark.run(size, json_path, server_url))
 
 
+@bench.command()
+@_size_option(
+    10_000_000, "agent_runs rows (owners = size/1000, agents = size/100, inbox items = size/10)"
+)
+@json_option
+@server_option
+def api(size: int, json_path: Path | None, server_url: str | None) -> None:
+    """One `achilles api` process: GET /v1/inbox and /v1/runs, reply -> SSE, token checks."""
+    from bench import api as benchmark
+
+    _show(benchmark.run(size, json_path, server_url))
+
+
 @bench.command(name="burst-vs-cronjob")
 @_size_option(1000, "Agents due at one slot, and as many CronJobs due at one minute")
 @json_option
