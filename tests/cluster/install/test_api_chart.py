@@ -507,10 +507,11 @@ def test_two_replicas_lose_no_reply_and_duplicate_none_under_parallel_writers(
 ) -> None:
     """40 writers reply to one item at once. Each reads the revision (through the
     Service) and sends its reply with If-Match and an Idempotency-Key three times at
-    once: through the Service and straight to each replica. A stale revision is 412 and
-    the writer tries again over the new one. In the end every writer's reply was written
-    exactly once: the three copies gave one response (one write, two replays), and the
-    item's history holds each reply once."""
+    once: through the Service and straight to each replica. A stale revision is 412 on
+    every copy and the writer tries again over the new one, with a new key. In the end
+    every writer's reply was written exactly once: the three copies of the accepted
+    request gave one response (one write, two replays), and the item's history holds
+    each reply once."""
     replicas = api_stack.pod_urls()
     assert len(replicas) == 2
     targets = [api_stack.url, *replicas]
@@ -541,21 +542,20 @@ def test_two_replicas_lose_no_reply_and_duplicate_none_under_parallel_writers(
                         )
                     )
                 statuses = {r.status_code for r in responses}
-                bodies = {r.text for r in responses}
                 replayed = [r.headers.get("idempotent-replayed") == "true" for r in responses]
-                if len(statuses) != 1 or len(bodies) != 1 or sum(replayed) != 2:
-                    failures.append(
-                        f"{key}: {[(r.status_code, r.text[:120]) for r in responses]}, "
-                        f"replayed {replayed}"
-                    )
-                    return writer
-                (status,) = statuses
-                if status == 200:
+                seen = f"{key}: {[(r.status_code, r.text[:120]) for r in responses]}, {replayed}"
+                if statuses == {200}:
+                    # One write, two replays of its response, wherever each copy went.
+                    if sum(replayed) != 2 or len({r.text for r in responses}) != 1:
+                        failures.append(seen)
+                        return writer
                     writer.written = responses[0].json()
-                elif status == 412:
-                    revision = responses[0].json()["current_revision"]
+                elif statuses == {412}:
+                    # A refusal writes nothing and is not remembered: each copy is judged
+                    # on its own, against a revision that only grows.
+                    revision = max(r.json()["current_revision"] for r in responses)
                 else:
-                    failures.append(f"{key}: HTTP {status}: {responses[0].text[:200]}")
+                    failures.append(seen)
                     return writer
         return writer
 
