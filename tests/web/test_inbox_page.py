@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from typing import Any
 
 import httpx
 from itsdangerous import TimestampSigner
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Locator, Page, expect
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -52,6 +53,16 @@ def test_sign_in_answer_and_follow_live(
     database: Database,
 ) -> None:
     asked = ask(database, person, "report-format", QUESTION, CONTEXT)
+    # Script errors and CSP violations show up on the console (ours only: the provider's
+    # sign-in page has no favicon).
+    console_errors: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error" and message.location["url"].startswith(web_server.url):
+            console_errors.append(f"{message.text} at {message.location['url']}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: console_errors.append(str(error)))
     sign_in(page, web_server, oidc_provider, person.user_key)
     card = waiting_card(page, QUESTION)
     expect(card).to_be_visible()
@@ -86,6 +97,7 @@ def test_sign_in_answer_and_follow_live(
     expect(waiting_card(page, "Who reads the report?")).to_have_count(0)
     expect(page.locator("#waiting-empty")).to_be_visible()
     assert page.evaluate("window.sameDocument") is True
+    assert console_errors == []
 
 
 def test_write_with_session_cookie_but_no_csrf_header_is_refused(
@@ -361,10 +373,14 @@ def test_stale_revision_is_shown_and_reread(
     assert stored.reply.text == "PDF."
 
 
-def test_sign_out(
-    web_server: WebServer, oidc_provider: OidcProvider, page: Page, person: Person
+def test_a_newcomer_signs_in_and_out(
+    web_server: WebServer, oidc_provider: OidcProvider, page: Page
 ) -> None:
-    sign_in(page, web_server, oidc_provider, person.user_key)
+    # Someone the engine has never heard of (no user row, no agents) is welcome too.
+    newcomer = f"newcomer-{uuid.uuid4().hex[:8]}"
+    sign_in(page, web_server, oidc_provider, newcomer)
+    expect(page.get_by_text("Nothing is waiting for you.")).to_be_visible()
+    expect(page.get_by_text("You have no agents yet.")).to_be_visible()
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("link", name="Sign in")).to_be_visible()
     assert page.request.get(f"{web_server.url}/v1/me").status == 401
