@@ -68,6 +68,7 @@ def test_sign_in_answer_and_follow_live(
     expect(card).to_be_visible()
     expect(card).to_contain_text(CONTEXT)
     expect(card.get_by_role("heading")).to_contain_text(person.agent_name)
+    expect(page).to_have_title("(1) Achilles inbox")
     # Every change below must reach this document without a reload.
     page.evaluate("window.sameDocument = true")
 
@@ -96,6 +97,7 @@ def test_sign_in_answer_and_follow_live(
     assert response.status_code < 300, response.text
     expect(waiting_card(page, "Who reads the report?")).to_have_count(0)
     expect(page.locator("#waiting-empty")).to_be_visible()
+    expect(page).to_have_title("Achilles inbox")
     assert page.evaluate("window.sameDocument") is True
     assert console_errors == []
 

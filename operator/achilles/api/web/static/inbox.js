@@ -272,6 +272,8 @@
     placeNodes(byId("waiting"), waiting.map(cardFor));
     placeNodes(byId("other"), other.map(cardFor));
     byId("waiting-count").textContent = `(${waiting.length})`;
+    // A tab left open says how many questions wait.
+    document.title = waiting.length ? `(${waiting.length}) Achilles inbox` : "Achilles inbox";
     byId("waiting-empty").hidden = waiting.length > 0;
     byId("other-empty").hidden = other.length > 0;
     const shown = new Set(state.items.map((item) => item.id));
