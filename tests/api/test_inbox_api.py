@@ -72,12 +72,13 @@ def test_my_inbox_is_blocked_first_in_pages_and_never_anyone_elses(
         if cursor is None:
             break
     assert seen == [item.id for item in blocked] + [tracked.id]
+    assert page.json()["next_cursor"] is None  # the last page says it is the last
     listed = _get(api, token, "/v1/inbox", agent="team/mail", state="blocked").json()["items"]
     assert [item["agent_name"] for item in listed] == ["mail"] * 3
     assert {item["owner"] for item in listed} == {"alice"}
 
     assert_problem(_get(api, token, "/v1/inbox", limit=0), 422)
-    assert_problem(_get(api, token, "/v1/inbox", limit=201), 422)
+    assert_problem(_get(api, token, "/v1/inbox", limit=501), 422)
     assert_problem(_get(api, token, "/v1/inbox", cursor="not-a-cursor"), 400)
     assert_problem(_get(api, token, "/v1/inbox", state="sleeping"), 422)
     assert_problem(_get(api, tokens("bob"), "/v1/inbox", agent="team/mail"), 404)

@@ -8,8 +8,6 @@ missing one. docs/api.md#inbox.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from datetime import datetime
 from http import HTTPStatus
@@ -19,7 +17,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from achilles.api import dependencies
+from achilles.api import dependencies, pagination
 from achilles.api.idempotency import once_for, replayable, response_of, stored_json
 from achilles.api.identity.caller import Caller, current_caller
 from achilles.api.problems import PROBLEM_RESPONSES, TYPE_BASE, Problem
@@ -34,11 +32,10 @@ from achilles.services.run_requests import RunRequester
 
 router = APIRouter(prefix="/v1", tags=["inbox"], responses=PROBLEM_RESPONSES)
 
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 200
+DEFAULT_LIMIT = pagination.DEFAULT_LIMIT
+MAX_LIMIT = pagination.MAX_LIMIT
 ITEM_ID = Annotated[int, Path(ge=1, le=2**63 - 1, description="The item's id")]
 _REVISION = re.compile(r'^(?:"(\d{1,18})"|(\d{1,18}))$')
-_CURSOR = re.compile(r"^([01]):(\d{1,19})$")
 
 
 # --- what the routes answer with ---
@@ -146,20 +143,25 @@ def _etag(revision: int) -> str:
 # --- the list ---
 
 
+# The two sections of the queue are two cursor kinds of `achilles.api.pagination`.
+BLOCKED_CURSOR, REST_CURSOR = "inbox.blocked", "inbox.rest"
+
+
 def encode_cursor(position: QueuePosition) -> str:
-    raw = f"{int(not position.blocked)}:{position.item_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return pagination.encode_cursor(
+        BLOCKED_CURSOR if position.blocked else REST_CURSOR, position.item_id
+    )
 
 
 def decode_cursor(cursor: str) -> QueuePosition:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raw = ""
-    match = _CURSOR.match(raw)
-    if match is None or int(match[2]) >= 2**63:
-        raise Problem(400, "cursor: not a cursor of this list; pass next_cursor as it came")
-    return QueuePosition(blocked=match[1] == "0", item_id=int(match[2]))
+        item_id = pagination.decode_cursor(BLOCKED_CURSOR, cursor)
+        blocked = True
+    except Problem:
+        item_id = pagination.decode_cursor(REST_CURSOR, cursor)
+        blocked = False
+    assert item_id is not None
+    return QueuePosition(blocked=blocked, item_id=item_id)
 
 
 @router.get("/inbox", response_model=InboxPage)
@@ -171,7 +173,7 @@ def list_inbox(
         str | None, Query(max_length=600, description="One agent: `namespace/name` or its id")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
-    cursor: Annotated[str | None, Query(max_length=100)] = None,
+    cursor: Annotated[str | None, Query(max_length=pagination.MAX_CURSOR_LENGTH)] = None,
 ) -> InboxPage:
     """My items across all my agents: blocked first, then oldest first; keyset pages."""
     after = decode_cursor(cursor) if cursor else None
@@ -181,10 +183,11 @@ def list_inbox(
         states=tuple(dict.fromkeys(state or ())),
         agent_ref=agent,
         after=after,
-        limit=limit,
+        limit=limit + 1,
     )
     next_cursor = None
-    if len(listings) == limit:
+    if len(listings) > limit:
+        listings = listings[:limit]
         last = listings[-1].item
         next_cursor = encode_cursor(
             QueuePosition(blocked=last.state is ItemState.BLOCKED, item_id=last.id)
