@@ -80,6 +80,14 @@ def test_the_owner_queue_is_blocked_first_in_keyset_pages_and_only_mine(
 
     only_done = service.owner_inbox(database, me, states=(ItemState.DONE,), limit=10)
     assert [listing.item.id for listing in only_done] == [done.id]
+    blocked_only = (ItemState.BLOCKED,)
+    first_blocked = service.owner_inbox(database, me, states=blocked_only, limit=1)
+    assert [listing.item.id for listing in first_blocked] == [blocked_a.id]
+    after_first = QueuePosition(blocked=True, item_id=blocked_a.id)
+    rest = service.owner_inbox(database, me, states=blocked_only, after=after_first, limit=5)
+    assert [listing.item.id for listing in rest] == [blocked_b.id]
+    past = QueuePosition(blocked=False, item_id=tracked.id)
+    assert service.owner_inbox(database, me, states=blocked_only, after=past, limit=5) == []
     with pytest.raises(NotFound):
         service.owner_inbox(database, me, agent_ref=str(other), limit=10)
     mine = service.owner_inbox(database, me, agent_ref=str(second), limit=10)

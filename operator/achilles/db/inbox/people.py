@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import literal, select, tuple_
 from sqlalchemy.orm import Session
@@ -41,7 +42,10 @@ def owner_queue(
     after: QueuePosition | None = None,
     limit: int,
 ) -> list[ItemListing]:
-    """The owner's items, blocked first, then by id; the page after `after`."""
+    """The owner's items, blocked first, then by id; the page after `after`.
+
+    Without a state filter (or with several states) this is one range of
+    `ix_agent_inbox_items_owner_queue`; with one state, of `..._user_id_state_id`."""
     owner_id = select(User.id).where(User.key == owner_key).scalar_subquery()
     not_blocked = InboxItemRow.state != ItemState.BLOCKED.value
     query = (
@@ -53,12 +57,23 @@ def owner_queue(
         query = query.where(InboxItemRow.state.in_([s.value for s in states]))
     if agent_id is not None:
         query = query.where(InboxItemRow.agent_id == agent_id)
-    if after is not None:
-        query = query.where(
-            tuple_(not_blocked, InboxItemRow.id)
-            > tuple_(literal(not after.blocked), literal(after.item_id))
-        )
-    rows = session.execute(query.order_by(not_blocked, InboxItemRow.id).limit(limit)).all()
+    if len(set(states)) == 1:
+        # One state is one section: `ix_agent_inbox_items_user_id_state_id` in id order.
+        blocked = states[0] is ItemState.BLOCKED
+        if after is not None:
+            if after.blocked != blocked and not after.blocked:
+                return []  # the cursor is past this section
+            if after.blocked == blocked:
+                query = query.where(InboxItemRow.id > after.item_id)
+        order: tuple[Any, ...] = (InboxItemRow.id,)
+    else:
+        if after is not None:
+            query = query.where(
+                tuple_(not_blocked, InboxItemRow.id)
+                > tuple_(literal(not after.blocked), literal(after.item_id))
+            )
+        order = (not_blocked, InboxItemRow.id)
+    rows = session.execute(query.order_by(*order).limit(limit)).all()
     return [
         ItemListing(item=item_from_row(row), agent_name=row.agent_name, owner_key=owner_key)
         for row in rows
