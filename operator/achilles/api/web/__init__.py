@@ -1,7 +1,7 @@
 """The web inbox: a page at `/` where an employee answers their agents' questions.
 
-Plain HTML, one small script and one stylesheet, served as static files by the API
-itself (no build step): the page calls the same JSON API as the portal, with the signed
+Plain HTML, a stylesheet and a few small ES modules, served as static files by the
+API itself (no build step): the page calls the same JSON API as the portal, with the signed
 session cookie instead of a bearer token, and follows changes through `/v1/events`.
 
 `install_web(app, settings)` adds everything the browser needs: the OIDC sign-in
