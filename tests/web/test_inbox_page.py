@@ -432,3 +432,21 @@ def test_agents_runs_and_run_now(
     assert answered.value.status >= 400, problem
     expect(agent.get_by_role("alert")).to_contain_text(problem["detail"])
     expect(agent.get_by_role("button", name="Run now")).to_be_focused()
+
+
+def test_an_ended_session_returns_to_sign_in(
+    web_server: WebServer,
+    oidc_provider: OidcProvider,
+    context: BrowserContext,
+    page: Page,
+    person: Person,
+    database: Database,
+) -> None:
+    sign_in(page, web_server, oidc_provider, person.user_key)
+    expect(page.locator("#waiting-empty")).to_be_visible()
+    # The session ends while the page is open (signed out in another tab, or expired):
+    # the next read the page makes is refused, and it goes back to the sign-in page.
+    context.clear_cookies(name="achilles_session")
+    ask(database, person, "after-sign-out", QUESTION)
+    expect(page.get_by_role("link", name="Sign in")).to_be_visible()
+    expect(page.get_by_text(QUESTION)).to_have_count(0)
