@@ -82,6 +82,9 @@ def test_my_inbox_is_blocked_first_in_pages_and_never_anyone_elses(
     assert_problem(_get(api, token, "/v1/inbox", cursor="not-a-cursor"), 400)
     assert_problem(_get(api, token, "/v1/inbox", state="sleeping"), 422)
     assert_problem(_get(api, tokens("bob"), "/v1/inbox", agent="team/mail"), 404)
+    assert_problem(_get(api, tokens("bob"), "/v1/inbox", owner="alice"), 403)
+    mine = _get(api, token, "/v1/inbox", owner="alice", limit=10)
+    assert [item["id"] for item in mine.json()["items"]] == seen
 
 
 def test_an_item_with_its_history_and_etag_only_for_its_owner(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from achilles.api import dependencies, pagination
 from achilles.api.idempotency import once_for, replayable, response_of, stored_json
 from achilles.api.identity.caller import Caller, current_caller
+from achilles.api.owners import EVERY_OWNER, owner_scope
 from achilles.api.problems import PROBLEM_RESPONSES, TYPE_BASE, Problem
 from achilles.db.database import Database
 from achilles.db.inbox.board import ItemListing
@@ -174,12 +175,20 @@ def list_inbox(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     cursor: Annotated[str | None, Query(max_length=pagination.MAX_CURSOR_LENGTH)] = None,
+    owner: Annotated[
+        str | None, Query(max_length=254, description="Another owner's key (admins)")
+    ] = None,
 ) -> InboxPage:
-    """My items across all my agents: blocked first, then oldest first; keyset pages."""
+    """My items across all my agents: blocked first, then oldest first; keyset pages.
+    An admin may read another owner's inbox (`owner=<key>`)."""
+    if owner == EVERY_OWNER:
+        raise Problem(422, "owner: the inbox is one owner's; name the owner (admins)")
+    owner_key = owner_scope(caller, owner)
+    assert owner_key is not None
     after = decode_cursor(cursor) if cursor else None
     listings = service.owner_inbox(
         database,
-        caller.user_key,
+        owner_key,
         states=tuple(dict.fromkeys(state or ())),
         agent_ref=agent,
         after=after,
