@@ -3,7 +3,7 @@
 A schedule is a discriminated union on `type` (seed 000; absent = manual runs only):
 - `{"type": "interval", "every_hours": N}` (CR spelling `everyHours`), 1 <= N <= 720;
 - `{"type": "calendar", "cadence": "daily"|"weekly", "weekday": 0-6, "time": "HH:MM"}`,
-  weekday (0=Monday) required for weekly and forbidden for daily.
+  weekday (0=Monday) required for weekly; on daily it is ignored (dropped).
 
 Rules the engine relies on (docs/schedule.md says the same for people):
 - Calendar slots are wall times in the owner's zone (`users.timezone`, else the
