@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import literal, select, tuple_
+from sqlalchemy import literal, literal_column, select, tuple_
 from sqlalchemy.orm import Session
 
 from achilles.db.inbox.board import ITEM_COLUMNS, ItemListing, item_from_row
@@ -47,7 +47,10 @@ def owner_queue(
     Without a state filter (or with several states) this is one range of
     `ix_agent_inbox_items_owner_queue`; with one state, of `..._user_id_state_id`."""
     owner_id = select(User.id).where(User.key == owner_key).scalar_subquery()
-    not_blocked = InboxItemRow.state != ItemState.BLOCKED.value
+    # A constant, not a bound parameter: the index's expression is `state <> 'blocked'`,
+    # and a prepared statement's generic plan cannot match `state <> $2` to it, so it
+    # sorted every item of the owner (23 ms for 1 k items; `achilles bench api`).
+    not_blocked = InboxItemRow.state != literal_column(f"'{ItemState.BLOCKED.value}'")
     query = (
         select(*ITEM_COLUMNS, Agent.name.label("agent_name"))
         .join(Agent, Agent.id == InboxItemRow.agent_id)
