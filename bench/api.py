@@ -25,16 +25,9 @@ check alone. The reads' plans (EXPLAIN ANALYZE, BUFFERS) are kept in the result.
 from __future__ import annotations
 
 import asyncio
-import os
-import random
-import resource
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -57,7 +50,7 @@ from achilles.services import inbox as inbox_service
 from achilles.services import owner_reads
 from achilles.services.owner_reads import RunFilter
 from achilles_dev import oidc
-from bench import journal, sse
+from bench import api_data, api_processes, journal, sse
 from bench.pg import bench_database
 from bench.report import Progress, Report, at_most
 from bench.sql import captured_sql, explain, timed
@@ -65,7 +58,6 @@ from bench.sql import captured_sql, explain, timed
 NAME = "api"
 DEFAULT_SIZE = 10_000_000
 PAGE = 50  # the API's default page size
-START_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -100,183 +92,6 @@ class Sizes:
         )
 
 
-# --- data -----------------------------------------------------------------------------
-
-_BOARDS = """
-INSERT INTO agent_inbox_boards (agent_id, board_version)
-SELECT id, 1 FROM agents
-"""
-
-# One question per row; the owner is the agent's (agent g belongs to owner 1 + (g-1) % owners,
-# journal's layout), written here because the owner trigger is off for the bulk load.
-_ITEMS = """
-INSERT INTO agent_inbox_items (agent_id, user_id, key, state, question, context, revision,
-                               created_at, updated_at)
-SELECT agent_id, 1 + (agent_id - 1) % :owners, 'question-' || g,
-       CASE WHEN r < 0.05 THEN 'blocked' WHEN r < 0.15 THEN 'tracked'
-            WHEN r < 0.20 THEN 'partial' WHEN r < 0.25 THEN 'missing' ELSE 'done' END,
-       'Which of these invoices should I approve first? (' || g || ')',
-       'Three invoices arrived today; the oldest is due on Friday.',
-       1, at, at
-FROM (
-    SELECT g, random() AS r, 1 + floor(power(random(), 2) * :agents)::bigint AS agent_id,
-           now() - interval '365 days' + (g::float8 / :items) * interval '365 days' AS at
-    FROM generate_series(1, CAST(:items AS bigint)) AS g
-) AS s
-"""
-
-
-def _secondary_indexes(database: Database, table: str) -> list[tuple[str, str]]:
-    with database.engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' "
-                "AND tablename = :table AND indexname NOT IN ("
-                "SELECT conname FROM pg_constraint WHERE conrelid = CAST(:table AS regclass))"
-            ),
-            {"table": table},
-        ).all()
-    return [(row[0], row[1]) for row in rows]
-
-
-def load_inbox(database: Database, sizes: Sizes, progress: Progress) -> float:
-    started = time.monotonic()
-    indexes = _secondary_indexes(database, "agent_inbox_items")
-    with database.engine.begin() as conn:
-        conn.execute(text("SET LOCAL session_replication_role = replica"))
-        conn.execute(text(_BOARDS))
-        for name, _ in indexes:
-            conn.execute(text(f'DROP INDEX "{name}"'))
-        conn.execute(
-            text(_ITEMS), {"owners": sizes.owners, "agents": sizes.agents, "items": sizes.items}
-        )
-    progress(f"{sizes.items:,} inbox items ({time.monotonic() - started:.1f}s)")
-    with database.engine.begin() as conn:
-        conn.execute(text("SET LOCAL maintenance_work_mem = '512MB'"))
-        for _, definition in indexes:
-            conn.execute(text(definition))
-    with database.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM (ANALYZE) agent_inbox_boards"))
-        conn.execute(text("VACUUM (ANALYZE) agent_inbox_items"))
-    took = time.monotonic() - started
-    progress(f"inbox indexes rebuilt, VACUUM ANALYZE done ({took:.1f}s)")
-    return took
-
-
-def _table_sizes(database: Database) -> dict[str, str]:
-    with database.engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class "
-                "WHERE relname IN ('agent_runs', 'agents', 'users', 'agent_inbox_items') "
-                "ORDER BY relname"
-            )
-        ).all()
-    return {row[0]: row[1] for row in rows}
-
-
-@dataclass(frozen=True)
-class Owner:
-    id: int
-    key: str
-    items: int
-
-
-def _owners_with_items(database: Database, heaviest: int, count: int, seed: int) -> list[Owner]:
-    """The `heaviest` owners by items, then random other owners with items, `count` in all."""
-    with database.engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT u.id, u.key, c.n FROM (SELECT user_id, count(*) AS n "
-                "FROM agent_inbox_items GROUP BY user_id) AS c JOIN users u ON u.id = c.user_id "
-                "ORDER BY c.n DESC, u.id"
-            )
-        ).all()
-    owners = [Owner(row[0], row[1], row[2]) for row in rows]
-    rest = owners[heaviest:]
-    random.Random(seed).shuffle(rest)
-    return (owners[:heaviest] + rest)[:count]
-
-
-# --- the processes --------------------------------------------------------------------
-
-
-@contextmanager
-def oidc_provider(workdir: Path, progress: Progress) -> Iterator[oidc.RunningProvider]:
-    port = oidc.free_port()
-    settings = oidc.ProviderSettings(issuer=f"http://127.0.0.1:{port}", listen=f"127.0.0.1:{port}")
-    running = oidc.start(settings, log=workdir / "oidc-provider.log")
-    progress(f"OIDC provider at {running.issuer}")
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-@contextmanager
-def api_process(
-    database_url: str, provider: oidc.RunningProvider, workdir: Path, progress: Progress
-) -> Iterator[str]:
-    """`achilles api` in a process of its own, as the chart runs it; its base URL."""
-    port = oidc.free_port()
-    env = {
-        **os.environ,
-        "ACHILLES_DATABASE_URL": database_url,
-        "ACHILLES_API_OIDC_ISSUER": provider.issuer,
-        "ACHILLES_API_OIDC_AUDIENCE": provider.settings.api_audience,
-        "ACHILLES_API_OIDC_USER_CLAIM": oidc.USER_CLAIM,
-    }
-    for name in ("ACHILLES_API_WEB_CLIENT_ID", "ACHILLES_API_KUBE_AUDIENCE", "KUBECONFIG"):
-        env.pop(name, None)
-    command = [str(Path(sys.executable).with_name("achilles")), "api", "--host", "127.0.0.1"]
-    log = workdir / "api.log"
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [*command, "--port", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers(url):
-            if process.poll() is not None:
-                raise RuntimeError(f"achilles api exited ({process.returncode}): {_tail(log)}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"achilles api did not answer in {START_TIMEOUT_S:.0f}s")
-            time.sleep(0.1)  # a probe's poll interval
-        progress(f"achilles api (pid {process.pid}) at {url}")
-        yield url
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(15)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _tail(path: Path) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-20:])
-
-
-def _raise_open_files_limit(wanted: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
-
-
 # --- reads: the API against the same statements through psycopg -----------------------
 
 
@@ -304,17 +119,25 @@ class Read:
 
 
 def measure_reads(
-    report: Report, name: str, reads: list[Read], samples: int, api: str, dsn: str, note: str
+    report: Report,
+    name: str,
+    reads: list[Read],
+    samples: int,
+    api: api_processes.ApiProcess,
+    dsn: str,
+    note: str,
 ) -> None:
     """`samples` requests round the `reads` (after one warm-up each), then their
     statements as many times through psycopg."""
     order = [reads[i % len(reads)] for i in range(samples)]
     latencies = []
-    with httpx.Client(base_url=api, timeout=30.0) as client:
+    with httpx.Client(base_url=api.url, timeout=30.0) as client:
         for read in reads:
             _get(client, read)
+        cpu_before = api.cpu_seconds()
         for read in order:
             latencies.append(timed(_get, client, read)[0])
+        cpu = (api.cpu_seconds() - cpu_before) / samples
     ceiling = []
     with psycopg.connect(dsn) as conn:
         for read in reads:
@@ -322,6 +145,13 @@ def measure_reads(
         for read in order:
             ceiling.append(timed(_replay, conn, read.statements)[0])
     report.latency(name, latencies, goal=at_most(50, "ms"), note=note)
+    report.add_value(
+        f"{name}: the API process's CPU per request",
+        cpu * 1000,
+        "ms",
+        note="user + system time of all its threads over the requests (/proc), whatever "
+        "else the machine runs",
+    )
     report.latency(
         f"{name}: ceiling (its statements through psycopg)",
         ceiling,
@@ -345,9 +175,9 @@ def _plan(database: Database, statements: list[tuple[str, Any]], contains: str) 
 def measure_inbox(
     report: Report,
     database: Database,
-    api: str,
+    api: api_processes.ApiProcess,
     dsn: str,
-    owners: list[Owner],
+    owners: list[api_data.Owner],
     sizes: Sizes,
     tokens: dict[str, str],
 ) -> None:
@@ -376,9 +206,9 @@ def measure_inbox(
 def measure_runs(
     report: Report,
     database: Database,
-    api: str,
+    api: api_processes.ApiProcess,
     dsn: str,
-    owners: list[Owner],
+    owners: list[api_data.Owner],
     sizes: Sizes,
     tokens: dict[str, str],
 ) -> None:
@@ -478,15 +308,15 @@ def _reply(database: Database, item_id: int, number: int) -> float:
 
 
 async def _events_run(
-    api: str,
+    api: api_processes.ApiProcess,
     database: Database,
     sizes: Sizes,
-    owners: list[Owner],
+    owners: list[api_data.Owner],
     items: dict[str, int],
     tokens: dict[str, str],
     progress: Progress,
 ) -> tuple[list[float], int]:
-    host, port = api.removeprefix("http://").rsplit(":", 1)
+    host, port = api.url.removeprefix("http://").rsplit(":", 1)
     clients = [
         sse.EventClient(owner.key, tokens[owner.key])
         for number in range(sizes.sse_clients)
@@ -523,9 +353,9 @@ async def _events_run(
 def measure_events(
     report: Report,
     database: Database,
-    api: str,
+    api: api_processes.ApiProcess,
     dsn: str,
-    owners: list[Owner],
+    owners: list[api_data.Owner],
     sizes: Sizes,
     tokens: dict[str, str],
     progress: Progress,
@@ -570,7 +400,7 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
     sizes = Sizes.for_runs(size)
     report = Report(benchmark=NAME, size=size, parameters=asdict(sizes))
     progress(f"sizes: {asdict(sizes)}")
-    _raise_open_files_limit(4 * sizes.sse_clients + 1024)
+    api_processes.raise_open_files_limit(4 * sizes.sse_clients + 1024)
     with (
         tempfile.TemporaryDirectory(prefix="achilles-bench-api-") as scratch,
         bench_database(progress, server_url) as target,
@@ -580,19 +410,19 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
         database = Database(target.url, pool_size=4, application_name="achilles-bench")
         try:
             loaded = journal.load(database, journal.Sizes.for_runs(size), progress)
-            loaded["inbox_items_s"] = load_inbox(database, sizes, progress)
+            loaded["inbox_items_s"] = api_data.load_inbox(database, sizes, progress)
             report.details["load_seconds"] = loaded
-            report.details["table_sizes"] = _table_sizes(database)
+            report.details["table_sizes"] = api_data.table_sizes(database)
             progress(f"tables: {report.details['table_sizes']}")
             count = max(sizes.read_owners, sizes.sse_owners)
-            owners = _owners_with_items(database, heaviest=5, count=count, seed=19)
-            with oidc_provider(workdir, progress) as provider:
+            owners = api_data.owners_with_items(database, heaviest=5, count=count, seed=19)
+            with api_processes.oidc_provider(workdir, progress) as provider:
                 started = time.monotonic()
                 tokens = {owner.key: provider.token_for(owner.key) for owner in owners}
                 progress(f"{len(tokens)} owners signed in ({time.monotonic() - started:.1f}s)")
                 measure_tokens(report, provider, tokens[owners[0].key], sizes)
                 progress("token verification measured")
-                with api_process(target.url, provider, workdir, progress) as api:
+                with api_processes.api_process(target.url, provider, workdir, progress) as api:
                     dsn = target.libpq_dsn()
                     readers = owners[: sizes.read_owners]
                     measure_inbox(report, database, api, dsn, readers, sizes, tokens)
