@@ -3,6 +3,7 @@ Job runs the same command). Each step runs under the migration lock (`db.migrate
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from achilles.db import migrate
@@ -43,4 +44,11 @@ class SchemaStatus:
 def status(database: Database) -> SchemaStatus:
     with database.connection_errors():
         applied = migrate.current_revisions(database.engine)
-    return SchemaStatus(applied=frozenset(applied), heads=frozenset(migrate.head_revisions()))
+    return SchemaStatus(applied=frozenset(applied), heads=release_heads())
+
+
+@functools.cache
+def release_heads() -> frozenset[str]:
+    """This release's head revisions: read from the migration scripts once per process
+    (tens of milliseconds; the API's readiness probe asks every few seconds)."""
+    return frozenset(migrate.head_revisions())
