@@ -35,6 +35,15 @@ def _post_reply(
     return httpx.post(f"{api.url}/v1/inbox/{item_id}/reply", json=body, headers=headers, timeout=30)
 
 
+def _raw_reply(
+    api: ServedApi, token: str, item_id: int, content: bytes, *, if_match: str
+) -> httpx.Response:
+    headers = {**bearer(token), "If-Match": if_match, "Content-Type": "application/json"}
+    return httpx.post(
+        f"{api.url}/v1/inbox/{item_id}/reply", content=content, headers=headers, timeout=30
+    )
+
+
 def _get(api: ServedApi, token: str, path: str, **params: Any) -> httpx.Response:
     return httpx.get(f"{api.url}{path}", params=params, headers=bearer(token), timeout=30)
 
@@ -81,6 +90,7 @@ def test_my_inbox_is_blocked_first_in_pages_and_never_anyone_elses(
     assert_problem(_get(api, token, "/v1/inbox", limit=501), 422)
     assert_problem(_get(api, token, "/v1/inbox", cursor="not-a-cursor"), 400)
     assert_problem(_get(api, token, "/v1/inbox", state="sleeping"), 422)
+    assert_problem(_get(api, token, "/v1/inbox", agent="team/\u0000"), 422)
     assert_problem(_get(api, tokens("bob"), "/v1/inbox", agent="team/mail"), 404)
     assert_problem(_get(api, tokens("bob"), "/v1/inbox", owner="alice"), 403)
     mine = _get(api, token, "/v1/inbox", owner="alice", limit=10)
@@ -124,6 +134,10 @@ def test_refused_replies_write_nothing(api: ServedApi, tokens: Tokens, db: Engin
         (_post_reply(api, token, item.id, {"text": "hi", "urgent": True}, if_match="1"), 422),
         (_post_reply(api, token, item.id, {"text": "hi", "kind": "shout"}, if_match="1"), 422),
         (_post_reply(api, token, item.id, {"text": "   "}, if_match="1"), 400),
+        (_post_reply(api, token, item.id, {"text": "a\u0000b"}, if_match="1"), 422),
+        (_raw_reply(api, token, item.id, b'{"text": "\\ud800"}', if_match="1"), 422),
+        (_raw_reply(api, token, item.id, b'{"text": "\xff"}', if_match="1"), 400),
+        (_raw_reply(api, token, item.id, b'{"text": ', if_match="1"), 400),
         (_post_reply(api, tokens("bob"), item.id, {"text": "hi"}, if_match="1"), 404),
         (
             _post_reply(api, token, item.id, {"text": "hi"}, if_match="1", key="a key with spaces"),

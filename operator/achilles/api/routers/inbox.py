@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from achilles.api import dependencies, pagination
 from achilles.api.idempotency import once_for, replayable, response_of, stored_json
@@ -101,11 +101,23 @@ class ItemDetailOut(ListedItemOut):
     history: list[RevisionOut]
 
 
+def storable(value: str) -> str:
+    """Text PostgreSQL can store: no NUL character, no lone UTF-16 surrogate (JSON's
+    `\\u0000` and `\\ud800` parse, but are no text)."""
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (a lone surrogate is not)") from None
+    return value
+
+
 class ReplyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: ReplyKind = ReplyKind.ANSWER
-    text: str
+    text: Annotated[str, AfterValidator(storable)]
     channel: ReplyChannel = ReplyChannel.INBOX
 
 
@@ -185,6 +197,11 @@ def list_inbox(
         raise Problem(422, "owner: the inbox is one owner's; name the owner (admins)")
     owner_key = owner_scope(caller, owner)
     assert owner_key is not None
+    if agent is not None:
+        try:
+            storable(agent)
+        except ValueError as exc:
+            raise Problem(422, f"agent: {exc}") from None
     after = decode_cursor(cursor) if cursor else None
     listings = service.owner_inbox(
         database,
