@@ -1,7 +1,7 @@
 // My agents: what `kubectl get agents` shows of each, its latest runs (the whole output
 // on demand) and Run now.
 
-import { ApiError, api, itemsOf, showLoadProblem } from "./api.js";
+import { ApiError, api, itemsOf, newestWins, showLoadProblem } from "./api.js";
 import { announce, byId, el, focusSnapshot, newKey, restoreFocus, when } from "./dom.js";
 
 const RUNS_PER_AGENT = 5;
@@ -120,21 +120,19 @@ function renderAgents() {
   restoreFocus(snapshot);
 }
 
-let agentReads = 0;
-
-export async function loadAgents() {
-  const read = ++agentReads;
+export const loadAgents = newestWins(async () => {
   const agents = itemsOf(await api("GET", `/v1/agents?limit=${AGENTS_LIMIT}`));
   const runs = await Promise.all(
     agents.map((agent) =>
       api("GET", `/v1/runs?agent=${encodeURIComponent(agent.id)}&limit=${RUNS_PER_AGENT}`),
     ),
   );
-  if (read !== agentReads) return;
-  state.agents = agents;
-  state.runsByAgent = new Map(agents.map((agent, i) => [agentKey(agent), itemsOf(runs[i])]));
-  renderAgents();
-}
+  return () => {
+    state.agents = agents;
+    state.runsByAgent = new Map(agents.map((agent, i) => [agentKey(agent), itemsOf(runs[i])]));
+    renderAgents();
+  };
+});
 
 async function runNow(agent, button) {
   const key = agentKey(agent);

@@ -54,6 +54,26 @@ export async function api(method, path, { body, headers } = {}) {
 
 export const itemsOf = (page) => (page && Array.isArray(page.items) ? page.items : []);
 
+// Reads of one list can overlap (a write's own re-read and an event's): only the newest
+// is shown, and every caller waits until it is, so what a caller does next (moving the
+// focus) sees the page as the newest read drew it. `read` resolves to the drawing step.
+export function newestWins(read) {
+  let started = 0;
+  let newest = Promise.resolve();
+  return () => {
+    const mine = ++started;
+    const promise = read().then(
+      (draw) => (mine === started ? draw() : newest),
+      (error) => {
+        if (mine === started) throw error;
+        return newest;
+      },
+    );
+    newest = promise;
+    return promise;
+  };
+}
+
 export function showLoadProblem(error) {
   if (error instanceof ApiError && error.status === 401) return;
   announce(`Could not load: ${error.message}`);

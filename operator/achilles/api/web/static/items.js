@@ -4,7 +4,7 @@
 // Cards are kept while their item does not change, so a live update never disturbs a
 // reply being typed; drafts, problems and notes live here, not in the cards.
 
-import { ApiError, api, itemsOf } from "./api.js";
+import { ApiError, api, itemsOf, newestWins } from "./api.js";
 import { announce, byId, el, focusSnapshot, newKey, placeNodes, restoreFocus, when } from "./dom.js";
 
 const INBOX_LIMIT = 200; // the API's largest page
@@ -149,16 +149,14 @@ function renderInbox() {
   restoreFocus(snapshot);
 }
 
-let inboxReads = 0;
-
-export async function loadInbox() {
-  const read = ++inboxReads;
+export const loadInbox = newestWins(async () => {
   const page = await api("GET", `/v1/inbox?limit=${INBOX_LIMIT}`);
-  if (read !== inboxReads) return; // a newer read is on its way: show that one
-  state.items = itemsOf(page);
-  byId("inbox-more").hidden = !page.next_cursor;
-  renderInbox();
-}
+  return () => {
+    state.items = itemsOf(page);
+    byId("inbox-more").hidden = !page.next_cursor;
+    renderInbox();
+  };
+});
 
 async function sendReply(item, kind, form, textarea) {
   const text = textarea.value.trim();
