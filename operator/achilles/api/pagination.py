@@ -15,6 +15,8 @@ import binascii
 from achilles.api.problems import Problem
 
 MAX_CURSOR_LENGTH = 100
+# What a cursor looks like (base64url without padding); anything else is refused unread.
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,100}$"
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 

@@ -15,7 +15,13 @@ from achilles.api.dependencies import database, run_requester
 from achilles.api.idempotency import once_for, replayable, response_of, stored_json
 from achilles.api.identity.caller import Caller, current_caller
 from achilles.api.owners import owner_scope
-from achilles.api.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, next_cursor
+from achilles.api.pagination import (
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    decode_cursor,
+    next_cursor,
+)
 from achilles.api.problems import PROBLEM_MEDIA_TYPE, PROBLEM_RESPONSES, Problem, ProblemDocument
 from achilles.db.database import Database
 from achilles.domain.gates import LockReason
@@ -124,7 +130,7 @@ def list_agents(
     database: Annotated[Database, Depends(database)],
     owner: Annotated[str | None, Query(max_length=254)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
-    cursor: Annotated[str | None, Query(max_length=100)] = None,
+    cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
 ) -> AgentPage:
     """The caller's agents by id (an admin: `owner=<key>` for one owner's, `owner=*` for
     everyone's), with the columns of `kubectl get agents`."""

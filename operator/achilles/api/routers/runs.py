@@ -12,7 +12,13 @@ from pydantic import AwareDatetime, BaseModel
 from achilles.api.dependencies import database
 from achilles.api.identity.caller import Caller, current_caller
 from achilles.api.owners import owner_scope
-from achilles.api.pagination import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, next_cursor
+from achilles.api.pagination import (
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    decode_cursor,
+    next_cursor,
+)
 from achilles.api.problems import PROBLEM_RESPONSES, Problem
 from achilles.db.database import Database
 from achilles.domain.runs import RunState
@@ -24,6 +30,8 @@ router = APIRouter(prefix="/v1", tags=["runs"], responses=PROBLEM_RESPONSES)
 # Run ids are PostgreSQL bigints.
 MAX_ID = 2**63 - 1
 OUTPUT_PREVIEW_CHARS = 280
+# An agent's id (a bigint, so at most 18 digits here) or its Agent's `namespace/name`.
+AGENT_REF_PATTERN = r"^([0-9]{1,18}|[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$"
 
 
 class RunAgent(BaseModel):
@@ -84,15 +92,16 @@ def list_runs(
     caller: Annotated[Caller, Depends(current_caller)],
     database: Annotated[Database, Depends(database)],
     agent: Annotated[
-        str | None, Query(max_length=320, description="`namespace/name` or the agent's id")
+        str | None,
+        Query(pattern=AGENT_REF_PATTERN, description="`namespace/name` or the agent's id"),
     ] = None,
     state: Annotated[list[RunState] | None, Query(description="repeatable")] = None,
     since: Annotated[AwareDatetime | None, Query(description="queued at or after")] = None,
     until: Annotated[AwareDatetime | None, Query(description="queued before")] = None,
-    request_key: Annotated[str | None, Query(max_length=100)] = None,
+    request_key: Annotated[str | None, Query(pattern=r"^[\x21-\x7e]{1,100}$")] = None,
     owner: Annotated[str | None, Query(max_length=254)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
-    cursor: Annotated[str | None, Query(max_length=100)] = None,
+    cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
 ) -> RunPage:
     """The caller's runs (skipped ones too), newest first; `next_cursor` fetches the
     next page and is stable while runs are added."""
