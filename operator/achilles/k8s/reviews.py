@@ -22,6 +22,9 @@ from achilles.k8s.client import api_client
 
 T = TypeVar("T")
 
+# A review is on the path of a request: it must not hang on an unreachable API server.
+REQUEST_TIMEOUT_SECONDS = 5
+
 
 @dataclass(frozen=True)
 class ReviewedUser:
@@ -58,7 +61,10 @@ class Reviews:
             spec=client.V1TokenReviewSpec(token=token, audiences=[audience])
         )
         result = self._call(
-            lambda: client.AuthenticationV1Api(self._api).create_token_review(review), "TokenReview"
+            lambda: client.AuthenticationV1Api(self._api).create_token_review(
+                review, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            ),
+            "TokenReview",
         )
         status = result.status
         if status is None or not status.authenticated or status.user is None:
@@ -90,7 +96,9 @@ class Reviews:
             )
         )
         result = self._call(
-            lambda: client.AuthorizationV1Api(self._api).create_subject_access_review(review),
+            lambda: client.AuthorizationV1Api(self._api).create_subject_access_review(
+                review, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            ),
             "SubjectAccessReview",
         )
         return bool(result.status is not None and result.status.allowed)

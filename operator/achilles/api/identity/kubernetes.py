@@ -21,15 +21,19 @@ token and user every few seconds; a revoked grant takes effect within that time.
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import TYPE_CHECKING
 
 from achilles.api.identity.cache import TtlCache
 from achilles.api.problems import Problem, unauthorized
 from achilles.domain.users import USER_KEY_RULE, is_valid_user_key
+from achilles.errors import ClusterUnavailable
 from achilles.k8s.reviews import Access, ReviewedUser, Reviews
 
 if TYPE_CHECKING:
     from achilles.api.settings import ApiSettings
+
+log = logging.getLogger("achilles.api")
 
 CACHE_SECONDS = 10.0
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
@@ -74,8 +78,14 @@ class KubernetesIdentity:
         return impersonate
 
     def is_admin(self, user_key: str) -> bool:
+        """Fails closed: when the API server cannot answer, the caller is no admin (and
+        reads only their own data) rather than every request failing."""
         person = ReviewedUser(username=f"{self.user_prefix}{user_key}", uid="", groups=())
-        return self._may(person, ADMIN_ACCESS)
+        try:
+            return self._may(person, ADMIN_ACCESS)
+        except ClusterUnavailable as exc:
+            log.warning("admin check for %s: %s; treated as no admin", user_key, exc)
+            return False
 
     def _service_account(self, token: str) -> ReviewedUser:
         digest = hashlib.sha256(token.encode()).hexdigest()
