@@ -59,6 +59,7 @@ def signin_router(settings: ApiSettings, oauth: OAuth) -> APIRouter:
     assert settings.public_url is not None
     redirect_uri = settings.public_url + "/auth/callback"
     issuer = settings.oidc_issuer
+    client_id = settings.web_client_id
     user_claim = settings.oidc_user_claim
     client = oauth.create_client(CLIENT_NAME)
     router = APIRouter(prefix="/auth", include_in_schema=False)
@@ -80,9 +81,17 @@ def signin_router(settings: ApiSettings, oauth: OAuth) -> APIRouter:
         try:
             token: dict[str, Any] = await client.authorize_access_token(
                 request,
-                claims_options={"iss": {"essential": True, "value": issuer}},
+                # Authlib checks `azp` but not that `aud` names us (OIDC Core 3.1.3.7).
+                claims_options={
+                    "iss": {"essential": True, "value": issuer},
+                    "aud": {"essential": True, "values": [client_id]},
+                },
                 leeway=ID_TOKEN_LEEWAY_SECONDS,
             )
+            claims = token.get("userinfo") or {}
+            user_key = claims.get(user_claim)
+            if user_key is None and "userinfo_endpoint" in client.server_metadata:
+                user_key = (await client.userinfo(token=token)).get(user_claim)
         except AuthlibBaseError as exc:  # state, provider error, code exchange
             # `error` may come from the query string: one short line, escaped on the page.
             reason = " ".join(str(exc.error or "refused").split())[:80]
@@ -91,16 +100,12 @@ def signin_router(settings: ApiSettings, oauth: OAuth) -> APIRouter:
         except JoseError as exc:  # the ID token: signature, iss, aud, exp, nonce
             log.warning("web sign-in: ID token refused: %s", exc.error)
             return failure_page("The identity provider's ID token was refused.", status=400)
-        except Exception as exc:  # the token endpoint or JWKS: transport
+        except Exception as exc:  # the token, JWKS or userinfo endpoint: transport
             log.warning("web sign-in: the identity provider is unreachable: %s", _one_line(exc))
             return failure_page(
                 "The identity provider cannot be reached right now. Try again in a moment.",
                 status=503,
             )
-        claims = token.get("userinfo") or {}
-        user_key = claims.get(user_claim)
-        if user_key is None and "userinfo_endpoint" in client.server_metadata:
-            user_key = (await client.userinfo(token=token)).get(user_claim)
         if not isinstance(user_key, str) or not is_valid_user_key(user_key):
             log.warning("web sign-in: no valid %r claim in the identity token", user_claim)
             return failure_page(
