@@ -3,16 +3,22 @@ later appear behind, even when transactions commit out of the order they wrote."
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
+from achilles.api.housekeeping import forget_old_rows
 from achilles.db.api import events
 from achilles.db.api.events import EventPosition
 from achilles.db.database import Database
 from achilles.services import owner_events
 from tests.db import inbox_support as box
 from tests.db.factories import make_agent, make_owner
+from tests.waiting import wait_for
 
 
 def test_a_slow_writer_holds_back_later_events_until_it_ends(db: Engine, database_url: str) -> None:
@@ -93,3 +99,42 @@ def test_the_log_is_purged_by_age(db: Engine) -> None:
         conn.execute(text("UPDATE owner_events SET created_at = now() - interval '25 hours'"))
     with Session(db) as session, session.begin():
         assert events.purge_older_than(session, owner_events.RETENTION) == 1
+
+
+def test_an_api_process_forgets_old_events_and_expired_keys(db: Engine, database_url: str) -> None:
+    owner = make_owner(db)
+    box.ask(db, make_agent(db, owner))
+    with db.begin() as conn:
+        conn.execute(text("UPDATE owner_events SET created_at = now() - interval '25 hours'"))
+        conn.execute(
+            text(
+                "INSERT INTO api_idempotency_keys (user_key, key, fingerprint, created_at)"
+                " VALUES (:o, 'old', 'f', now() - interval '25 hours'),"
+                " (:o, 'fresh', 'f', now())"
+            ),
+            {"o": owner},
+        )
+
+    def left() -> tuple[int, list[str]]:
+        with db.connect() as conn:
+            events_left = conn.execute(text("SELECT count(*) FROM owner_events")).scalar_one()
+            keys = conn.execute(text("SELECT key FROM api_idempotency_keys")).scalars().all()
+        return events_left, list(keys)
+
+    database = Database(database_url)
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(forget_old_rows(database))
+
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: left() == (0, ["fresh"]), 10, what="the old rows to go")
+    finally:
+        loop.call_soon_threadsafe(task.cancel)
+        runner.join(10)
+        loop.close()
+        database.dispose()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -29,7 +28,6 @@ BATCH = 500
 QUEUE_LIMIT = 1000
 # An unsettled event waits for an older transaction to end; look again this often.
 UNSETTLED_RETRY_SECONDS = 0.02
-PURGE_EVERY_SECONDS = 3600.0
 
 
 @dataclass(eq=False)
@@ -53,7 +51,6 @@ class EventHub:
         self._kick = asyncio.Event()
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._last_purge = 0.0
 
     async def start(self) -> None:
         self._tasks = [
@@ -125,9 +122,6 @@ class EventHub:
             if not batch.unsettled:
                 break
             await asyncio.sleep(UNSETTLED_RETRY_SECONDS)
-        if time.monotonic() - self._last_purge > PURGE_EVERY_SECONDS:
-            self._last_purge = time.monotonic()
-            await asyncio.to_thread(owner_events.purge_old_events, self._database)
 
     def _dispatch(self, event: Event) -> None:
         for subscription in list(self._subscribers.get(event.owner_key, ())):

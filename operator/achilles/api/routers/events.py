@@ -12,6 +12,7 @@ ACHILLES_API_SSE_KEEPALIVE_SECONDS (15 s). Only the caller's own events, admins 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from achilles.api.event_hub import EventHub, Subscription
+from achilles.api.housekeeping import forget_old_rows
 from achilles.api.identity.caller import Caller, current_caller
 from achilles.api.problems import PROBLEM_RESPONSES, Problem
 from achilles.errors import InvalidInputError
@@ -37,9 +39,13 @@ async def _hub_lifespan(app: FastAPI) -> AsyncIterator[None]:
     hub = EventHub(app.state.database)
     app.state.event_hub = hub
     await hub.start()
+    housekeeping = asyncio.create_task(forget_old_rows(app.state.database))
     try:
         yield
     finally:
+        housekeeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await housekeeping
         await hub.stop()
 
 
