@@ -65,6 +65,7 @@ def test_page_headers_only_on_the_web_paths(client: TestClient) -> None:
     assert page.headers["content-security-policy"].startswith("default-src 'none'")
     assert page.headers["x-frame-options"] == "DENY"
     assert page.headers["referrer-policy"] == "no-referrer"
+    assert client.head("/").status_code == 200
     script = client.get("/static/inbox.js")
     assert script.headers["content-type"].startswith("text/javascript")
     assert "content-security-policy" in script.headers

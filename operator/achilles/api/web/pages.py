@@ -24,7 +24,7 @@ NO_CACHE = {"cache-control": "no-cache"}
 def pages_router() -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
-    @router.get("/")
+    @router.api_route("/", methods=["GET", "HEAD"])
     async def inbox_page(request: Request) -> Response:
         page = "inbox.html" if request.session.get(SESSION_USER_KEY) else "signin.html"
         return FileResponse(STATIC_DIR / page, media_type="text/html", headers=NO_CACHE)
