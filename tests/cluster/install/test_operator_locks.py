@@ -250,3 +250,98 @@ def test_a_frozen_runner_is_reaped_stale_and_writes_nothing_after(
         journal, "SELECT state, reason FROM agent_runs WHERE agent_id = :a", a=status["databaseId"]
     )
     assert [(r.state, r.reason) for r in rows] == [("failed", "stale")]
+
+
+def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
+    cluster: Cluster,
+    admin_api: Achilles,
+    operator: OperatorProcess,
+    journal: Engine,
+    namespace: str,
+) -> None:
+    """Issue 18, item 4 (seed 000: a closed lock leaves no trace in the journal). A run
+    waiting behind the cap whose agent is switched off never started: its row goes, no
+    `failed` run appears, and `run-now --wait` says the request was refused (exit 3)."""
+    model = f"m-{uuid.uuid4().hex[:6]}"
+    admin_api.create(agent_model(model))
+    owner = _owner(journal)
+    helm = "helm"  # AgentPlatform/default is the release's: change it as Helm would
+    admin_api.patch("AgentPlatform", "default", {"spec": {"maxConcurrency": 1}}, field_manager=helm)
+    waiter: subprocess.Popen[str] | None = None
+    try:
+        wait_for(
+            lambda: _rows(
+                journal, "SELECT 1 FROM platform_settings WHERE agent_max_concurrency = 1"
+            ),
+            60,
+            what="the cap of one in the journal",
+        )
+        admin_api.create(agent("busy", owner=owner, model=model), namespace)
+        admin_api.create(agent("waits", owner=owner, model=model), namespace)
+        busy = wait_for(
+            lambda: (s := _status(admin_api, "busy", namespace)).get("phase") == "Ready" and s,
+            60,
+            what="busy Ready",
+        )
+        waits = wait_for(
+            lambda: (s := _status(admin_api, "waits", namespace)).get("phase") == "Ready" and s,
+            60,
+            what="waits Ready",
+        )
+        value = format_run_request(datetime.now(UTC))
+        admin_api.patch(
+            "Agent", "busy", {"metadata": {"annotations": {RUN_REQUESTED_AT: value}}}, namespace
+        )
+        wait_for(
+            lambda: _rows(
+                journal,
+                "SELECT 1 FROM agent_runs WHERE agent_id = :a AND state = 'running'",
+                a=busy["databaseId"],
+            ),
+            60,
+            what="busy's run holding the only slot",
+        )
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "achilles", "run-now", f"{namespace}/waits", "--wait",
+             "--timeout", "120"],
+            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        wait_for(
+            lambda: _rows(
+                journal,
+                "SELECT 1 FROM agent_runs WHERE agent_id = :a AND state = 'queued'"
+                " AND dispatched_at IS NULL",
+                a=waits["databaseId"],
+            ),
+            60,
+            what="the requested run waiting behind the cap",
+        )
+        admin_api.patch("Agent", "waits", {"spec": {"enabled": False}}, namespace)
+        stdout, stderr = waiter.communicate(timeout=150)
+        assert waiter.returncode == 3, (stdout, stderr, operator.log())
+        assert "refused: run refused: the owner switched the agent off" in stderr
+        assert (
+            _rows(journal, "SELECT 1 FROM agent_runs WHERE agent_id = :a", a=waits["databaseId"])
+            == []
+        )
+        status = _status(admin_api, "waits", namespace)
+        assert status["withdrawnRunRequest"]["message"].startswith("run refused: ")
+        # No failure the user did not cause: the status writer drops the queued run too.
+        wait_for(
+            lambda: _status(admin_api, "waits", namespace).get("lastRun") is None,
+            30,
+            what="no last run on the status",
+        )
+    finally:
+        if waiter is not None and waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+        admin_api.patch(
+            "AgentPlatform", "default", {"spec": {"maxConcurrency": 4}}, field_manager=helm
+        )
+        admin_api.delete("Agent", "busy", namespace)
+        admin_api.delete("Agent", "waits", namespace)
+        admin_api.delete("AgentModel", model)
