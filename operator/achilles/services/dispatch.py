@@ -10,8 +10,9 @@ The start gates are checked again, since a run may wait behind the cap for a whi
   deactivated), found on every pass wherever the run waits: the run never started and
   a closed lock leaves no row (seed 000), so its row is removed, as if the request had
   been refused at once (`withdrawn`);
-- its owner's weekly budget ran out meanwhile, when its turn comes: it ends `skipped/budget_exceeded` with
-  no tokens, as the same request at enqueue would have (`skipped`). The seed's small
+- its owner's weekly budget ran out meanwhile, when its turn comes: it ends
+  `skipped/budget_exceeded` with no tokens, as the same request at enqueue would have
+  (`skipped`). The seed's small
   overrun is for runs already running, not for runs that have not started.
 """
 
