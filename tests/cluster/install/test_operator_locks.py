@@ -273,7 +273,7 @@ def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
             lambda: _rows(
                 journal, "SELECT 1 FROM platform_settings WHERE agent_max_concurrency = 1"
             ),
-            60,
+            180,  # also the operator's start-up, when this test runs first
             what="the cap of one in the journal",
         )
         admin_api.create(agent("busy", owner=owner, model=model), namespace)
