@@ -23,7 +23,14 @@ from achilles.k8s.client import api_client
 from achilles.k8s.jobs import RUN_SELECTOR
 from achilles_dev.chart import install_into_stack
 from achilles_dev.config import Ports, StackConfig
-from achilles_dev.demo import DEMO_AGENT, DEMO_OWNER, OPERATOR_DEPLOYMENT, install_demo, run_demo
+from achilles_dev.demo import (
+    DEMO_AGENT,
+    DEMO_MODEL,
+    DEMO_OWNER,
+    OPERATOR_DEPLOYMENT,
+    install_demo,
+    run_demo,
+)
 from achilles_dev.health import stack_checks
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
@@ -161,4 +168,8 @@ def test_dev_down_then_up_applies_the_demo_at_once(dev_stack: LocalStack) -> Non
     assert dev_stack.up() is True
     install_into_stack(dev_stack)
     install_demo(dev_stack)  # raises LocalStackError naming the refusal if refused
-    assert run_demo(dev_stack, timeout=300) == 0
+    with api_client(dev_stack.config.kubeconfig) as api:
+        model: Any = client.CustomObjectsApi(api).get_cluster_custom_object(
+            "achilles.io", "v1alpha1", "agentmodels", DEMO_MODEL
+        )
+    assert model["spec"]["default"] is True
