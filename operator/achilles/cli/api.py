@@ -45,9 +45,10 @@ def api(host: str, port: int, verbose: bool) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     listener = _listen(host, port)  # a busy port: one line, exit 1, before any work
     database = Database(settings.database_url, pool_size=10, application_name="achilles-api")
+    app = create_app(settings, database)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(settings, database),
+            app,
             access_log=verbose,
             log_level="info",
             proxy_headers=False,  # no header is trusted, not even a proxy's
@@ -61,6 +62,9 @@ def api(host: str, port: int, verbose: bool) -> None:
     finally:
         listener.close()
         database.dispose()
+        probe = getattr(app.state, "probe_database", None)  # routers/health.py
+        if probe is not None:
+            probe.dispose()
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -493,6 +493,21 @@ def test_a_portal_service_account_acts_for_a_person_only_with_the_rbac_grant(
     assert bob.status_code == 403
 
 
+def pods_state(api_stack: ApiStack) -> list[str]:
+    """Each API pod's readiness and restarts, for a failure message."""
+    pods = client.CoreV1Api(api_stack.api).list_namespaced_pod(
+        RELEASE_NAMESPACE, label_selector="app.kubernetes.io/component=api"
+    )
+    return [
+        f"{pod.metadata.name if pod.metadata else '?'}: "
+        + ", ".join(
+            f"ready={c.ready} restarts={c.restart_count} last={c.last_state}"
+            for c in (pod.status.container_statuses if pod.status else None) or []
+        )
+        for pod in pods.items
+    ]
+
+
 @dataclass
 class Writer:
     """One of the parallel writers: its reply, its attempts, what it saw."""
@@ -530,17 +545,19 @@ def test_two_replicas_lose_no_reply_and_duplicate_none_under_parallel_writers(
             while writer.written is None:
                 writer.attempts += 1
                 key = f"writer-{writer.index}-{writer.attempts}"
-                with ThreadPoolExecutor(len(targets)) as copies:
-                    responses = list(
-                        copies.map(
-                            lambda base: http.post(
-                                f"{base}{item_url}/reply",
-                                json={"kind": "answer", "text": text, "channel": "inbox"},
-                                headers={"If-Match": f'"{revision}"', "Idempotency-Key": key},
-                            ),
-                            targets,
+
+                def send(base: str, revision: int = revision, key: str = key) -> httpx.Response:
+                    try:
+                        return http.post(
+                            f"{base}{item_url}/reply",
+                            json={"kind": "answer", "text": text, "channel": "inbox"},
+                            headers={"If-Match": f'"{revision}"', "Idempotency-Key": key},
                         )
-                    )
+                    except httpx.HTTPError as error:
+                        raise AssertionError(f"{key} to {base}: {error!r}") from error
+
+                with ThreadPoolExecutor(len(targets)) as copies:
+                    responses = list(copies.map(send, targets))
                 statuses = {r.status_code for r in responses}
                 replayed = [r.headers.get("idempotent-replayed") == "true" for r in responses]
                 seen = f"{key}: {[(r.status_code, r.text[:120]) for r in responses]}, {replayed}"
@@ -559,8 +576,11 @@ def test_two_replicas_lose_no_reply_and_duplicate_none_under_parallel_writers(
                     return writer
         return writer
 
-    with ThreadPoolExecutor(WRITERS) as pool:
-        writers = list(pool.map(write, [Writer(i) for i in range(WRITERS)]))
+    try:
+        with ThreadPoolExecutor(WRITERS) as pool:
+            writers = list(pool.map(write, [Writer(i) for i in range(WRITERS)]))
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the API's pods: {pods_state(api_stack)}") from error
     assert failures == []
     assert all(w.written is not None for w in writers)
     after = httpx.get(f"{api_stack.url}{item_url}", headers=_bearer(alice_token), timeout=10)
