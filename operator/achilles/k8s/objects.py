@@ -93,7 +93,9 @@ class Resources:
             )
         except ApiException:
             return None
-        items: list[dict[str, Any]] = json.loads(cast(Any, response).data).get("items", [])
+        # A metadata list of no objects comes as `"items": null` (the API server's empty
+        # slice): that is "none exist", not a failure, or the last one deleted is never seen.
+        items: list[dict[str, Any]] = json.loads(cast(Any, response).data).get("items") or []
         return items
 
     def post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:

@@ -1,5 +1,6 @@
-"""A stand-in for the runner where the LLM is not the point: claim the run, heartbeat,
-hold it for ACHILLES_TEST_HOLD_SECONDS, succeed. Run by the Job as
+"""A stand-in for the runner where the LLM is not the point: claim the run, take the
+inbox replies as the runner's inbox start note does (agents with the inbox tool),
+heartbeat, hold it for ACHILLES_TEST_HOLD_SECONDS, succeed. Run by the Job as
 `python slow_runner.py --run-id N` (the operator appends `--run-id N`)."""
 
 from __future__ import annotations
@@ -9,15 +10,21 @@ import sys
 import time
 
 from achilles.db.database import Database
+from achilles.db.inbox.replies import take_unprocessed_replies
 from achilles.services.run_journal import RunJournal
 
 
 def main() -> int:
     run_id = int(sys.argv[sys.argv.index("--run-id") + 1])
     hold = float(os.environ.get("ACHILLES_TEST_HOLD_SECONDS", "3"))
-    journal = RunJournal(Database(os.environ["ACHILLES_DATABASE_URL"], pool_size=1))
-    if journal.claim(run_id) is None:
+    database = Database(os.environ["ACHILLES_DATABASE_URL"], pool_size=1)
+    journal = RunJournal(database)
+    spec = journal.claim(run_id)
+    if spec is None:
         return 0
+    if "inbox" in spec.tool_implementations:
+        with database.transaction() as session:
+            take_unprocessed_replies(session, spec.agent_id)
     deadline = time.monotonic() + hold
     while time.monotonic() < deadline:
         if not journal.heartbeat(run_id):
