@@ -26,7 +26,14 @@ def patch_spec(
 
     Raises `NotFound` when the Agent does not exist and `ClusterUnavailable` when no
     cluster is configured, reachable, or willing (RBAC, admission)."""
-    body = {"spec": fields}
+    merge_patch_agent(namespace, name, {"spec": fields}, doing="patch", kubeconfig=kubeconfig)
+
+
+def merge_patch_agent(
+    namespace: str, name: str, body: dict[str, Any], *, doing: str, kubeconfig: Path | None
+) -> None:
+    """A merge patch of Agent `namespace/name` from outside the operator (`doing` names
+    it in the refusal: "patch", "annotate"), with the errors every such writer reports."""
     with api_client(kubeconfig) as api:
         try:
             client.CustomObjectsApi(api).patch_namespaced_custom_object(
@@ -36,7 +43,7 @@ def patch_spec(
             if exc.status == 404:
                 raise NotFound(f"Agent {namespace}/{name} does not exist in the cluster") from exc
             raise ClusterUnavailable(
-                f"the API server refused to patch Agent {namespace}/{name}:"
+                f"the API server refused to {doing} Agent {namespace}/{name}:"
                 f" {exc.status} {exc.reason}"
             ) from exc
         except (HTTPError, OSError) as exc:

@@ -10,15 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
-
-from achilles.errors import ClusterUnavailable, NotFound
+from achilles.k8s.agent_spec import merge_patch_agent
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
-from achilles.k8s.client import api_client
-from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
-from achilles.k8s.resources.kinds import AGENT
 
 __all__ = ["RUN_REQUESTED_AT", "request_run"]
 
@@ -31,18 +24,5 @@ def request_run(namespace: str, name: str, at: datetime, *, kubeconfig: Path | N
     """
     value = format_run_request(at)
     body = {"metadata": {"annotations": {RUN_REQUESTED_AT: value}}}
-    with api_client(kubeconfig) as api:
-        try:
-            client.CustomObjectsApi(api).patch_namespaced_custom_object(
-                API_GROUP, API_VERSION_NAME, namespace, AGENT.plural, name, body
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise NotFound(f"Agent {namespace}/{name} does not exist in the cluster") from exc
-            raise ClusterUnavailable(
-                f"the API server refused to annotate Agent {namespace}/{name}:"
-                f" {exc.status} {exc.reason}"
-            ) from exc
-        except (HTTPError, OSError) as exc:
-            raise ClusterUnavailable(f"the Kubernetes API server is unreachable: {exc}") from exc
+    merge_patch_agent(namespace, name, body, doing="annotate", kubeconfig=kubeconfig)
     return value
