@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine, insert, text, update
 from sqlalchemy.orm import Session
 
+from achilles.cli.api import KEEP_ALIVE_SECONDS
 from achilles.db.journal.models import Agent, AgentRun
 from achilles.k8s.annotations import format_run_request
 from tests.db.factories import make_agent, make_owner
@@ -33,7 +34,10 @@ def served(app: FastAPI) -> Iterator[str]:
     listener.bind(("127.0.0.1", 0))
     listener.listen(128)
     port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
