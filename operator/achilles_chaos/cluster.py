@@ -26,6 +26,7 @@ from achilles_chaos.kube import RUNS_NAMESPACE, Kube, manifest
 from achilles_chaos.models import BrokenModel, ModelServer
 from achilles_chaos.waiting import wait_for
 from achilles_dev import controlplane, postgres
+from achilles_dev.admission import wait_until_policies_admit
 from achilles_dev.chart import (
     DATABASE_SECRET,
     DATABASE_SECRET_KEY,
@@ -34,7 +35,6 @@ from achilles_dev.chart import (
     apply_crds,
     install_chart,
     local_values,
-    wait_until_policies_admit,
 )
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.images import ENGINE_IMAGE

@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client
 
 from achilles_dev import postgres
+from achilles_dev.admission import wait_until_policies_admit
 from achilles_dev.chart import (
     CHART_DIR,
     DATABASE_SECRET,
@@ -29,7 +30,6 @@ from achilles_dev.chart import (
     RELEASE,
     RELEASE_NAMESPACE,
     ChartInstall,
-    wait_until_policies_admit,
 )
 from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import Cluster
