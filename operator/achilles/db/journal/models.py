@@ -19,6 +19,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     Text,
@@ -238,6 +239,9 @@ class AgentRun(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The slot a scheduled run was due at.
     scheduled_for: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # SHA-256 of the secret the run's Job carries (written at dispatch): what lets the
+    # runner role see and write this row, and nothing else (0011_least_privilege).
+    runner_secret_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class DeletedAgentTokens(Base):

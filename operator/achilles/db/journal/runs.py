@@ -211,9 +211,17 @@ def _transition(
 
 
 def claim_run(session: Session, run_id: int, *, now: datetime | None = None) -> bool:
-    """`queued -> running`; False if the run is no longer queued."""
-    now = now or database_now(session)
-    return _transition(session, run_id, RunState.RUNNING, {"started_at": now, "heartbeat_at": now})
+    """`queued -> running`; False if the run is no longer queued.
+
+    In the database (`achilles_claim_run`, 0011): it locks the row first, so a runner
+    that starts before the dispatching transaction commits waits for it, and a runner
+    session must hold the run's secret. `now` backdates the start (tests; a runner's
+    session always gets the database's time)."""
+    claimed = session.execute(_CLAIM, {"run_id": run_id, "at": now}).scalar_one()
+    return bool(claimed)
+
+
+_CLAIM = text("SELECT achilles_claim_run(:run_id, CAST(:at AS timestamptz))")
 
 
 def record_heartbeat(session: Session, run_id: int, *, now: datetime | None = None) -> bool:
