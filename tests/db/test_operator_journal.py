@@ -25,6 +25,7 @@ from achilles.db.journal import runs as journal
 from achilles.db.journal.schedule import refresh_next_run, take_agents_to_reschedule
 from achilles.domain.budget import week_window
 from achilles.domain.pod_outcome import START_DEADLINE, ContainerObservation, PodObservation
+from achilles.domain.run_secret import RunSecret
 from achilles.domain.runs import RunState, RunTrigger, SkipReason
 from achilles.k8s.jobs import RunJobs
 from achilles.services import outcomes, scheduler
@@ -158,7 +159,9 @@ def test_the_cap_is_decided_in_the_database_fifo(db: Engine) -> None:
 
     def take(session: Session) -> list[int]:
         taken = queue.take_dispatchable_runs(session, cap=3, batch=10, window=_WEEK)
-        queue.mark_dispatched(session, [r.run_id for r in taken], datetime.now(UTC))
+        queue.mark_dispatched(
+            session, {r.run_id: RunSecret.new().digest for r in taken}, datetime.now(UTC)
+        )
         return [r.run_id for r in taken]
 
     taken = [run for batch in _parallel(db, take, writers=5) for run in batch]

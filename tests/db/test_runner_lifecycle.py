@@ -17,6 +17,7 @@ from tests.db.ks_fixtures import load_demo_knowledge
 from tests.db.runner_support import (
     RunnerProcess,
     add_model,
+    give_run_secret,
     queue_run,
     run_row,
     run_scripted,
@@ -196,7 +197,9 @@ def test_two_runners_for_one_run_claim_it_once(db: Engine, database_url: str) ->
     script = {"rules": [{"reply": {"content": "once", "delay_seconds": 1}}]}
     with serving(script) as server:
         run_id = queue_run(db, owner="alice", model=add_model(db, server))
-        runners = [RunnerProcess(database_url, run_id) for _ in range(2)]
+        # Two pods of one Job: the same environment, so the same secret.
+        secret = give_run_secret(database_url, run_id)
+        runners = [RunnerProcess(database_url, run_id, run_secret=secret) for _ in range(2)]
         try:
             codes = [runner.wait() for runner in runners]
         finally:
@@ -257,7 +260,7 @@ def test_the_run_timeout_fails_a_run_stuck_in_a_model_call(db: Engine, database_
 
 
 def test_an_unreachable_database_is_a_crash_exit(database_url: str) -> None:
-    code, log = run_to_end("postgresql://nobody@127.0.0.1:1/none", 1)
+    code, log = run_to_end("postgresql://nobody@127.0.0.1:1/none", 1, as_runner=False)
     assert code == 1
     assert "database unreachable" in log
 

@@ -8,8 +8,12 @@ listens. The chart's Deployment runs this command; its probes call /healthz and 
 from __future__ import annotations
 
 import socket
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from achilles.db.database import Database
 
 DEFAULT_PORT = 8000
 
@@ -45,6 +49,7 @@ def api(host: str, port: int, verbose: bool) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     listener = _listen(host, port)  # a busy port: one line, exit 1, before any work
     database = Database(settings.database_url, pool_size=10, application_name="achilles-api")
+    _refuse_powerful_login(database)
     app = create_app(settings, database)
     server = uvicorn.Server(
         uvicorn.Config(
@@ -93,3 +98,21 @@ def _listen(host: str, port: int) -> socket.socket:
         raise CommandFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     listener.set_inheritable(True)
     return listener
+
+
+def _refuse_powerful_login(database: Database) -> None:
+    """A superuser, BYPASSRLS or owner login: exit 1 saying why (ACHILLES_ALLOW_SUPERUSER
+    overrides). A database that does not answer yet is the readiness probe's to report."""
+    import logging
+
+    from achilles.cli.common import CommandFailed
+    from achilles.db.roles import Component
+    from achilles.errors import ConfigurationError, DatabaseUnavailable
+    from achilles.services import db_roles
+
+    try:
+        db_roles.refuse_powerful_login(database, Component.API, allow=db_roles.allow_superuser())
+    except ConfigurationError as exc:
+        raise CommandFailed(str(exc)) from exc
+    except DatabaseUnavailable:
+        logging.getLogger(__name__).warning("database unreachable: the login is not checked")

@@ -74,3 +74,47 @@ def current(database_url: str | None) -> None:
     found = schema.status(open_database(database_url))
     status = "up to date" if found.is_current else f"behind (heads: {_names(found.heads)})"
     click.echo(f"{_names(found.applied)}: {status}")
+
+
+LOGIN_PASSWORD_ENV = "ACHILLES_DB_LOGIN_PASSWORD"  # noqa: S105 - an environment variable's name
+
+
+@db.command()
+@database_url_option
+@click.argument("component", type=click.Choice(["operator", "runner", "api"]))
+@click.argument("login")
+@reports_errors
+def login(database_url: str | None, component: str, login: str) -> None:
+    """Make LOGIN the database login of COMPONENT (idempotent).
+
+    Creates the role (or sets its password) and makes it a member of the component's
+    role only (docs/operator.md has what each may do). The password comes from
+    ACHILLES_DB_LOGIN_PASSWORD, never an argument, and reaches the server as a SCRAM
+    verifier. Connect as the migrations' login (it needs CREATEROLE).
+    """
+    import os
+
+    from achilles.cli.common import open_database
+    from achilles.db.roles import Component
+    from achilles.errors import InvalidInputError
+    from achilles.services import db_roles
+
+    password = os.environ.get(LOGIN_PASSWORD_ENV, "")
+    if not password:
+        raise InvalidInputError(f"set {LOGIN_PASSWORD_ENV} to the login's password")
+    database = open_database(database_url)
+    granted = db_roles.grant_login(database, Component(component), login, password)
+    verb = "created" if granted.created else "updated"
+    click.echo(f"login {granted.login} {verb}: a member of {granted.group}")
+
+
+@db.command()
+def roles() -> None:
+    """Show each component's database role and what it may do."""
+    from achilles.cli.common import echo_table
+    from achilles.db.roles import GROUP_ROLES, PRIVILEGES
+
+    echo_table(
+        ["component", "role", "may"],
+        [[str(c), GROUP_ROLES[c], PRIVILEGES[c]] for c in GROUP_ROLES],
+    )

@@ -44,6 +44,7 @@ def operator(liveness: str, verbose: bool) -> None:
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # every liveness probe
+    _refuse_powerful_login(config.database_url)
     try:
         start_http_server(config.metrics_port)
     except OSError as exc:
@@ -58,3 +59,40 @@ def operator(liveness: str, verbose: bool) -> None:
             liveness_endpoint=liveness or None,
         )
     )
+
+
+# How often the start-up check retries a database that does not answer yet.
+LOGIN_CHECK_RETRY_SECONDS = 5.0
+
+
+def _refuse_powerful_login(database_url: str) -> None:
+    """Refuse a superuser, BYPASSRLS or owner login (exit 1, saying why) before anything
+    runs; wait for a database that is not up yet rather than run unchecked."""
+    import logging
+    import time
+
+    from achilles.cli.common import CommandFailed
+    from achilles.db.database import Database
+    from achilles.db.roles import Component
+    from achilles.errors import ConfigurationError, DatabaseUnavailable
+    from achilles.services import db_roles
+
+    database = Database(database_url, pool_size=1, application_name="achilles-operator")
+    try:
+        while True:
+            try:
+                db_roles.refuse_powerful_login(
+                    database, Component.OPERATOR, allow=db_roles.allow_superuser()
+                )
+                return
+            except ConfigurationError as exc:
+                raise CommandFailed(str(exc)) from exc
+            except DatabaseUnavailable as exc:
+                logging.getLogger(__name__).warning(
+                    "%s; checking the operator's login again in %g s",
+                    exc,
+                    LOGIN_CHECK_RETRY_SECONDS,
+                )
+                time.sleep(LOGIN_CHECK_RETRY_SECONDS)
+    finally:
+        database.dispose()

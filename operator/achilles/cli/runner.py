@@ -62,11 +62,14 @@ def runner(
     """Claim run RUN_ID, run the agent loop, record the outcome in the journal.
 
     The model's API key comes from the environment variable ACHILLES_MODEL_API_KEY
-    (the Job maps the AgentModel's Secret to it).
+    (the Job maps the AgentModel's Secret to it); the run's secret, which lets the
+    runner's database login act for this run only, from ACHILLES_RUN_SECRET (the
+    operator puts a fresh one in each Job; a superuser URL needs none).
     """
     import os
 
     from achilles.db.database import database_url_from_env
+    from achilles.domain.run_secret import RUN_SECRET_ENV
     from achilles.errors import AchillesError
     from achilles.services.run_execution import run
 
@@ -79,6 +82,7 @@ def runner(
             run_id=run_id,
             database_url=database_url or database_url_from_env(),
             api_key=os.environ.get(API_KEY_ENV) or None,
+            run_secret=os.environ.get(RUN_SECRET_ENV) or None,
             heartbeat_interval=heartbeat_interval,
             model_timeout=model_timeout,
             model_max_retries=model_max_retries,

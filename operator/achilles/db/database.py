@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import psycopg
@@ -119,10 +119,28 @@ def schema_behind(exc: ProgrammingError) -> SchemaError | None:
 class Database:
     """One Engine and its pool for the life of the process."""
 
-    def __init__(self, url: str, *, pool_size: int = 5, application_name: str = "achilles"):
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 5,
+        application_name: str = "achilles",
+        session_settings: Mapping[str, str] | None = None,
+    ):
+        """`session_settings`: server settings every connection starts with (libpq's
+        `options`, so they are set before any statement and never appear in one)."""
         parsed = parse_url(with_connect_timeout(url))
         if "application_name" not in parsed.query:
             parsed = parsed.update_query_dict({"application_name": application_name})
+        connect_args = {}
+        if session_settings:
+            if "options" in parsed.query:
+                raise InvalidInputError(
+                    "the database URL sets `options`; this process sets its own (remove it)"
+                )
+            connect_args["options"] = " ".join(
+                f"-c {name}={value}" for name, value in session_settings.items()
+            )
         self.url = parsed
         self.engine: Engine = create_engine(
             parsed,
@@ -130,6 +148,7 @@ class Database:
             max_overflow=pool_size,
             # A pooled connection may have died with a database restart; test it first.
             pool_pre_ping=True,
+            connect_args=connect_args,
         )
         self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
 

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from achilles.domain.pod_outcome import ContainerObservation, JobObservation, PodObservation
+from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.timestamps import iso_utc
 from achilles.errors import ClusterUnavailable
 from achilles.k8s.resources.common import API_GROUP
@@ -76,6 +77,8 @@ class RunJobSpec:
     scheduled_for: datetime | None
     run_timeout_seconds: int
     model_secret: SecretKey | None
+    # What lets the runner's shared login act for this run only (domain/run_secret.py).
+    run_secret: RunSecret | None = None
 
 
 def _label_safe(value: str | None) -> str:
@@ -110,6 +113,8 @@ def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
             },
         }
     ]
+    if run.run_secret is not None:
+        env.append({"name": RUN_SECRET_ENV, "value": run.run_secret.value})
     if run.model_secret is not None:
         env.append(
             {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from achilles.domain.runs import HEARTBEAT_INTERVAL
 
@@ -23,6 +23,8 @@ class RunnerConfig:
     run_id: int
     database_url: str
     api_key: str | None  # None: the Job passed no key (fine for keyless models)
+    # The run's secret (ACHILLES_RUN_SECRET); None: a login that needs none (superuser).
+    run_secret: str | None = field(default=None, repr=False)
     heartbeat_interval: float = DEFAULT_HEARTBEAT_SECONDS
     model_timeout: float = DEFAULT_MODEL_TIMEOUT
     model_max_retries: int = DEFAULT_MODEL_MAX_RETRIES

@@ -28,6 +28,7 @@ from achilles.db.journal.runs import skip_queued_run
 from achilles.db.journal.settings import database_now, load_settings
 from achilles.domain.budget import week_window
 from achilles.domain.gates import LockReason, closed_locks, is_budget_exhausted
+from achilles.domain.run_secret import RunSecret
 from achilles.domain.runs import SkipReason
 from achilles.k8s.jobs import (
     JobRejected,
@@ -72,7 +73,7 @@ def refusal_message(closed: tuple[LockReason, ...]) -> str:
     return "run refused: " + "; ".join(LOCK_MESSAGES[lock] for lock in closed)
 
 
-def _spec(run: queue.DispatchableRun, timeout: int) -> RunJobSpec:
+def _spec(run: queue.DispatchableRun, timeout: int, run_secret: RunSecret) -> RunJobSpec:
     secret = None
     if run.model_secret_name:
         secret = SecretKey(run.model_secret_name, run.model_secret_key or "api-key")
@@ -86,6 +87,7 @@ def _spec(run: queue.DispatchableRun, timeout: int) -> RunJobSpec:
         scheduled_for=run.scheduled_for,
         run_timeout_seconds=timeout,
         model_secret=secret,
+        run_secret=run_secret,
     )
 
 
@@ -122,9 +124,12 @@ def dispatch_queued_runs(
             else:
                 startable.append(run)
 
+        run_secrets = {run.run_id: RunSecret.new() for run in startable}
+
         def create(run: queue.DispatchableRun) -> str | None:
+            spec = _spec(run, settings.run_timeout_seconds, run_secrets[run.run_id])
             try:
-                jobs.create(build_run_job(_spec(run, settings.run_timeout_seconds), template))
+                jobs.create(build_run_job(spec, template))
             except JobRejected as exc:
                 return str(exc)
             return None
@@ -136,7 +141,9 @@ def dispatch_queued_runs(
                 result.created.append(run)
             else:
                 result.rejected = error
-        queue.mark_dispatched(session, [run.run_id for run in result.created], now)
+        queue.mark_dispatched(
+            session, {run.run_id: run_secrets[run.run_id].digest for run in result.created}, now
+        )
         result.executing = queue.count_executing(session)
         result.waiting = queue.count_waiting(session)
     return result

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from types import FrameType
 
 from achilles.db.database import Database
+from achilles.domain.run_secret import session_settings
 from achilles.domain.run_spec import RunSpec
 from achilles.domain.runs import FailReason
 from achilles.domain.schedule.timezones import load_timezone
@@ -119,8 +120,16 @@ def run(config: RunnerConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     # One pool for the process: the loop's transactions and the heartbeat thread's.
+    # The run's secret rides on every connection (session settings), so the runner
+    # login's policies show this run's rows and no others (0011_least_privilege).
+    settings = session_settings(config.run_id, config.run_secret) if config.run_secret else None
     database = RunJournal(
-        Database(config.database_url, pool_size=2, application_name="achilles-runner")
+        Database(
+            config.database_url,
+            pool_size=2,
+            application_name="achilles-runner",
+            session_settings=settings,
+        )
     )
     try:
         if not events.empty():

@@ -13,11 +13,22 @@ when its turn comes (`services/dispatch.py` decides).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, User
@@ -185,12 +196,15 @@ def withdraw_queued_runs(session: Session, run_ids: Sequence[int]) -> list[int]:
     return list(removed.scalars())
 
 
-def mark_dispatched(session: Session, run_ids: Sequence[int], now: datetime) -> None:
-    if run_ids:
+def mark_dispatched(session: Session, secrets: Mapping[int, bytes], now: datetime) -> None:
+    """The runs whose Jobs were made, each with the SHA-256 of its Job's run secret (the
+    rows are locked by this transaction since `take_dispatchable_runs`)."""
+    if secrets:
         session.execute(
-            update(AgentRun)
-            .where(AgentRun.id.in_(run_ids), AgentRun.state == RunState.QUEUED)
-            .values(dispatched_at=now)
+            update(cast(Table, AgentRun.__table__))
+            .where(AgentRun.id == bindparam("run"), AgentRun.state == RunState.QUEUED)
+            .values(dispatched_at=now, runner_secret_hash=bindparam("digest")),
+            [{"run": run_id, "digest": digest} for run_id, digest in secrets.items()],
         )
 
 
@@ -201,7 +215,7 @@ def release_dispatch(session: Session, run_ids: Iterable[int]) -> None:
         session.execute(
             update(AgentRun)
             .where(AgentRun.id.in_(ids), AgentRun.state == RunState.QUEUED)
-            .values(dispatched_at=None)
+            .values(dispatched_at=None, runner_secret_hash=None)
         )
 
 
