@@ -3,7 +3,6 @@ model server on loopback, and the `openai` client in between."""
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import subprocess
@@ -15,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.db.journal.agents import create_agent
 from achilles.db.journal.models import AgentModel, AgentRun, AgentToolLink, Tool
@@ -27,7 +24,7 @@ from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.runs import RunState, RunTrigger
 from achilles.modelserver.script import Script, parse_script
 from achilles.modelserver.server import ModelServer, RecordedRequest
-from achilles.services.db_roles import grant_login
+from tests.db.logins import admin, login_url
 
 ACHILLES = str(Path(sys.executable).with_name("achilles"))
 
@@ -108,30 +105,17 @@ def run_row(engine: Engine, run_id: int) -> RunRow:
         return RunRow(row.state, row.reason, row.tokens_used, row.output, row.error)
 
 
-# The login every runner of these tests connects as: a member of `achilles_runner`, as
-# in a cluster, so each runner test also proves the run pod's privileges suffice.
-RUNNER_LOGIN = "achilles_test_runner"
-RUNNER_PASSWORD = "runner-login-of-the-tests"
-
-
-@functools.cache
-def _admin(database_url: str) -> Database:
-    return Database(database_url, pool_size=1)
-
-
-@functools.cache
 def runner_login_url(database_url: str) -> str:
-    """`database_url` (the tests' superuser) with the runner's login in its place."""
-    grant_login(_admin(database_url), Component.RUNNER, RUNNER_LOGIN, RUNNER_PASSWORD)
-    url = make_url(database_url).set(username=RUNNER_LOGIN, password=RUNNER_PASSWORD)
-    return url.render_as_string(hide_password=False)
+    """Every runner of these tests connects as a member of `achilles_runner`, as in a
+    cluster, so each runner test also proves the run pod's privileges suffice."""
+    return login_url(database_url, Component.RUNNER)
 
 
 def give_run_secret(database_url: str, run_id: int) -> str:
     """What dispatch does for a run's Job: a fresh secret, its hash in the row (a row no
     longer queued keeps what it had: the runner finds nothing to claim)."""
     secret = RunSecret.new()
-    with _admin(database_url).transaction() as session:
+    with admin(database_url).transaction() as session:
         session.execute(
             update(AgentRun)
             .where(AgentRun.id == run_id, AgentRun.state == RunState.QUEUED)
