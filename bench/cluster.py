@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -48,6 +49,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, BIGINT, TIMESTAMP
 
 from achilles.db.database import Database
+from achilles.db.roles import Component
 from achilles.k8s.client import api_client
 from achilles.k8s.jobs import RUN_ID_LABEL
 from achilles_dev.build import ensure_built
@@ -58,7 +60,8 @@ from achilles_dev.chart import (
     install_chart,
     local_values,
 )
-from achilles_dev.config import LOOPBACK, NodeKind, Ports, StackConfig
+from achilles_dev.config import NodeKind, Ports, StackConfig
+from achilles_dev.logins import ComponentLogins, grant_component_logins
 from achilles_dev.postgres import free_port
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
@@ -92,6 +95,8 @@ class BenchCluster:
     api: client.ApiClient
     database: BenchDatabase
     work_dir: Path
+    # The operator and the run pods connect as their own logins, as installed.
+    logins: ComponentLogins
 
     @property
     def kubeconfig(self) -> Path:
@@ -121,8 +126,8 @@ class BenchCluster:
 
     @property
     def pod_database_url(self) -> str:
-        """The benchmark database's URL as the runners' pods see it (their Secret)."""
-        return self.database.url.replace(f"@{LOOPBACK}:", f"@{self.host_for_pods}:", 1)
+        """The runner login's URL as the runners' pods see it (their Secret)."""
+        return self.logins.on_host(self.host_for_pods).runner
 
     def versions(self) -> dict[str, str]:
         info = client.VersionApi(self.api).get_code()
@@ -163,12 +168,19 @@ def bench_cluster(
         reach = LOOPBACK_ONLY
         if real:
             net = stack.config.network  # chosen by `up`
-            reach = Reach(listen=(net.host_ip,), trust=(net.pod_cidr, net.link_cidr))
+            reach = Reach(listen=(net.host_ip,), pod_networks=(net.pod_cidr, net.link_cidr))
         with (
             bench_database(progress, server_url, reach=reach) as database,
             api_client(stack.config.kubeconfig) as api,
         ):
-            cluster = BenchCluster(stack=stack, api=api, database=database, work_dir=work_dir)
+            logins = grant_component_logins(
+                database.url,
+                prefix="achilles_bench",
+                passwords={c: secrets.token_urlsafe(32) for c in Component},
+            )
+            cluster = BenchCluster(
+                stack=stack, api=api, database=database, work_dir=work_dir, logins=logins
+            )
             _install_chart(cluster, max_concurrency, progress)
             yield cluster
     finally:
@@ -484,7 +496,7 @@ def running_operator(
         cluster=cluster,
         env={
             "KUBECONFIG": str(kubeconfig),
-            "ACHILLES_DATABASE_URL": cluster.database.url,
+            "ACHILLES_DATABASE_URL": cluster.logins.operator,
             "ACHILLES_RUNS_NAMESPACE": RUNS_NAMESPACE,
             "ACHILLES_RUNNER_IMAGE": runner_image,
             **command,

@@ -44,10 +44,11 @@ SETTINGS = (
 @dataclass(frozen=True)
 class Reach:
     """Who besides the host reaches a server of the benchmark's own: the addresses it
-    listens on (a real node's host end) and the networks let in without a password."""
+    listens on (a real node's host end) and the networks let in with a password (each
+    component's own login, `achilles_dev.logins`)."""
 
     listen: tuple[str, ...] = ()
-    trust: tuple[str, ...] = ()
+    pod_networks: tuple[str, ...] = ()
 
 
 LOOPBACK_ONLY = Reach()
@@ -84,7 +85,7 @@ def own_server(report: Callable[[str], None], reach: Reach = LOOPBACK_ONLY) -> I
             postgres.free_port(),
             durable=True,
             listen=reach.listen,
-            trust=reach.trust,
+            pod_networks=reach.pod_networks,
         )
         yield server.url()
     finally:

@@ -61,15 +61,16 @@ CHECKPOINTS = (1000, 5000)
 IDLE_WINDOW_S = 30.0
 MODEL = "bench"
 
-# The runner stand-in: what `achilles runner` writes first and last, nothing between.
+# The runner stand-in: what `achilles runner` writes first and last, nothing between, as
+# the runner's login with the run's id and secret in its session (as the runner does).
 RUNNER_SCRIPT = """#!/bin/sh
 # achilles bench: a runner stand-in. Usage: runner.sh --run-id N
 set -eu
 run_id="$2"
 url=$(printf '%s' "$ACHILLES_DATABASE_URL" | sed 's/+psycopg//')
+export PGOPTIONS="-c achilles.run_id=$run_id -c achilles.run_secret=$ACHILLES_RUN_SECRET"
 exec {psql} "$url" -v ON_ERROR_STOP=1 -q \\
-  -c "UPDATE agent_runs SET state = 'running', started_at = now(), heartbeat_at = now()
-      WHERE id = $run_id AND state = 'queued'" \\
+  -c "SELECT achilles_claim_run($run_id)" \\
   -c "UPDATE agent_runs SET state = 'succeeded', output = 'bench', finished_at = now()
       WHERE id = $run_id AND state = 'running'"
 """

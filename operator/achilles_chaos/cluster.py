@@ -28,8 +28,8 @@ from achilles_chaos.waiting import wait_for
 from achilles_dev import controlplane, postgres
 from achilles_dev.admission import wait_until_policies_admit
 from achilles_dev.chart import (
-    DATABASE_SECRET,
     DATABASE_SECRET_KEY,
+    MIGRATIONS_DATABASE_SECRET,
     RUNNER_DATABASE_SECRET,
     ChartInstall,
     apply_crds,
@@ -38,6 +38,7 @@ from achilles_dev.chart import (
 )
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.images import ENGINE_IMAGE
+from achilles_dev.logins import ComponentLogins, stack_logins
 from achilles_dev.node import host
 from achilles_dev.node.network import stack_id
 from achilles_dev.pki import Pki
@@ -86,6 +87,9 @@ class ChaosCluster:
     journal: Journal
     models: ModelServer
     broken: BrokenModel
+    # Each component's database URL on loopback (the operators the suite starts use the
+    # operator's login, run pods the runner's: the roles are part of what is tested).
+    logins: ComponentLogins
     # Whether platform_settings holds SUITE_PLATFORM. A scenario that changed the platform
     # puts the CR back at its clean-up; the next scenario's first operator mirrors it,
     # and `Context.operator` waits for that before the scenario goes on.
@@ -103,12 +107,14 @@ class ChaosCluster:
         workdir.mkdir(parents=True, exist_ok=True)
         api = api_client(stack.config.kubeconfig)
         kube = Kube(api)
-        _install_chart(stack, kube, report)
+        logins = stack_logins(stack.config)
+        _install_chart(stack, kube, logins.on_host(stack.config.apiserver_host), report)
         host_ip = stack.config.network.host_ip
         models = ModelServer.start(host_ip, workdir)
         broken = BrokenModel(host_ip)
         report(f"model server {models.base_url}; broken endpoint on {host_ip}:{broken.port}")
-        return cls(stack, workdir, kube, Journal(stack.config.database_url), models, broken)
+        journal = Journal(stack.config.database_url)
+        return cls(stack, workdir, kube, journal, models, broken, logins)
 
     def down(self, *, keep: bool) -> None:
         self.models.stop()
@@ -139,7 +145,12 @@ class ChaosCluster:
 
     @property
     def database_url(self) -> str:
+        """The admin's (the superuser on loopback): the person's CLI, the journal checks."""
         return self.stack.config.database_url
+
+    @property
+    def operator_database_url(self) -> str:
+        return self.logins.operator
 
     def runner_pids(self) -> dict[int, list[int]]:
         """run id -> host pids of `achilles runner --run-id N` in this node's containers
@@ -170,7 +181,7 @@ class ChaosCluster:
             self.config.ports.postgres,
             durable=self.config.durable,
             listen=(net.host_ip,),
-            trust=(net.pod_cidr, net.link_cidr),
+            pod_networks=(net.pod_cidr, net.link_cidr),
         )
 
     # --- the API server -------------------------------------------------------------------
@@ -205,7 +216,9 @@ class ChaosCluster:
         return time.monotonic() - started
 
 
-def _install_chart(stack: LocalStack, kube: Kube, report: Report) -> None:
+def _install_chart(
+    stack: LocalStack, kube: Kube, database: ComponentLogins, report: Report
+) -> None:
     """The chart as `achilles dev up` installs it, with two differences: no operator
     Deployment (the suite runs each scenario's operators as processes it can configure,
     kill and restart), and the runs namespace's pod quota (the chart sizes it from
@@ -219,13 +232,13 @@ def _install_chart(stack: LocalStack, kube: Kube, report: Report) -> None:
     install = ChartInstall(kubeconfig=stack.config.kubeconfig, bin_dir=bin_dir(), values=values)
     apply_crds(install)
     kube.create_namespace(install.namespace)
-    _secret(kube, install.namespace, DATABASE_SECRET, stack.config.pod_database_url)
+    _secret(kube, install.namespace, MIGRATIONS_DATABASE_SECRET, database.migrations)
     install_chart(install, extra_args=("--force-conflicts",))
     if kube.get("AgentPlatform", "default") is None:
         kube.create(manifest("AgentPlatform", "default", SUITE_PLATFORM))
     else:  # a kept stack: whatever an interrupted run left there
         kube.patch("AgentPlatform", "default", {"spec": SUITE_PLATFORM})
-    _secret(kube, RUNS_NAMESPACE, RUNNER_DATABASE_SECRET, stack.config.pod_database_url)
+    _secret(kube, RUNS_NAMESPACE, RUNNER_DATABASE_SECRET, database.runner)
     report(f"chart: release {install.release} (no operator Deployment), run pod quota {QUOTA_PODS}")
 
 

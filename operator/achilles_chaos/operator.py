@@ -54,7 +54,7 @@ class OperatorProcess:
         return {
             **os.environ,
             "KUBECONFIG": str(self.cluster.kubeconfig),
-            "ACHILLES_DATABASE_URL": self.cluster.database_url,
+            "ACHILLES_DATABASE_URL": self.cluster.operator_database_url,
             "ACHILLES_RUNS_NAMESPACE": RUNS_NAMESPACE,
             "ACHILLES_RUNNER_IMAGE": RUNNER_IMAGE,
             "ACHILLES_METRICS_PORT": str(self.metrics_port),

@@ -31,15 +31,19 @@ from achilles_dev.admission import wait_until_policies_admit
 from achilles_dev.config import API_NODE_PORT
 
 if TYPE_CHECKING:
+    from achilles_dev.logins import ComponentLogins
     from achilles_dev.stack import LocalStack
 
 # operator/achilles/local/chart.py -> the repository root (an editable checkout).
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "achilles"
 RELEASE = "achilles"
 RELEASE_NAMESPACE = "achilles-system"
-# Names of the Secrets (the chart's defaults) that carry database URLs; not secrets.
-DATABASE_SECRET = "achilles-database"  # noqa: S105
+# Names of the Secrets (the chart's defaults) that carry database URLs, one per login
+# (values.yaml `database:`); not secrets.
+DATABASE_SECRET = "achilles-database"  # noqa: S105 - the operator's
+MIGRATIONS_DATABASE_SECRET = "achilles-migrations-database"  # noqa: S105
 RUNNER_DATABASE_SECRET = "achilles-runner-database"  # noqa: S105
+API_DATABASE_SECRET = "achilles-api-database"  # noqa: S105
 DATABASE_SECRET_KEY = "url"  # noqa: S105
 # The API's web client and session secrets, which the stack creates (dev values only).
 API_WEB_CLIENT_SECRET = "achilles-api-web-client"  # noqa: S105 - a Secret's name
@@ -265,7 +269,7 @@ def install_local_chart(
     kubeconfig: Path,
     bin_dir: Path,
     *,
-    database_url: str | None,
+    database: ComponentLogins | None,
     report: Report,
     image: str | None = None,
     api: LocalApi | None = None,
@@ -273,16 +277,22 @@ def install_local_chart(
     """What `achilles dev up` installs: the chart (with the operator and API Deployments
     on a real node).
 
-    With a database, its URL (as pods reach it) goes into the chart's Secrets (the
-    migration hook Job and, later, run Jobs read it) and the hook migrates the schema;
-    without one, no hook. With `api`, the API's web client and session secrets too.
+    With a database, each login's URL (as pods reach it) goes into its Secret: the
+    migrations' (the hook Job migrates the schema), the operator's, the API's and, in
+    the runs namespace, the runner's; without one, no hook. With `api`, the API's web
+    client and session secrets too.
     """
     install = ChartInstall(kubeconfig=kubeconfig, bin_dir=bin_dir)
     apply_crds(install)
-    if database_url is not None:
+    if database is not None:
         _ensure_namespace(kubeconfig, install.namespace)
-        _ensure_secret(kubeconfig, install.namespace, DATABASE_SECRET, database_url)
-    stack_values = local_values(with_database=database_url is not None, image=image, api=api)
+        for name, url in (
+            (MIGRATIONS_DATABASE_SECRET, database.migrations),
+            (DATABASE_SECRET, database.operator),
+            (API_DATABASE_SECRET, database.api),
+        ):
+            _ensure_secret(kubeconfig, install.namespace, name, url)
+    stack_values = local_values(with_database=database is not None, image=image, api=api)
     if stack_values["api"]["enabled"]:
         _ensure_api_secrets(kubeconfig, install.namespace)
     recover_release(install, report)
@@ -292,13 +302,14 @@ def install_local_chart(
     # the handover `platform.create=false`) stays: only the stack's own keys are replaced.
     install = replace(install, values=merged_values(user_values(install), stack_values))
     install_chart(install, extra_args=("--force-conflicts",))
-    if database_url is not None:
-        _ensure_secret(kubeconfig, _runs_namespace(install), RUNNER_DATABASE_SECRET, database_url)
+    if database is not None:
+        runs = _runs_namespace(install)
+        _ensure_secret(kubeconfig, runs, RUNNER_DATABASE_SECRET, database.runner)
     deployments = [name for name in ("operator", "api") if install.values[name]["enabled"]]
     report(
         f"chart: release {install.release} in namespace {install.namespace} "
         f"(CRDs, RBAC, admission policies, runs namespace, AgentPlatform/default"
-        f"{', migrations' if database_url else ''}"
+        f"{', migrations' if database else ''}"
         f"{'; ' + ' and '.join(deployments) + ' Deployments' if deployments else ''})"
     )
     if api is not None and install.values["api"]["enabled"]:
@@ -439,14 +450,19 @@ def stack_api(stack: LocalStack) -> LocalApi | None:
 
 
 def install_into_stack(stack: LocalStack) -> None:
-    """`achilles dev up`'s last step: the chart into the running stack."""
+    """`achilles dev up`'s last step: the chart into the running stack, each component
+    with its own database login (`achilles_dev.logins`)."""
     from achilles_dev.images import ENGINE_IMAGE
+    from achilles_dev.logins import stack_logins
     from achilles_dev.versions import bin_dir
 
+    database = None
+    if stack.with_postgres:
+        database = stack_logins(stack.config).on_host(stack.config.apiserver_host)
     install_local_chart(
         stack.config.kubeconfig,
         bin_dir(),
-        database_url=stack.config.pod_database_url if stack.with_postgres else None,
+        database=database,
         report=stack.report,
         image=ENGINE_IMAGE if stack.config.real_node else None,
         api=stack_api(stack),

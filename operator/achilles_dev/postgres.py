@@ -106,13 +106,15 @@ def ensure_running(
     *,
     durable: bool = True,
     listen: tuple[str, ...] = (),
-    trust: tuple[str, ...] = (),
+    pod_networks: tuple[str, ...] = (),
 ) -> LocalPostgres:
     """Initialise (once) and start (if stopped) a server; return when it accepts connections.
 
     `durable=False` turns off fsync: right for throw-away test clusters only. `listen`
     adds addresses besides 127.0.0.1 (the host's end of a real node's veth, for pods),
-    `trust` the networks whose clients are let in without a password (the pods').
+    `pod_networks` the networks whose clients log in with a password (the pods': each
+    component with its own login, see `achilles_dev.logins`). 127.0.0.1 stays trusted:
+    the person's own CLI and the tests on this machine.
     """
     server = LocalPostgres(data_dir=data_dir, port=port)
     bin_dir = pg_bin_dir()
@@ -132,7 +134,7 @@ def ensure_running(
                 "--locale=C.UTF-8",
             ]
         )
-    _ensure_trusted(data_dir, trust)
+    ensure_pod_access(data_dir, pod_networks)
     addresses = ",".join(("127.0.0.1", *listen))
     if is_running(data_dir) and _listen_addresses(server) != addresses:
         stop(data_dir)  # started before the node network existed: listen on it too
@@ -164,14 +166,28 @@ def ensure_running(
     return server
 
 
-def _ensure_trusted(data_dir: Path, networks: tuple[str, ...]) -> None:
+# The pg_hba.conf lines of the pods' networks follow this comment (and nothing else does).
+_POD_ACCESS_COMMENT = "# achilles dev: the real node's pods"
+
+
+def pod_access_lines(networks: tuple[str, ...]) -> list[str]:
+    """A password (SCRAM) for everyone from the pods' networks: no pod logs in as anyone
+    without that login's password (trust would let any pod be the superuser)."""
+    return [f"host all all {network} scram-sha-256" for network in networks]
+
+
+def ensure_pod_access(data_dir: Path, networks: tuple[str, ...]) -> None:
+    """The pods' lines of pg_hba.conf: exactly `pod_access_lines(networks)`. Ours are the
+    single-spaced `host all all` lines (initdb's are column-aligned): an earlier stack's
+    (`trust`, or another node network's) are replaced."""
     hba = data_dir / "pg_hba.conf"
     lines = hba.read_text().splitlines()
-    wanted = [f"host all all {network} trust" for network in networks]
-    missing = [line for line in wanted if line not in lines]
-    if not missing:
+    ours = ("host all all ", _POD_ACCESS_COMMENT)
+    kept = [line for line in lines if not line.startswith(ours)]
+    wanted = [_POD_ACCESS_COMMENT, *pod_access_lines(networks)] if networks else []
+    if kept + wanted == lines:
         return
-    hba.write_text("\n".join([*lines, "# achilles dev: the real node's pods", *missing]) + "\n")
+    hba.write_text("\n".join([*kept, *wanted]) + "\n")
     if is_running(data_dir):
         _run([str(pg_bin_dir() / "pg_ctl"), "reload", "-D", str(data_dir)])
 

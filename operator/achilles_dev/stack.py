@@ -126,7 +126,10 @@ class LocalStack:
     def env_lines(self) -> list[str]:
         lines = [f"export KUBECONFIG={self.config.kubeconfig}"]
         if self.with_postgres:
+            # The person's own CLI is the admin (the superuser on loopback, as migrations);
+            # the operator's and the API's logins, for running them on the host.
             lines.append(f"export ACHILLES_DATABASE_URL={self.config.database_url}")
+            lines += [f"export {name}={url}" for name, url in self._login_urls().items()]
             lines.append(f"export ACHILLES_OIDC_ISSUER={self.config.oidc_issuer}")
             if self.config.real_node:  # the chart's API Deployment runs on a real node only
                 lines.append(f"export ACHILLES_API_URL={self.config.api_url}")
@@ -140,6 +143,30 @@ class LocalStack:
             lines.append("export CONTAINERD_NAMESPACE=k8s.io")
         return lines
 
+    def _login_urls(self) -> dict[str, str]:
+        """The components' URLs on loopback, once `up` made their logins (else none)."""
+        from achilles.db.roles import Component
+        from achilles_dev.logins import (
+            DEV_PREFIX,
+            PASSWORDS_FILE,
+            login_name,
+            stored_passwords,
+            with_login,
+        )
+
+        path = self.config.state_dir / PASSWORDS_FILE
+        if not path.exists():
+            return {}
+        passwords = stored_passwords(path)
+        return {
+            f"ACHILLES_DEV_{component.upper()}_DATABASE_URL": with_login(
+                self.config.database_url,
+                user=login_name(DEV_PREFIX, component),
+                password=passwords[str(component)],
+            )
+            for component in (Component.OPERATOR, Component.API)
+        }
+
     # --- up -----------------------------------------------------------------------------
 
     def up(self) -> bool:
@@ -150,6 +177,8 @@ class LocalStack:
         """
         started = time.monotonic()
         if self.is_up() and self._apiserver_ready():
+            if self.with_postgres:
+                self._ensure_postgres()  # running: only its access rules brought up to date
             if self.config.real_node:
                 from achilles_dev.images import ensure_images
 
@@ -272,16 +301,20 @@ class LocalStack:
             f"{OIDC_PROVIDER}: issuer {settings.issuer}, dev password {settings.dev_password}"
         )
 
-    def _start_postgres(self) -> None:
-        real = self.config.real_node
-        net = self.config.network if real else None
-        server = postgres.ensure_running(
+    def _ensure_postgres(self) -> postgres.LocalPostgres:
+        """The server running, listening where pods reach it, with their access rules."""
+        net = self.config.network if self.config.real_node else None
+        return postgres.ensure_running(
             self.config.postgres_dir,
             self.config.ports.postgres,
             durable=self.config.durable,
             listen=(net.host_ip,) if net else (),
-            trust=(net.pod_cidr, net.link_cidr) if net else (),
+            pod_networks=(net.pod_cidr, net.link_cidr) if net else (),
         )
+
+    def _start_postgres(self) -> None:
+        net = self.config.network if self.config.real_node else None
+        server = self._ensure_postgres()
         _ensure_database(server.libpq_dsn(), DATABASE_NAME)
         # The server (its own user, when we are root) writes its log in its data directory;
         # logs/postgres.log points there, beside every other component's log.

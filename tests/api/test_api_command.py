@@ -16,8 +16,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from achilles.cli.main import cli
+from achilles.db.roles import Component
 from tests.api.conftest import Tokens
 from tests.api.support import bearer
+from tests.db.logins import login_url
 from tests.oidc_provider import OidcProvider
 from tests.waiting import wait_for
 
@@ -101,7 +103,7 @@ def api_process(database_url: str, oidc_provider: OidcProvider, tmp_path: Path) 
         port = probe.getsockname()[1]
     env = {
         **{k: v for k, v in os.environ.items() if k not in ALL_SETTINGS},
-        "ACHILLES_DATABASE_URL": database_url,
+        "ACHILLES_DATABASE_URL": login_url(database_url, Component.API),  # as installed
         "ACHILLES_API_OIDC_ISSUER": oidc_provider.issuer,
         "ACHILLES_API_OIDC_AUDIENCE": oidc_provider.audience,
     }

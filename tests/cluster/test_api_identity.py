@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from achilles.api.app import create_app
 from achilles.api.settings import ApiSettings
 from achilles.db.database import Database
+from achilles.db.roles import Component
 from achilles.k8s.annotations import RUN_REQUESTED_AT
 from achilles.k8s.crd.generate import build_crd
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
@@ -31,6 +32,7 @@ from achilles.services.run_requests import KubernetesRunRequester
 from tests.api.support import add_runs, assert_problem, bearer, database_snapshot, make_cr_agent
 from tests.api.support import served as serve
 from tests.cluster.conftest import Cluster
+from tests.db.logins import login_url
 from tests.oidc_provider import OidcProvider
 from tests.waiting import wait_for
 
@@ -135,14 +137,15 @@ def portal(
         [{"apiGroups": ["achilles.io"], "resources": ["ownerdata"], "verbs": ["get"]}],
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:carol"},
     )
+    api_login = login_url(database_url, Component.API)  # the API's own login, as installed
     settings = ApiSettings(
-        database_url=database_url,
+        database_url=api_login,
         oidc_issuer=oidc_provider.issuer,
         oidc_audience=oidc_provider.audience,
         kube_audience=AUDIENCE,
         kubeconfig=str(cluster.kubeconfig),
     )
-    database = Database(database_url, pool_size=2)
+    database = Database(api_login, pool_size=2)
     app = create_app(settings, database, run_requester=KubernetesRunRequester(cluster.kubeconfig))
     try:
         with serve(app) as url:

@@ -19,7 +19,7 @@ from achilles.k8s.client import api_client
 from achilles_dev import postgres
 from achilles_dev.chart import (
     CHART_DIR,
-    DATABASE_SECRET,
+    MIGRATIONS_DATABASE_SECRET,
     RELEASE,
     RELEASE_NAMESPACE,
     ChartInstall,
@@ -190,7 +190,7 @@ def test_up_converges_the_chart_and_status_tells_the_truth(
     install = ChartInstall(
         kubeconfig=kubeconfig, bin_dir=bin_dir(), values=local_values(with_database=True)
     )
-    _ensure_secret(kubeconfig, RELEASE_NAMESPACE, DATABASE_SECRET, bad_url)
+    _ensure_secret(kubeconfig, RELEASE_NAMESPACE, MIGRATIONS_DATABASE_SECRET, bad_url)
     with pytest.raises(LocalStackError, match="pre-upgrade hooks failed"):
         install_chart(install)
     status = dev("status", *state)
@@ -209,7 +209,7 @@ def test_up_converges_the_chart_and_status_tells_the_truth(
     up_and_healthy()
 
     # A helm killed mid-upgrade leaves the release pending: nothing upgrades it any more.
-    _ensure_secret(kubeconfig, RELEASE_NAMESPACE, DATABASE_SECRET, bad_url)
+    _ensure_secret(kubeconfig, RELEASE_NAMESPACE, MIGRATIONS_DATABASE_SECRET, bad_url)
     helm = subprocess.Popen(
         [
             str(bin_dir() / "helm"), "--kubeconfig", str(kubeconfig), "upgrade", "achilles",

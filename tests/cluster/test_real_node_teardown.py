@@ -26,6 +26,7 @@ from achilles.k8s.client import api_client
 from achilles_dev import postgres
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.images import ENGINE_IMAGE
+from achilles_dev.logins import stack_logins, with_login
 from achilles_dev.node import host, network
 from achilles_dev.processes import read_pidfile
 from achilles_dev.stack import REAL_NODE_COMPONENTS, LocalStack
@@ -121,14 +122,27 @@ def test_down_leaves_nothing_behind(own_stack: LocalStack, node_cluster: NodeClu
 
     with api_client(config.kubeconfig) as api:
         core = client.CoreV1Api(api)
-        # PostgreSQL on the host, as the chart's Secrets give it to pods.
+        # PostgreSQL on the host, as the chart's Secrets give it to pods: a component's
+        # login with its password (SCRAM); without one, not even the superuser gets in.
         query = (
             "import os, psycopg\n"
+            "try:\n"
+            "    psycopg.connect(os.environ['NO_PASSWORD'], connect_timeout=10)\n"
+            "    print('no password: let in')\n"
+            "except psycopg.OperationalError as error:\n"
+            "    print('no password:', 'no password supplied' in str(error))\n"
             "url = os.environ['URL'].replace('postgresql+psycopg://', 'postgresql://')\n"
             "with psycopg.connect(url) as c:\n"
-            "    print(c.execute('select current_database()').fetchone()[0])\n"
+            "    print(c.execute('select current_user, current_database()').fetchone())\n"
         )
-        create_pod(core, "default", pod("db", ["python", "-c", query], URL=config.pod_database_url))
+        pod_logins = stack_logins(config).on_host(config.apiserver_host)
+        superuser = with_login(pod_logins.migrations, password="")
+        plain = superuser.replace("postgresql+psycopg://", "postgresql://")
+        create_pod(
+            core,
+            "default",
+            pod("db", ["python", "-c", query], URL=pod_logins.runner, NO_PASSWORD=plain),
+        )
         wait_for(
             lambda: pod_phase(core, "default", "db") in ("Succeeded", "Failed"),
             120.0,
@@ -136,7 +150,10 @@ def test_down_leaves_nothing_behind(own_stack: LocalStack, node_cluster: NodeClu
         )
         log = core.read_namespaced_pod_log("db", "default")
         assert pod_phase(core, "default", "db") == "Succeeded", log
-        assert log.split()[-1] == "achilles"
+        assert log.splitlines()[-2:] == [
+            "no password: True",
+            "('achilles_dev_runner', 'achilles')",
+        ], log
 
         # The offline model server on the host, listening where pods reach the host.
         with model_server(net.host_ip) as base_url:

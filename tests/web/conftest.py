@@ -32,8 +32,10 @@ from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
 from achilles.db.journal.models import Agent
+from achilles.db.roles import Component
 from achilles_dev.postgres import free_port
 from tests.db.factories import make_agent, make_owner
+from tests.db.logins import login_url
 from tests.oidc_provider import OidcProvider
 from tests.waiting import wait_for
 
@@ -84,7 +86,7 @@ def web_server(
     session_secret = secrets.token_urlsafe(48)
     env = {
         **os.environ,
-        "ACHILLES_DATABASE_URL": database_url,
+        "ACHILLES_DATABASE_URL": login_url(database_url, Component.API),  # its own login
         "ACHILLES_API_OIDC_ISSUER": oidc_provider.issuer,
         "ACHILLES_API_OIDC_AUDIENCE": oidc_provider.audience,
         "ACHILLES_API_OIDC_USER_CLAIM": oidc_provider.user_claim,

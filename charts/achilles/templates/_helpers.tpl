@@ -33,17 +33,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- default (printf "%s-api" (include "achilles.fullname" .)) .Values.api.serviceAccount.name -}}
 {{- end -}}
 
-{{/* The API's database Secret: its own, or the operator's when none is given. */}}
+{{/* The API's database Secret: a login of its own (a member of achilles_api). */}}
 {{- define "achilles.apiSecretName" -}}
-{{- default .Values.database.operator.secretName .Values.database.api.secretName -}}
+{{- .Values.database.api.secretName -}}
 {{- end -}}
 
 {{- define "achilles.apiSecretKey" -}}
-{{- if .Values.database.api.secretName -}}
 {{- .Values.database.api.key -}}
-{{- else -}}
-{{- .Values.database.operator.key -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Settings of the API that only make sense together: one clear failure each. */}}
@@ -67,17 +63,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* The migrations' database Secret: its own, or the operator's when none is given. */}}
+{{/* The migrations' database Secret: the schema owner's login (DDL, CREATEROLE), which
+     no other component may use (their logins may not run DDL). */}}
 {{- define "achilles.migrationsSecretName" -}}
-{{- default .Values.database.operator.secretName .Values.database.migrations.secretName -}}
+{{- .Values.database.migrations.secretName -}}
 {{- end -}}
 
 {{- define "achilles.migrationsSecretKey" -}}
-{{- if .Values.database.migrations.secretName -}}
 {{- .Values.database.migrations.key -}}
-{{- else -}}
-{{- .Values.database.operator.key -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Pod Security Standards "restricted": non-root, no privilege escalation, no capabilities.

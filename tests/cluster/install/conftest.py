@@ -4,7 +4,9 @@ A real `helm install` of charts/achilles, as a platform operator would run it, m
 the operator and API Deployments (tests run no operator image): the CRDs from the chart's crds/
 directory, RBAC, both admission policies, the runs namespace with its quota, and
 AgentPlatform/default. The pre-install hook Job runs `achilles db upgrade` against a
-fresh database of the test PostgreSQL, through the kubelet stand-in. The portal's
+fresh database of the test PostgreSQL, through the kubelet stand-in, as the migrations'
+login (its own Secret); the operator and the runs get logins of their own
+(`Release.login_url`), as an installer makes them. The portal's
 ClusterRole is bound, by the chart's own value, to the user the tests impersonate.
 """
 
@@ -21,12 +23,13 @@ import pytest
 import yaml
 from kubernetes import client
 
+from achilles.db.roles import Component
 from achilles_dev import postgres
 from achilles_dev.admission import wait_until_policies_admit
 from achilles_dev.chart import (
     CHART_DIR,
-    DATABASE_SECRET,
     DATABASE_SECRET_KEY,
+    MIGRATIONS_DATABASE_SECRET,
     RELEASE,
     RELEASE_NAMESPACE,
     ChartInstall,
@@ -36,6 +39,7 @@ from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, impersonating, verdict
 from tests.conftest import create_database, drop_database
 from tests.crd_cases import agent
+from tests.db.logins import login_url
 from tests.waiting import wait_for
 
 PORTAL_USER = "portal-bot"
@@ -58,20 +62,26 @@ TEST_VALUES: dict[str, Any] = {
 @dataclass(frozen=True)
 class Release:
     install: ChartInstall
-    database_url: str
+    database_url: str  # the migrations' login (the superuser): the tests' own checks, the CLI
     values_file: Path
 
     def helm(self, *args: str) -> str:
         return self.install.helm(*args)
 
+    def login_url(self, component: Component) -> str:
+        """The URL of `component`'s own login (a member of its role only)."""
+        return login_url(self.database_url, component)
 
-def _create_database_secret(api: client.ApiClient, url: str) -> None:
+
+def _create_migrations_secret(api: client.ApiClient, url: str) -> None:
+    """The migrations' Secret, which the pre-install hook reads (the operator is a
+    process of the tests, with its login's URL in its environment)."""
     core = client.CoreV1Api(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=RELEASE_NAMESPACE)))
     core.create_namespaced_secret(
         RELEASE_NAMESPACE,
         client.V1Secret(
-            metadata=client.V1ObjectMeta(name=DATABASE_SECRET),
+            metadata=client.V1ObjectMeta(name=MIGRATIONS_DATABASE_SECRET),
             string_data={DATABASE_SECRET_KEY: url},
         ),
     )
@@ -98,7 +108,7 @@ def achilles_release(
             "HELM_DATA_HOME": str(home / "data"),
         },
     )
-    _create_database_secret(cluster.api, url)
+    _create_migrations_secret(cluster.api, url)
     install.helm(
         "install", RELEASE, str(CHART_DIR), "--namespace", RELEASE_NAMESPACE,
         "--values", str(values_file), "--timeout", "3m",

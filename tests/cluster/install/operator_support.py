@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
+from achilles.db.roles import Component
 from achilles.k8s.jobs import RUN_SELECTOR
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.conftest import Release
@@ -50,7 +51,7 @@ class OperatorProcess:
         return {
             **os.environ,
             "KUBECONFIG": str(self.cluster.kubeconfig),
-            "ACHILLES_DATABASE_URL": self.release.database_url,
+            "ACHILLES_DATABASE_URL": self.release.login_url(Component.OPERATOR),
             "ACHILLES_RUNS_NAMESPACE": RUNS_NAMESPACE,
             "ACHILLES_RUNNER_IMAGE": "achilles-runner:local",
             "ACHILLES_METRICS_PORT": "0",
@@ -88,7 +89,7 @@ class OperatorProcess:
 def running_operator(
     cluster: Cluster, release: Release, log_path: Path, **env: str
 ) -> Iterator[OperatorProcess]:
-    ensure_runner_secret(cluster, release.database_url)
+    ensure_runner_secret(cluster, release.login_url(Component.RUNNER))
     operator = OperatorProcess(cluster, release, log_path, env_overrides=env)
     operator.start()
     try:

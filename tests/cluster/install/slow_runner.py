@@ -1,7 +1,8 @@
 """A stand-in for the runner where the LLM is not the point: claim the run, take the
 inbox replies as the runner's inbox start note does (agents with the inbox tool),
 heartbeat, hold it for ACHILLES_TEST_HOLD_SECONDS, succeed. Run by the Job as
-`python slow_runner.py --run-id N` (the operator appends `--run-id N`)."""
+`python slow_runner.py --run-id N` (the operator appends `--run-id N`), as the runner's
+login with the run's secret from the Job, as `achilles runner` connects."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ import time
 
 from achilles.db.database import Database
 from achilles.db.inbox.replies import take_unprocessed_replies
+from achilles.domain.run_secret import RUN_SECRET_ENV, session_settings
 from achilles.services.run_journal import RunJournal
 
 
 def main() -> int:
     run_id = int(sys.argv[sys.argv.index("--run-id") + 1])
     hold = float(os.environ.get("ACHILLES_TEST_HOLD_SECONDS", "3"))
-    database = Database(os.environ["ACHILLES_DATABASE_URL"], pool_size=1)
+    secret = os.environ.get(RUN_SECRET_ENV)
+    database = Database(
+        os.environ["ACHILLES_DATABASE_URL"],
+        pool_size=1,
+        session_settings=session_settings(run_id, secret) if secret else None,
+    )
     journal = RunJournal(database)
     spec = journal.claim(run_id)
     if spec is None:

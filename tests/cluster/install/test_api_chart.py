@@ -80,9 +80,9 @@ def test_api_deployment_is_restricted_probed_and_rolls() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     env = {item["name"]: item for item in container["env"]}
-    # The operator's database Secret until the API has a role of its own.
+    # A login of its own (a member of achilles_api), not the operator's.
     assert env["ACHILLES_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
-        "name": "achilles-database",
+        "name": "achilles-api-database",
         "key": "url",
     }
     assert env["ACHILLES_API_KUBE_AUDIENCE"]["value"] == "achilles-api"

@@ -214,7 +214,25 @@ def test_migration_job_is_a_pre_install_and_pre_upgrade_hook() -> None:
     assert pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]
     assert container["command"] == ["achilles", "db", "upgrade"]
+    # The schema owner's login, in a Secret of its own: no other component's login may
+    # run DDL, and no other pod reads this Secret.
+    env = {item["name"]: item for item in container["env"]}
+    assert env["ACHILLES_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "achilles-migrations-database",
+        "key": "url",
+    }
     assert "Job" not in by_kind(render("migrations.enabled=false"))
+
+
+@pytest.mark.parametrize("component", ["migrations", "api", "operator", "runner"])
+def test_each_component_needs_a_database_secret_of_its_own(component: str) -> None:
+    """An empty Secret name is refused: none falls back to another component's login."""
+    result = helm(
+        "template", RELEASE, str(CHART_DIR), "--set", f"database.{component}.secretName=",
+        check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert f"at '/database/{component}/secretName'" in result.stderr
 
 
 @pytest.mark.parametrize(
