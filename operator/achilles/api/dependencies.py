@@ -2,6 +2,8 @@
 
 `create_app` puts them on `app.state` once; these small dependencies hand them to a route
 (`database: Annotated[Database, Depends(database)]`), so a test app can carry its own.
+They are `async` only so FastAPI calls them on the event loop: a plain function would
+cost a thread-pool hop per request for an attribute lookup.
 """
 
 from __future__ import annotations
@@ -16,16 +18,16 @@ if TYPE_CHECKING:
     from achilles.services.run_requests import RunRequester
 
 
-def database(request: Request) -> Database:
+async def database(request: Request) -> Database:
     db: Database = request.app.state.database
     return db
 
 
-def settings(request: Request) -> ApiSettings:
+async def settings(request: Request) -> ApiSettings:
     value: ApiSettings = request.app.state.settings
     return value
 
 
-def run_requester(request: Request) -> RunRequester:
+async def run_requester(request: Request) -> RunRequester:
     requester: RunRequester = request.app.state.run_requester
     return requester

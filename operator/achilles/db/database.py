@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import psycopg
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
@@ -165,6 +165,14 @@ class Database:
         """One session in one transaction, committed when the block succeeds."""
         with self.connection_errors(), self.sessions() as session, session.begin():
             yield session
+
+    @contextmanager
+    def reads(self) -> Iterator[Connection]:
+        """One pooled connection in autocommit, no ORM session: for reads whose statements
+        need no common snapshot (mostly one statement). No BEGIN and COMMIT round trips;
+        the API's pages (`achilles bench api`)."""
+        with self.connection_errors(), self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def connection_errors(self) -> Iterator[None]:

@@ -91,15 +91,16 @@ def owner_inbox(
 ) -> list[ItemListing]:
     """The owner's items across their agents, blocked first, one keyset page.
     `agent_ref` (`namespace/name` or id) must be one of the owner's agents (else
-    `NotFound`, as for an agent that does not exist)."""
-    with database.transaction() as session:
+    `NotFound`, as for an agent that does not exist). Reads without a transaction (no
+    common snapshot needed): the API's hottest read, one statement without `agent_ref`."""
+    with database.reads() as connection:
         agent_id = None
         if agent_ref is not None:
-            agent_id = people.owner_agent_id(session, owner_key, agent_ref)
+            agent_id = people.owner_agent_id(connection, owner_key, agent_ref)
             if agent_id is None:
                 raise NotFound(f"agent {agent_ref!r} does not exist")
         return people.owner_queue(
-            session, owner_key, states=states, agent_id=agent_id, after=after, limit=limit
+            connection, owner_key, states=states, agent_id=agent_id, after=after, limit=limit
         )
 
 

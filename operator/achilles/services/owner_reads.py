@@ -98,22 +98,22 @@ def runs_page(
     *,
     agent_ref: str | None,
     limit: int,
+    output_chars: int,
 ) -> list[OwnedRun]:
-    """The scope's runs matching `where` (and of agent `agent_ref`), newest first."""
+    """The scope's runs matching `where` (and of agent `agent_ref`), newest first, each
+    output cut to its first `output_chars` characters. One statement without a
+    transaction (`achilles bench api`)."""
     if agent_ref is not None:
         where = replace(where, agent_id=_agent_in_scope(database, agent_ref, owner_key).id)
-    with database.transaction() as session:
-        if owner_key is not None and where.agent_id is None:
-            owner_id = reads.user_id_of(session, owner_key)
-            if owner_id is None:
-                return []
-            where = replace(where, owner_id=owner_id)
-        return reads.runs_by_ids(session, reads.run_page_ids(session, where, limit))
+    elif owner_key is not None:
+        where = replace(where, owner_key=owner_key)
+    with database.reads() as connection:
+        return reads.runs_page(connection, where, limit=limit, output_chars=output_chars)
 
 
 def find_run(database: Database, run_id: int, owner_key: str | None) -> OwnedRun:
-    with database.transaction() as session:
-        found = reads.runs_by_ids(session, [run_id])
-    if not found or (owner_key is not None and found[0].agent.owner_key != owner_key):
+    with database.reads() as connection:
+        found = reads.find_run(connection, run_id)
+    if found is None or (owner_key is not None and found.agent.owner_key != owner_key):
         raise NotFound(f"run {run_id} not found")
-    return found[0]
+    return found

@@ -87,6 +87,10 @@ class KubernetesIdentity:
             log.warning("admin check for %s: %s; treated as no admin", user_key, exc)
             return False
 
+    def cached_admin(self, user_key: str) -> bool | None:
+        """`is_admin`'s answer while it is cached (None: `is_admin` asks the API server)."""
+        return self._access.get((f"{self.user_prefix}{user_key}", (), ADMIN_ACCESS))
+
     def _service_account(self, token: str) -> ReviewedUser:
         digest = hashlib.sha256(token.encode()).hexdigest()
         user = self._tokens.get(digest)

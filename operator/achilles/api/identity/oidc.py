@@ -25,6 +25,7 @@ import httpx
 import jwt
 from jwt import PyJWK, PyJWKSet
 
+from achilles.api.identity.peek import HEADER, unverified_part
 from achilles.api.problems import unauthorized
 from achilles.domain.users import is_valid_user_key
 
@@ -65,6 +66,11 @@ class JwksCache:
         self._keys: dict[str, PyJWK] = {}
         self._fetched_at: float | None = None
         self._failure: OidcUnavailable | None = None
+
+    def cached(self, kid: str) -> PyJWK | None:
+        """The key if it is in the set already (never fetches)."""
+        with self._lock:
+            return self._keys.get(kid)
 
     def key(self, kid: str) -> PyJWK | None:
         with self._lock:
@@ -130,11 +136,22 @@ class OidcVerifier:
             raise unauthorized(f"the bearer token's {self.user_claim!r} claim is not a user key")
         return user_key
 
+    def needs_keys_for(self, token: str) -> bool:
+        """Whether `claims_of` would fetch the issuer's keys: a token of an accepted
+        algorithm naming a key id not in the cached set (anything else is refused or
+        verified without a fetch)."""
+        header = unverified_part(token, HEADER)
+        if header is None or header.get("alg") not in self.algorithms:
+            return False
+        kid = header.get("kid")
+        return isinstance(kid, str) and bool(kid) and self.keys.cached(kid) is None
+
     def claims_of(self, token: str) -> dict[str, Any]:
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError:
-            raise unauthorized("the bearer token is not a well-formed JWT") from None
+        # The header unverified, to pick the key; PyJWT's decode below reads it again,
+        # verified with everything else.
+        header = unverified_part(token, HEADER)
+        if header is None:
+            raise unauthorized("the bearer token is not a well-formed JWT")
         algorithm = header.get("alg")
         if algorithm not in self.algorithms:
             raise unauthorized(

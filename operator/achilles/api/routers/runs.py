@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import AwareDatetime, BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from achilles.api.dependencies import database
 from achilles.api.identity.caller import Caller, current_caller
@@ -88,7 +89,7 @@ def _fields(found: OwnedRun) -> dict[str, object]:
 
 
 @router.get("/runs", response_model=RunPage)
-def list_runs(
+async def list_runs(
     caller: Annotated[Caller, Depends(current_caller)],
     database: Annotated[Database, Depends(database)],
     agent: Annotated[
@@ -107,18 +108,35 @@ def list_runs(
     next page and is stable while runs are added."""
     if since is not None and until is not None and since >= until:
         raise Problem(422, "since: must be before until")
+    where = RunFilter(
+        states=tuple(s.value for s in state or ()),
+        since=since,
+        until=until,
+        request_key=request_key,
+        before_id=decode_cursor("runs", cursor),
+    )
+    # One thread-pool hop for the database and the page's models; the rest of the
+    # request stays on the event loop (`achilles bench api`).
+    return await run_in_threadpool(
+        _runs_page, database, owner_scope(caller, owner), where, agent_ref=agent, limit=limit
+    )
+
+
+def _runs_page(
+    database: Database,
+    owner_key: str | None,
+    where: RunFilter,
+    *,
+    agent_ref: str | None,
+    limit: int,
+) -> RunPage:
     found = owner_reads.runs_page(
         database,
-        owner_scope(caller, owner),
-        RunFilter(
-            states=tuple(s.value for s in state or ()),
-            since=since,
-            until=until,
-            request_key=request_key,
-            before_id=decode_cursor("runs", cursor),
-        ),
-        agent_ref=agent,
+        owner_key,
+        where,
+        agent_ref=agent_ref,
         limit=limit + 1,
+        output_chars=OUTPUT_PREVIEW_CHARS,
     )
     return RunPage(
         items=[RunSummary.model_validate(_fields(run)) for run in found[:limit]],
@@ -127,11 +145,17 @@ def list_runs(
 
 
 @router.get("/runs/{run_id}", response_model=RunDocument)
-def get_run(
+async def get_run(
     run_id: Annotated[int, Path(ge=1, le=MAX_ID)],
     caller: Annotated[Caller, Depends(current_caller)],
     database: Annotated[Database, Depends(database)],
 ) -> RunDocument:
     """One run: state, reason, trigger, output, error, tokens, its times."""
-    found = owner_reads.find_run(database, run_id, None if caller.is_admin else caller.user_key)
+    return await run_in_threadpool(
+        _run_document, database, run_id, None if caller.is_admin else caller.user_key
+    )
+
+
+def _run_document(database: Database, run_id: int, owner_key: str | None) -> RunDocument:
+    found = owner_reads.find_run(database, run_id, owner_key)
     return RunDocument.model_validate({**_fields(found), "output": found.run.output})

@@ -16,14 +16,27 @@ Filters (state, created_at window, request key) are applied inside those ranges.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Select, any_, cast, select, true
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.orm import Session
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    DateTime,
+    Integer,
+    Row,
+    Select,
+    Text,
+    bindparam,
+    func,
+    select,
+    true,
+)
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, User
 
@@ -45,7 +58,7 @@ class OwnedAgent:
 class RunFilter:
     """Which runs a page holds; `None` means no restriction on that field."""
 
-    owner_id: int | None = None
+    owner_key: str | None = None
     agent_id: int | None = None
     states: tuple[str, ...] = ()
     since: datetime | None = None
@@ -55,8 +68,26 @@ class RunFilter:
 
 
 @dataclass(frozen=True)
+class RunRow:
+    """What a person reads of a run (the row's columns but its secret and bookkeeping)."""
+
+    id: int
+    trigger: str
+    state: str
+    reason: str | None
+    request_key: str | None
+    tokens_used: int
+    error: str | None
+    output: str | None  # on a page, its first `output_chars` characters
+    created_at: datetime
+    scheduled_for: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
 class OwnedRun:
-    run: AgentRun
+    run: RunRow
     agent: OwnedAgent
 
 
@@ -112,27 +143,75 @@ def agent_by_id(session: Session, agent_id: int) -> OwnedAgent | None:
     return None if row is None else _owned(*row)
 
 
-def _run_conditions(where: RunFilter) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = []
-    if where.before_id is not None:
-        conditions.append(AgentRun.id < where.before_id)
+class _Scope(enum.Enum):
+    AGENT = "agent"  # where.agent_id
+    OWNER = "owner"  # where.owner_key
+    EVERY = "every"  # neither (an admin)
+
+
+def runs_page(
+    session: Session | Connection, where: RunFilter, *, limit: int, output_chars: int
+) -> list[OwnedRun]:
+    """The `limit` newest runs matching `where`, with their agents, newest first; each
+    output cut to its first `output_chars` characters. One statement: the page's ids
+    (one index range per agent) and then their rows by primary key."""
+    scope = _Scope.EVERY
+    params: dict[str, Any] = {"limit": limit, "output_chars": output_chars}
+    if where.agent_id is not None:
+        scope = _Scope.AGENT
+        params["agent_id"] = where.agent_id
+    elif where.owner_key is not None:
+        scope = _Scope.OWNER
+        params["owner_key"] = where.owner_key
     if where.states:
-        conditions.append(AgentRun.state.in_(where.states))
-    if where.since is not None:
-        conditions.append(AgentRun.created_at >= where.since)
-    if where.until is not None:
-        conditions.append(AgentRun.created_at < where.until)
-    if where.request_key is not None:
-        conditions.append(AgentRun.request_key == where.request_key)
+        params["states"] = list(where.states)
+    for name in ("since", "until", "request_key", "before_id"):
+        if getattr(where, name) is not None:
+            params[name] = getattr(where, name)
+    statement = _page_statement(
+        scope,
+        states=bool(where.states),
+        since=where.since is not None,
+        until=where.until is not None,
+        request_key=where.request_key is not None,
+        before=where.before_id is not None,
+    )
+    return [_owned_run(row) for row in session.execute(statement, params).all()]
+
+
+def find_run(session: Session | Connection, run_id: int) -> OwnedRun | None:
+    """One run with its agent, its whole output."""
+    row = session.execute(_one_run_statement(), {"run_id": run_id}).first()
+    return None if row is None else _owned_run(row)
+
+
+def _owned_run(row: Row[Any]) -> OwnedRun:
+    return OwnedRun(run=RunRow(*row[:12]), agent=OwnedAgent(*row[12:]))
+
+
+def _run_conditions(
+    *, states: bool, since: bool, until: bool, request_key: bool, before: bool
+) -> list[ColumnElement[bool]]:
+    moment = DateTime(timezone=True)
+    conditions: list[ColumnElement[bool]] = []
+    if before:
+        conditions.append(AgentRun.id < bindparam("before_id", type_=BigInteger))
+    if states:
+        conditions.append(AgentRun.state.in_(bindparam("states", expanding=True)))
+    if since:
+        conditions.append(AgentRun.created_at >= bindparam("since", type_=moment))
+    if until:
+        conditions.append(AgentRun.created_at < bindparam("until", type_=moment))
+    if request_key:
+        conditions.append(AgentRun.request_key == bindparam("request_key", type_=Text))
     return conditions
 
 
-def run_page_ids(session: Session, where: RunFilter, limit: int) -> list[int]:
+def _page_ids(scope: _Scope, conditions: list[ColumnElement[bool]]) -> Select[Any]:
     """The ids of the page's runs, newest first."""
-    conditions = _run_conditions(where)
-    if where.agent_id is not None:
-        query = select(AgentRun.id).where(AgentRun.agent_id == where.agent_id, *conditions)
-    elif where.owner_id is not None:
+    limit = bindparam("limit", type_=Integer)
+    if scope is _Scope.OWNER:
+        owner_id = select(User.id).where(User.key == bindparam("owner_key")).scalar_subquery()
         newest_of_each = (
             select(AgentRun.id)
             .where(AgentRun.agent_id == Agent.id, *conditions)
@@ -140,34 +219,36 @@ def run_page_ids(session: Session, where: RunFilter, limit: int) -> list[int]:
             .limit(limit)
             .lateral("newest")
         )
-        query = (
+        return (
             select(newest_of_each.c.id)
             .select_from(Agent)
             .join(newest_of_each, true())
-            .where(Agent.user_id == where.owner_id)
+            .where(Agent.user_id == owner_id)
+            .order_by(newest_of_each.c.id.desc())
+            .limit(limit)
         )
-        return list(
-            session.execute(query.order_by(newest_of_each.c.id.desc()).limit(limit)).scalars()
-        )
-    else:
-        query = select(AgentRun.id).where(*conditions)
-    return list(session.execute(query.order_by(AgentRun.id.desc()).limit(limit)).scalars())
+    if scope is _Scope.AGENT:
+        conditions = [AgentRun.agent_id == bindparam("agent_id", type_=BigInteger), *conditions]
+    return select(AgentRun.id).where(*conditions).order_by(AgentRun.id.desc()).limit(limit)
 
 
-def runs_by_ids(session: Session, ids: Sequence[int]) -> list[OwnedRun]:
-    """The runs with their agents, newest first.
-
-    The ids go as one array parameter (`= ANY`), not an expanded `IN (...)`: the statement
-    stays one short text that psycopg prepares once per connection, where a page's 51
-    expanded parameters made a statement too long for its cache, parsed and planned on
-    every page. The agent comes as the columns `OwnedAgent` shows, not the whole row (its
-    prompt and its JSON schedule and metadata, decoded for every run of the page).
-    `achilles bench api` measured both."""
-    if not ids:
-        return []
-    rows = session.execute(
+def _runs_with_agents(output: ColumnElement[Any] | InstrumentedAttribute[Any]) -> Select[Any]:
+    """Runs with the agent columns `OwnedAgent` shows (not the agent's whole row: its
+    prompt, JSON schedule and metadata), as plain rows: no ORM entity per run."""
+    return (
         select(
-            AgentRun,
+            AgentRun.id,
+            AgentRun.trigger,
+            AgentRun.state,
+            AgentRun.reason,
+            AgentRun.request_key,
+            AgentRun.tokens_used,
+            AgentRun.error,
+            output,
+            AgentRun.created_at,
+            AgentRun.scheduled_for,
+            AgentRun.started_at,
+            AgentRun.finished_at,
             Agent.id,
             User.key,
             Agent.name,
@@ -178,10 +259,33 @@ def runs_by_ids(session: Session, ids: Sequence[int]) -> list[OwnedRun]:
             Agent.enabled,
             Agent.admin_paused,
         )
+        .select_from(AgentRun)
         .join(Agent, Agent.id == AgentRun.agent_id)
         .join(User, User.id == Agent.user_id)
         .outerjoin(AgentModel, AgentModel.id == Agent.model_id)
-        .where(AgentRun.id == any_(cast(list(ids), ARRAY(BigInteger))))
+    )
+
+
+# Statements are built once per shape of the question (their values are bound
+# parameters): building and hashing a SELECT of this size cost more CPU than running it.
+@functools.cache
+def _page_statement(
+    scope: _Scope, *, states: bool, since: bool, until: bool, request_key: bool, before: bool
+) -> Select[Any]:
+    conditions = _run_conditions(
+        states=states, since=since, until=until, request_key=request_key, before=before
+    )
+    preview = func.left(AgentRun.output, bindparam("output_chars", type_=Integer))
+    # `IN (the page's ids)`: the ids' index ranges first, then 51 primary-key lookups.
+    return (
+        _runs_with_agents(preview)
+        .where(AgentRun.id.in_(_page_ids(scope, conditions)))
         .order_by(AgentRun.id.desc())
-    ).all()
-    return [OwnedRun(run=row[0], agent=OwnedAgent(*row[1:])) for row in rows]
+    )
+
+
+@functools.cache
+def _one_run_statement() -> Select[Any]:
+    return _runs_with_agents(AgentRun.output).where(
+        AgentRun.id == bindparam("run_id", type_=BigInteger)
+    )
