@@ -29,9 +29,11 @@ from tests.db.logins import admin, login_url
 ACHILLES = str(Path(sys.executable).with_name("achilles"))
 
 
-def achilles(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The `achilles` console script as a person runs it."""
-    env = {**os.environ, "ACHILLES_DATABASE_URL": database_url}
+def achilles(
+    database_url: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The `achilles` console script as a person runs it (`env`: more variables)."""
+    env = {**os.environ, "ACHILLES_DATABASE_URL": database_url, **(env or {})}
     return subprocess.run(
         [ACHILLES, *args], capture_output=True, text=True, env=env, timeout=120, check=False
     )
@@ -141,12 +143,14 @@ class RunnerProcess:
         extra_args: Sequence[str] = (),
         as_runner: bool = True,
         run_secret: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ACHILLES_")}
         env["ACHILLES_DATABASE_URL"] = database_url
         if as_runner:
             env["ACHILLES_DATABASE_URL"] = runner_login_url(database_url)
             env[RUN_SECRET_ENV] = run_secret or give_run_secret(database_url, run_id)
+        env.update(extra_env or {})
         if api_key is not None:
             env["ACHILLES_MODEL_API_KEY"] = api_key
         self.process = subprocess.Popen(

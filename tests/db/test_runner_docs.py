@@ -4,6 +4,7 @@ a command printing is what it prints."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -41,6 +42,12 @@ def walkthrough() -> list[tuple[str, str]]:
     return steps
 
 
+def _is_setting(word: str) -> bool:
+    """`NAME=value` before a command: an environment variable for it."""
+    name, equals, _ = word.partition("=")
+    return bool(equals) and name.isidentifier() and name.isupper()
+
+
 def test_the_by_hand_walkthrough(db: Engine, database_url: str) -> None:
     steps = walkthrough()
     commands = [command.split("\n")[0] for command, _ in steps]
@@ -65,9 +72,11 @@ def test_the_by_hand_walkthrough(db: Engine, database_url: str) -> None:
                 )
             else:
                 argv = shlex.split(command)
+                settings = dict(a.split("=", 1) for a in itertools.takewhile(_is_setting, argv))
+                argv = argv[len(settings) :]
                 assert argv[0] == "achilles", command
                 argv = [str(REPO / a) if a.startswith("examples/") else a for a in argv[1:]]
-                done = achilles(database_url, *argv)
+                done = achilles(database_url, *argv, env=settings)
             assert done.returncode == 0, f"{command}: {done.stderr}"
             if shown:
                 assert done.stdout == shown, command

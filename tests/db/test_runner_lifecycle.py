@@ -308,3 +308,27 @@ def test_a_sigterm_at_the_jobs_deadline_names_the_deadline(db: Engine, database_
         "run timed out: it exceeded its limit of 30 s (Kubernetes stopped its pod at the"
         " Job's activeDeadlineSeconds)"
     )
+
+
+def test_a_runner_with_a_superuser_login_ends_its_run_saying_why(
+    db: Engine, database_url: str
+) -> None:
+    """A runs Secret holding the superuser's URL would let every tool read every owner's
+    data: the runner refuses to run the agent (the run fails, saying what to do), unless
+    the installation said it is a first try (ACHILLES_ALLOW_SUPERUSER, which the operator
+    passes on to its Jobs)."""
+    script = {"rules": [{"reply": {"content": "ran"}}]}
+    with serving(script) as server:
+        model = add_model(db, server)
+        refused = queue_run(db, owner="alice", model=model)
+        assert run_to_end(database_url, refused, as_runner=False)[0] == 0
+        allowed = queue_run(db, owner="bob", model=model)
+        allow = {"ACHILLES_ALLOW_SUPERUSER": "true"}
+        assert run_to_end(database_url, allowed, as_runner=False, extra_env=allow)[0] == 0
+        assert len(server.recorded()) == 1, "the refused run never called the model"
+    row = run_row(db, refused)
+    assert (row.state, row.reason) == ("failed", "error")
+    assert row.error is not None
+    assert "is a superuser" in row.error
+    assert "achilles db login runner" in row.error
+    assert run_row(db, allowed).output == "ran"

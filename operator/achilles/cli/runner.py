@@ -71,6 +71,7 @@ def runner(
     from achilles.db.database import database_url_from_env
     from achilles.domain.run_secret import RUN_SECRET_ENV
     from achilles.errors import AchillesError
+    from achilles.services.db_roles import allow_superuser
     from achilles.services.run_execution import run
 
     logging.basicConfig(
@@ -83,6 +84,7 @@ def runner(
             database_url=database_url or database_url_from_env(),
             api_key=os.environ.get(API_KEY_ENV) or None,
             run_secret=os.environ.get(RUN_SECRET_ENV) or None,
+            allow_superuser=allow_superuser(),
             heartbeat_interval=heartbeat_interval,
             model_timeout=model_timeout,
             model_max_retries=model_max_retries,

@@ -13,6 +13,7 @@ from achilles.domain.pod_outcome import START_DEADLINE
 from achilles.domain.runs import STALE_AFTER
 from achilles.errors import ConfigurationError, InvalidInputError
 from achilles.k8s.jobs import JobTemplate, SecretKey
+from achilles.services.db_roles import ALLOW_SUPERUSER_ENV, allow_superuser
 
 
 def _env(name: str, default: str | None = None) -> str:
@@ -75,6 +76,8 @@ class OperatorConfig:
     def from_env(cls) -> OperatorConfig:
         command = os.environ.get("ACHILLES_RUNNER_COMMAND")
         extra_env = _json_object("ACHILLES_RUNNER_ENV")
+        if allow_superuser():  # a first try with one superuser URL: the runs may use it too
+            extra_env.setdefault(ALLOW_SUPERUSER_ENV, "true")
         resources = _json_object("ACHILLES_RUNNER_RESOURCES")
         template = JobTemplate(
             namespace=_env("ACHILLES_RUNS_NAMESPACE", "achilles-runs"),

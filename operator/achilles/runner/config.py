@@ -25,6 +25,8 @@ class RunnerConfig:
     api_key: str | None  # None: the Job passed no key (fine for keyless models)
     # The run's secret (ACHILLES_RUN_SECRET); None: a login that needs none (superuser).
     run_secret: str | None = field(default=None, repr=False)
+    # ACHILLES_ALLOW_SUPERUSER: run even as a login that is more than a runner (a first try).
+    allow_superuser: bool = False
     heartbeat_interval: float = DEFAULT_HEARTBEAT_SECONDS
     model_timeout: float = DEFAULT_MODEL_TIMEOUT
     model_max_retries: int = DEFAULT_MODEL_MAX_RETRIES

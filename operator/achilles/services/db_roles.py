@@ -64,6 +64,14 @@ def grant_login(
     return LoginGranted(login=login, group=group, created=not facts.exists)
 
 
+def grant_login_url(database: Database, component: Component, login: str, password: str) -> str:
+    """`grant_login`, then the URL of `database` with that login in place of its own (for
+    tools that make a component's login and hand its URL on: the dev stack, benchmarks)."""
+    grant_login(database, component, login, password)
+    url = database.url.set(username=login, password=password)
+    return url.render_as_string(hide_password=False)
+
+
 def allow_superuser(environ: dict[str, str] | None = None) -> bool:
     import os
 

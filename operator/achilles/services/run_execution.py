@@ -36,16 +36,18 @@ from datetime import UTC, datetime
 from types import FrameType
 
 from achilles.db.database import Database
+from achilles.db.roles import Component
 from achilles.domain.run_secret import session_settings
 from achilles.domain.run_spec import RunSpec
 from achilles.domain.runs import FailReason
 from achilles.domain.schedule.timezones import load_timezone
-from achilles.errors import UnknownTimezoneError
+from achilles.errors import ConfigurationError, UnknownTimezoneError
 from achilles.llm.chat import OpenAIChatModel
 from achilles.runner.config import API_KEY_ENV, RunnerConfig
 from achilles.runner.heartbeat import Heartbeat
 from achilles.runner.loop import AgentLoop, LoopLimits, LoopResult, timed_out_message
 from achilles.runner.prompt import compose_messages
+from achilles.services import db_roles
 from achilles.services.run_journal import RunJournal
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
@@ -135,7 +137,12 @@ def run(config: RunnerConfig) -> int:
         if not events.empty():
             log.info("terminated before claiming run %d; it stays queued", config.run_id)
             return EXIT_OK
+        powerful = _powerful_login(database, config)
         spec = database.claim(config.run_id)
+        if spec is not None and powerful is not None:
+            log.error("run %d: %s", spec.run_id, powerful)
+            _Journal(database, spec.run_id).fail(FailReason.ERROR, powerful)
+            return EXIT_OK
         if spec is None:
             log.info(
                 "run %d is not queued (claimed, finished or deleted); nothing to do", config.run_id
@@ -154,6 +161,19 @@ def run(config: RunnerConfig) -> int:
             return EXIT_CRASH
     finally:
         database.database.dispose()
+
+
+def _powerful_login(database: RunJournal, config: RunnerConfig) -> str | None:
+    """Why this runner must not run its agent: its login is more than a runner's (a
+    superuser, BYPASSRLS, the tables' owner), so a tool could read every owner's data.
+    The login can then end the run itself, saying so."""
+    try:
+        db_roles.refuse_powerful_login(
+            database.database, Component.RUNNER, allow=config.allow_superuser
+        )
+    except ConfigurationError as exc:
+        return str(exc)
+    return None
 
 
 def _refusal(spec: RunSpec, config: RunnerConfig) -> str | None:
