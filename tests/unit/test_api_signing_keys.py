@@ -15,7 +15,12 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from achilles.api.identity.oidc import REFETCH_INTERVAL_SECONDS, JwksCache, OidcVerifier
+from achilles.api.identity.oidc import (
+    LEEWAY_SECONDS,
+    REFETCH_INTERVAL_SECONDS,
+    JwksCache,
+    OidcVerifier,
+)
 from achilles.api.problems import Problem
 
 ISSUER = "http://issuer.test"
@@ -153,3 +158,33 @@ def test_claims_that_are_wrong(issuer: Issuer, claims: dict[str, Any], detail: s
         verifier(issuer, Clock()).user_key_of(issuer.token("one", **claims))
     assert refused.value.status == 401
     assert detail in refused.value.detail
+
+
+def test_a_token_seen_before_still_expires(issuer: Issuer) -> None:
+    """The second use comes from the verifier's memory of the token; its times do not."""
+    wall = Clock()
+    wall.now = time.time()
+    keys = JwksCache(ISSUER, issuer.fetch, Clock())
+    check = OidcVerifier(ISSUER, AUDIENCE, "sub", ("RS256",), keys, clock=wall)
+    token = issuer.token("one")
+    assert check.user_key_of(token) == "alice"
+    assert check.user_key_of(token) == "alice"
+    wall.now += 600 + LEEWAY_SECONDS  # the token's exp, plus the leeway
+    with pytest.raises(Problem) as expired:
+        check.user_key_of(token)
+    assert expired.value.status == 401
+    assert "expired" in expired.value.detail
+
+
+def test_a_token_seen_before_is_refused_once_its_key_left_the_key_set(issuer: Issuer) -> None:
+    clock = Clock()
+    check = verifier(issuer, clock)
+    token = issuer.token("one")
+    assert check.user_key_of(token) == "alice"
+    clock.now += REFETCH_INTERVAL_SECONDS
+    del issuer.keys["one"]
+    issuer.add_key("two", rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    assert check.user_key_of(issuer.token("two")) == "alice"  # the refetch: "one" is gone
+    with pytest.raises(Problem) as refused:
+        check.user_key_of(token)
+    assert refused.value.status == 401
