@@ -25,6 +25,7 @@ check alone. The reads' plans (EXPLAIN ANALYZE, BUFFERS) are kept in the result.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import tempfile
 import time
 from collections.abc import Callable
@@ -47,9 +48,11 @@ from achilles.api.pagination import encode_cursor
 from achilles.api.routers.runs import OUTPUT_PREVIEW_CHARS
 from achilles.db.database import Database
 from achilles.db.inbox.replies import write_reply
+from achilles.db.roles import Component
 from achilles.domain.inbox import ReplyChannel, ReplyKind
 from achilles.services import inbox as inbox_service
 from achilles.services import owner_reads
+from achilles.services.db_roles import grant_login_url
 from achilles.services.owner_reads import RunFilter
 from achilles_dev import oidc
 from bench import api_data, api_processes, journal, sse
@@ -444,7 +447,11 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
                 progress(f"{len(tokens)} owners signed in ({time.monotonic() - started:.1f}s)")
                 measure_tokens(report, provider, tokens[owners[0].key], sizes)
                 progress("token verification measured")
-                with api_processes.api_process(target.url, provider, workdir, progress) as api:
+                # The API connects as its own login, as installed (docs/operator.md).
+                api_login = grant_login_url(
+                    database, Component.API, "achilles_bench_api", secrets.token_urlsafe(32)
+                )
+                with api_processes.api_process(api_login, provider, workdir, progress) as api:
                     dsn = target.libpq_dsn()
                     readers = owners[: sizes.read_owners]
                     measure_inbox(report, database, api, dsn, readers, sizes, tokens)
