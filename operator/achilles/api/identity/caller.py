@@ -80,24 +80,14 @@ class Authenticator:
 
     def identify(self, request: Request) -> tuple[str, Via]:
         """The user key the request acts for and how it was recognised; 401/403 if none."""
-        authorization = request.headers.get("authorization")
-        if authorization is not None:
-            return self._bearer(request, authorization)
-        if "session" in request.scope:
-            user_key = request.session.get("user_key")
-            if isinstance(user_key, str) and user_key:
-                return user_key, "session"
-        raise unauthorized("no credentials: send Authorization: Bearer <token>")
+        found = self._identify(request, may_wait=True)
+        assert found is not None
+        return found
 
-    def identifies_without_waiting(self, request: Request) -> bool:
-        """Whether `identify` is CPU work only: no JWKS fetch, no TokenReview."""
-        authorization = request.headers.get("authorization")
-        if authorization is None:
-            return True  # the session (already read by its middleware), or 401
-        token = _bearer_token(authorization)
-        if self.oidc is None or issuer_of(token) != self.oidc.issuer:
-            return self.kubernetes is None  # TokenReview, or 401
-        return not self.oidc.needs_keys_for(token)
+    def identify_now(self, request: Request) -> tuple[str, Via] | None:
+        """`identify` when that is CPU work only; None when it would wait on the network
+        (a JWKS fetch, a TokenReview): then call `identify` from a thread."""
+        return self._identify(request, may_wait=False)
 
     def cached_admin(self, user_key: str) -> bool | None:
         """Whether the person is an admin, if known without a call (else None)."""
@@ -106,7 +96,19 @@ class Authenticator:
     def is_admin(self, user_key: str) -> bool:
         return self.kubernetes is not None and self.kubernetes.is_admin(user_key)
 
-    def _bearer(self, request: Request, authorization: str) -> tuple[str, Via]:
+    def _identify(self, request: Request, *, may_wait: bool) -> tuple[str, Via] | None:
+        authorization = request.headers.get("authorization")
+        if authorization is not None:
+            return self._bearer(request, authorization, may_wait=may_wait)
+        if "session" in request.scope:  # read by its middleware already
+            user_key = request.session.get("user_key")
+            if isinstance(user_key, str) and user_key:
+                return user_key, "session"
+        raise unauthorized("no credentials: send Authorization: Bearer <token>")
+
+    def _bearer(
+        self, request: Request, authorization: str, *, may_wait: bool
+    ) -> tuple[str, Via] | None:
         token = _bearer_token(authorization)
         impersonate = request.headers.get(IMPERSONATE_USER)
         if self.oidc is not None and issuer_of(token) == self.oidc.issuer:
@@ -116,8 +118,12 @@ class Authenticator:
                     f"{IMPERSONATE_USER} is honoured only for a Kubernetes ServiceAccount"
                     " that RBAC lets impersonate that user",
                 )
+            if not may_wait and self.oidc.needs_keys_for(token):
+                return None
             return self.oidc.user_key_of(token), "oidc"
         if self.kubernetes is not None:
+            if not may_wait:
+                return None
             return self.kubernetes.user_key_for(token, impersonate), "serviceaccount"
         raise unauthorized("the bearer token is not valid")
 
@@ -151,10 +157,10 @@ async def current_caller(request: Request) -> Caller:
     if isinstance(cached, Caller):
         return cached
     authenticator: Authenticator = request.app.state.authenticator
-    if authenticator.identifies_without_waiting(request):
-        user_key, via = authenticator.identify(request)
-    else:
-        user_key, via = await run_in_threadpool(authenticator.identify, request)
+    found = authenticator.identify_now(request)
+    if found is None:
+        found = await run_in_threadpool(authenticator.identify, request)
+    user_key, via = found
     admin = authenticator.cached_admin(user_key)
     if admin is None:
         admin = await run_in_threadpool(authenticator.is_admin, user_key)
