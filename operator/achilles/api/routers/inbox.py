@@ -9,9 +9,9 @@ missing one. docs/api.md#inbox.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import Response
@@ -26,8 +26,15 @@ from achilles.api.problems import PROBLEM_RESPONSES, TYPE_BASE, Problem
 from achilles.db.database import Database
 from achilles.db.inbox.board import ItemListing
 from achilles.db.inbox.people import QueuePosition, Revision
-from achilles.domain.inbox import InboxItem, ItemState, ReplyChannel, ReplyKind, ReplyRefusal
-from achilles.domain.inbox_records import item_record
+from achilles.domain.inbox import (
+    InboxItem,
+    ItemState,
+    ReplyChannel,
+    ReplyKind,
+    ReplyRefusal,
+    has_unprocessed_reply,
+)
+from achilles.domain.inbox_records import status_label
 from achilles.services import inbox as service
 from achilles.services.idempotency import StoredResponse
 from achilles.services.run_requests import RunRequester
@@ -136,13 +143,50 @@ class ReplyOutcome(BaseModel):
     wake: WakeOut
 
 
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+def _item_fields(item: InboxItem) -> dict[str, Any]:
+    """`item_record`'s fields (what `achilles inbox show --json` prints) with the instants
+    as UTC datetimes, which pydantic writes as `item_record` does: formatting each as
+    text to parse it back was a third of the list's CPU per item (`achilles bench api`)."""
+    reply = item.reply
+    return {
+        "id": item.id,
+        "agent_id": item.agent_id,
+        "key": item.key,
+        "state": item.state,
+        "status": status_label(item),
+        "question": item.question,
+        "context": item.context,
+        "revision": item.revision,
+        "reply_serial": item.reply_serial,
+        "unprocessed": has_unprocessed_reply(item),
+        "reply": None
+        if reply is None
+        else {
+            "text": reply.text,
+            "kind": reply.kind,
+            "channel": reply.channel,
+            "serial": reply.serial,
+            "handled_at": _utc(reply.handled_at),
+            "seen_at": _utc(reply.seen_at),
+            "outcome": reply.outcome,
+            "by": reply.by,
+        },
+        "created_at": _utc(item.created_at),
+        "updated_at": _utc(item.updated_at),
+    }
+
+
 def _item(item: InboxItem) -> ItemOut:
-    return ItemOut.model_validate(item_record(item))
+    return ItemOut.model_validate(_item_fields(item))
 
 
 def _listed(listing: ItemListing) -> ListedItemOut:
     return ListedItemOut.model_validate(
-        {**item_record(listing.item), "agent_name": listing.agent_name, "owner": listing.owner_key}
+        {**_item_fields(listing.item), "agent_name": listing.agent_name, "owner": listing.owner_key}
     )
 
 
