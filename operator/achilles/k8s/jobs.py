@@ -213,6 +213,29 @@ class RunJobs:
             raise JobRejected(None, str(exc)) from exc
         return True
 
+    def run_secret(self, run_id: int) -> RunSecret | None:
+        """The run secret the run's existing Job carries (None: no Job, or none in it).
+
+        A Job made by a dispatch whose transaction never committed (its operator killed
+        in between) carries a secret whose hash the row never got: the next dispatch,
+        finding the Job already there, stores this one's, so that its pod can claim."""
+        try:
+            job = self.batch.read_namespaced_job(job_name(run_id), self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise JobRejected(
+                exc.status, f"{exc.status} {exc.reason}: {_body_message(exc)}"
+            ) from exc
+        except (HTTPError, OSError) as exc:
+            raise JobRejected(None, str(exc)) from exc
+        pod = job.spec.template.spec if job.spec and job.spec.template else None
+        for container in (pod.containers if pod else None) or []:
+            for variable in container.env or []:
+                if variable.name == RUN_SECRET_ENV and variable.value:
+                    return RunSecret(variable.value)
+        return None
+
     def delete(self, run_id: int) -> bool:
         """Delete the run's Job and its pods (a reaped or removed run); False if absent."""
         try:

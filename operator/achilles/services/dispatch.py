@@ -124,26 +124,29 @@ def dispatch_queued_runs(
             else:
                 startable.append(run)
 
-        run_secrets = {run.run_id: RunSecret.new() for run in startable}
-
-        def create(run: queue.DispatchableRun) -> str | None:
-            spec = _spec(run, settings.run_timeout_seconds, run_secrets[run.run_id])
+        def create(run: queue.DispatchableRun) -> RunSecret | str:
+            """The secret the run's Job carries, or why the Job was refused."""
+            secret = RunSecret.new()
             try:
-                jobs.create(build_run_job(spec, template))
+                if jobs.create(
+                    build_run_job(_spec(run, settings.run_timeout_seconds, secret), template)
+                ):
+                    return secret
+                # Made by a dispatch that never committed: its pod holds that one's secret.
+                return jobs.run_secret(run.run_id) or secret
             except JobRejected as exc:
                 return str(exc)
-            return None
 
         with ThreadPoolExecutor(max_workers=PARALLEL_CREATES) as pool:
-            errors = list(pool.map(create, startable))
-        for run, error in zip(startable, errors, strict=True):
-            if error is None:
+            outcomes = list(pool.map(create, startable))
+        digests = {}
+        for run, outcome in zip(startable, outcomes, strict=True):
+            if isinstance(outcome, RunSecret):
                 result.created.append(run)
+                digests[run.run_id] = outcome.digest
             else:
-                result.rejected = error
-        queue.mark_dispatched(
-            session, {run.run_id: run_secrets[run.run_id].digest for run in result.created}, now
-        )
+                result.rejected = outcome
+        queue.mark_dispatched(session, digests, now)
         result.executing = queue.count_executing(session)
         result.waiting = queue.count_waiting(session)
     return result
