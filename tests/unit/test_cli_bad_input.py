@@ -38,6 +38,7 @@ MALFORMED_DATABASE_URLS = (
 # so that only the database URL or the cluster is what fails.
 WORKING_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "budget show": ("--owner", "alice"),
+    "db login": ("runner", "achilles_runner_login"),
     "db current": (),
     "db downgrade": ("base",),
     "db upgrade": (),
@@ -65,6 +66,7 @@ CLUSTER_COMMANDS: dict[str, tuple[str, ...]] = {"run-now": ("default/helper",)}
 # (the local stack would start one; the benchmarks and the fault suite are scaffolding
 # with their own harness), and `dev kubelet` (the stand-in's own argument parser).
 NOT_RUN = (
+    "db roles",  # takes no input at all: test_db_roles_prints_each_components_role
     "api",
     "operator",
     "model-server",
@@ -98,8 +100,18 @@ DATABASE_COMMANDS = sorted(
 )
 
 
+# What else a command reads to do its work (from the environment, never an argument).
+WORKING_ENVIRONMENT: dict[str, str | None] = {
+    "ACHILLES_DB_LOGIN_PASSWORD": "a-password-long-enough",
+}
+
+
 def run(args: list[str], env: dict[str, str | None] | None = None) -> Result:
-    environment: dict[str, str | None] = {"ACHILLES_DATABASE_URL": None, "KUBECONFIG": None}
+    environment: dict[str, str | None] = {
+        "ACHILLES_DATABASE_URL": None,
+        "KUBECONFIG": None,
+        **WORKING_ENVIRONMENT,
+    }
     return CliRunner().invoke(cli, args, env={**environment, **(env or {})})
 
 
@@ -410,3 +422,21 @@ def test_the_console_script_itself(
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: "), line
     assert needle in line, line
+
+
+def test_db_login_without_a_password_says_where_it_comes_from() -> None:
+    args = ["db", "login", "runner", "achilles_runner_login", "--database-url"]
+    result = run([*args, UNREACHABLE_DATABASE], env={"ACHILLES_DB_LOGIN_PASSWORD": None})
+    line = assert_one_error_line(result, 2)
+    assert "ACHILLES_DB_LOGIN_PASSWORD" in line, line
+
+
+def test_db_roles_prints_each_components_role() -> None:
+    result = run(["db", "roles"])
+    assert result.exit_code == 0, result.output
+    rows = result.output.splitlines()[1:]
+    assert [row.split()[:2] for row in rows] == [
+        ["operator", "achilles_operator"],
+        ["runner", "achilles_runner"],
+        ["api", "achilles_api"],
+    ]

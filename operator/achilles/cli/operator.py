@@ -44,7 +44,6 @@ def operator(liveness: str, verbose: bool) -> None:
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # every liveness probe
-    _refuse_powerful_login(config.database_url)
     try:
         start_http_server(config.metrics_port)
     except OSError as exc:
@@ -52,6 +51,7 @@ def operator(liveness: str, verbose: bool) -> None:
             f"cannot serve metrics on port {config.metrics_port}: {exc.strerror or exc}"
             " (ACHILLES_METRICS_PORT; 0 picks any free port)"
         ) from exc
+    _refuse_powerful_login(config.database_url)
     asyncio.run(
         kopf.operator(
             clusterwide=True,
