@@ -10,6 +10,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
 
 from achilles.api.dependencies import database, run_requester
 from achilles.api.idempotency import once_for, replayable, response_of, stored_json
@@ -125,7 +126,7 @@ def agent_document(view: owner_reads.AgentView) -> AgentDocument:
 
 
 @router.get("/agents", response_model=AgentPage)
-def list_agents(
+async def list_agents(
     caller: Annotated[Caller, Depends(current_caller)],
     database: Annotated[Database, Depends(database)],
     owner: Annotated[str | None, Query(max_length=254)] = None,
@@ -134,12 +135,20 @@ def list_agents(
 ) -> AgentPage:
     """The caller's agents by id (an admin: `owner=<key>` for one owner's, `owner=*` for
     everyone's), with the columns of `kubectl get agents`."""
-    views = owner_reads.agents_page(
+    # One thread-pool hop for the database and the page's models (docs/performance.md).
+    return await run_in_threadpool(
+        _agents_page,
         database,
         owner_scope(caller, owner),
         after_id=decode_cursor("agents", cursor),
-        limit=limit + 1,
+        limit=limit,
     )
+
+
+def _agents_page(
+    database: Database, owner_key: str | None, *, after_id: int | None, limit: int
+) -> AgentPage:
+    views = owner_reads.agents_page(database, owner_key, after_id=after_id, limit=limit + 1)
     return AgentPage(
         items=[agent_document(view) for view in views[:limit]],
         next_cursor=next_cursor("agents", [view.agent.id for view in views], limit),

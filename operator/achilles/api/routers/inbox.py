@@ -287,7 +287,7 @@ def _inbox_page(
 
 
 @router.get("/inbox/{item_id}", response_model=ItemDetailOut)
-def get_item(
+async def get_item(
     item_id: ITEM_ID,
     response: Response,
     caller: Annotated[Caller, Depends(current_caller)],
@@ -295,16 +295,23 @@ def get_item(
 ) -> ItemDetailOut:
     """The item, its board's version and its revision history (who replied, when, by
     which channel). `ETag` is the revision to send back as `If-Match`."""
-    found = service.item_history(
-        database, item_id, owner_key=None if caller.is_admin else caller.user_key
+    detail = await run_in_threadpool(
+        _item_detail, database, item_id, None if caller.is_admin else caller.user_key
     )
-    details = found.details
-    response.headers["ETag"] = _etag(details.listing.item.revision)
+    response.headers["ETag"] = _etag(detail.revision)
+    return detail
+
+
+def _item_detail(database: Database, item_id: int, owner_key: str | None) -> ItemDetailOut:
+    found = service.item_history(database, item_id, owner_key=owner_key)
+    listing = found.details.listing
     return ItemDetailOut.model_validate(
         {
-            **_listed(details.listing).model_dump(),
-            "board_version": details.board_version,
-            "wake_on_reply": details.wake_on_reply,
+            **_item_fields(listing.item),
+            "agent_name": listing.agent_name,
+            "owner": listing.owner_key,
+            "board_version": found.details.board_version,
+            "wake_on_reply": found.details.wake_on_reply,
             "history": [_revision(revision) for revision in found.revisions],
         }
     )
