@@ -164,7 +164,8 @@ class StackConfig:
 
     @property
     def pod_database_url(self) -> str:
-        """The database URL as pods see it (Secrets for the chart's Jobs)."""
+        """The superuser's URL at the address pods reach the host at (no password: pods
+        log in with one, so their Secrets hold `achilles_dev.logins`' URLs instead)."""
         return self.database_url.replace(f"@{LOOPBACK}:", f"@{self.apiserver_host}:", 1)
 
     @property
