@@ -65,11 +65,17 @@ def bench() -> None:
 @_size_option(10_000_000, "agent_runs history rows (owners = size/1000, agents = size/100)")
 @json_option
 @server_option
-def journal(size: int, json_path: Path | None, server_url: str | None) -> None:
+@click.option(
+    "--as-owner",
+    is_flag=True,
+    help="Measure as the tables' owner (no grants, no row-level security), not the"
+    " operator's login: the comparison for least privilege's cost.",
+)
+def journal(size: int, json_path: Path | None, server_url: str | None, as_owner: bool) -> None:
     """Enqueue through the gates vs raw INSERT, budget query, reaper, scheduler scans."""
     from bench import journal as benchmark
 
-    _show(benchmark.run(size, json_path, server_url))
+    _show(benchmark.run(size, json_path, server_url, as_owner=as_owner))
 
 
 @bench.command()

@@ -565,7 +565,9 @@ def measure_status(report: Report, database: Database, sizes: Sizes, progress: P
 OPERATOR_LOGIN = "achilles_bench_operator"
 
 
-def run(size: int, json_path: Path | None, server_url: str | None = None) -> Report:
+def run(
+    size: int, json_path: Path | None, server_url: str | None = None, *, as_owner: bool = False
+) -> Report:
     progress = Progress(NAME)
     sizes = Sizes.for_runs(size)
     report = Report(benchmark=NAME, size=size, parameters=asdict(sizes))
@@ -580,10 +582,13 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
             report.details["load_seconds"] = load(admin, sizes, progress)
             report.details["table_sizes"] = _table_sizes(admin)
             progress(f"tables: {report.details['table_sizes']}")
-            operator_url = grant_login_url(
-                admin, Component.OPERATOR, OPERATOR_LOGIN, secrets.token_urlsafe(24)
-            )
-            database = Database(operator_url, pool_size=2, application_name="achilles-bench")
+            url = target.url
+            if not as_owner:
+                url = grant_login_url(
+                    admin, Component.OPERATOR, OPERATOR_LOGIN, secrets.token_urlsafe(24)
+                )
+            report.details["measured_as"] = "the tables' owner" if as_owner else OPERATOR_LOGIN
+            database = Database(url, pool_size=2, application_name="achilles-bench")
             blocks = AgentBlocks(next_id=sizes.running + 1)  # 1..running: the reaper's
             measure_budget(report, database, sizes, progress)
             measure_reaper(report, database, admin, sizes, progress)

@@ -23,6 +23,7 @@ import pytest
 from achilles.db.roles import Component
 from achilles_dev.postgres import free_port
 from tests.db.logins import login_url
+from tests.dead_cluster import write_kubeconfig
 from tests.waiting import wait_for
 
 ACHILLES = str(Path(sys.executable).with_name("achilles"))
@@ -36,13 +37,7 @@ def environment(database_url: str, tmp_path: Path, **extra: str) -> dict[str, st
         for k, v in os.environ.items()
         if not k.startswith(("ACHILLES_", "KUBERNETES_")) and k != "KUBECONFIG"
     }
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig")
     return {
         **clean,
         "ACHILLES_DATABASE_URL": database_url,

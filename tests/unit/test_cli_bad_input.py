@@ -23,6 +23,7 @@ from click.testing import CliRunner, Result
 from achilles.cli.common import DatabaseUrl, HttpEndpoint, UserKey, WholeNumber
 from achilles.cli.db import Revision
 from achilles.cli.main import cli
+from tests.dead_cluster import write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_BUNDLE = str(REPO / "examples" / "knowledge" / "demo.yaml")
@@ -301,17 +302,6 @@ def test_the_operator_refuses_bad_settings_in_one_line() -> None:
         env={"ACHILLES_DATABASE_URL": UNREACHABLE_DATABASE, "ACHILLES_RUNNER_ENV": "{oops"},
     )
     assert "ACHILLES_RUNNER_ENV" in assert_one_error_line(bad_json, 2)
-
-
-def write_kubeconfig(path: Path) -> Path:
-    """A kubeconfig naming a cluster nobody serves (reading it needs no cluster)."""
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-    )
-    return path
 
 
 @pytest.mark.parametrize(

@@ -189,6 +189,10 @@ def _unreachable(exc: Exception) -> ClusterUnavailable:
     return ClusterUnavailable(f"the Kubernetes API server is unreachable: {exc}")
 
 
+def _rejected(exc: ApiException) -> JobRejected:
+    return JobRejected(exc.status, f"{exc.status} {exc.reason}: {_body_message(exc)}")
+
+
 class RunJobs:
     """The operator's calls on run Jobs and pods, in the runs namespace only."""
 
@@ -206,9 +210,7 @@ class RunJobs:
         except ApiException as exc:
             if exc.status == 409:
                 return False
-            raise JobRejected(
-                exc.status, f"{exc.status} {exc.reason}: {_body_message(exc)}"
-            ) from exc
+            raise _rejected(exc) from exc
         except (HTTPError, OSError) as exc:
             raise JobRejected(None, str(exc)) from exc
         return True
@@ -224,9 +226,7 @@ class RunJobs:
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise JobRejected(
-                exc.status, f"{exc.status} {exc.reason}: {_body_message(exc)}"
-            ) from exc
+            raise _rejected(exc) from exc
         except (HTTPError, OSError) as exc:
             raise JobRejected(None, str(exc)) from exc
         pod = job.spec.template.spec if job.spec and job.spec.template else None

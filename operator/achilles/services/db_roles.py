@@ -69,6 +69,8 @@ def grant_login_url(database: Database, component: Component, login: str, passwo
     tools that make a component's login and hand its URL on: the dev stack, benchmarks)."""
     grant_login(database, component, login, password)
     url = database.url.set(username=login, password=password)
+    # Not the admin's name: the component's process names itself in pg_stat_activity.
+    url = url.difference_update_query(["application_name"])
     return url.render_as_string(hide_password=False)
 
 
