@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -215,11 +216,15 @@ def run(
                 )
                 progress(f"{size} slots, {SPACING_S:g} s apart, from {first:%H:%M:%S} UTC")
 
-                def all_claimed() -> bool:
+                # A run whose pod never started (the node full, a start deadline) ends
+                # unclaimed: it is counted in "runs by state", not waited for.
+                def all_claimed_or_over() -> bool:
                     operator.check_alive()
-                    return _slot_runs(database)[0] >= size
+                    return _slot_runs(database).settled >= size
 
-                wait_until(all_claimed, size * SPACING_S + 300, f"{size} runs claimed", progress)
+                wait_until(
+                    all_claimed_or_over, size * SPACING_S + 300, f"{size} runs claimed", progress
+                )
                 jobs = {int(job.labels[RUN_ID_LABEL]): job.seen_at for job in watcher.snapshot()}
                 pods = {
                     int(pod.labels[RUN_ID_LABEL]): pod.seen_at for pod in pod_watcher.snapshot()
@@ -232,7 +237,7 @@ def run(
                 # the runs end as they would in use (and their states say how).
                 def all_ended() -> bool:
                     operator.check_alive()
-                    return _slot_runs(database)[1] >= size
+                    return _slot_runs(database).ended >= size
 
                 wait_until(all_ended, 300, f"{size} runs ended", progress)
             with database.engine.connect() as conn:
@@ -254,18 +259,31 @@ def run(
     return report
 
 
-def _slot_runs(database: Database) -> tuple[int, int]:
-    """Slot-made runs (not manual ones) claimed so far, and ended so far."""
+@dataclass(frozen=True)
+class SlotRuns:
+    claimed: int
+    ended: int
+    ended_unclaimed: int
+
+    @property
+    def settled(self) -> int:
+        """Claimed, or over without a claim (its pod never ran)."""
+        return self.claimed + self.ended_unclaimed
+
+
+def _slot_runs(database: Database) -> SlotRuns:
+    """Slot-made runs (not manual ones) claimed so far, ended so far, and ended unclaimed."""
     with database.engine.connect() as conn:
-        claimed, ended = conn.execute(
+        claimed, ended, unclaimed = conn.execute(
             text(
                 "SELECT count(*) FILTER (WHERE started_at IS NOT NULL), "
-                "count(*) FILTER (WHERE state = ANY(:terminal)) "
+                "count(*) FILTER (WHERE state = ANY(:terminal)), "
+                "count(*) FILTER (WHERE state = ANY(:terminal) AND started_at IS NULL) "
                 "FROM agent_runs WHERE scheduled_for IS NOT NULL"
             ).bindparams(bindparam("terminal", type_=ARRAY(TEXT))),
             {"terminal": sorted(state.value for state in TERMINAL_STATES)},
         ).one()
-    return int(claimed), int(ended)
+    return SlotRuns(int(claimed), int(ended), int(unclaimed))
 
 
 def _report_figures(
