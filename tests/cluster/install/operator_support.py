@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from sqlalchemy import Engine, text
 
 from achilles.db.roles import Component
 from achilles.k8s.jobs import RUN_SELECTOR
@@ -135,6 +137,24 @@ def run_jobs(cluster: Cluster) -> list[Any]:
 def agent_status(api: Any, name: str, namespace: str) -> dict[str, Any]:
     status: dict[str, Any] = api.get("Agent", name, namespace).get("status") or {}
     return status
+
+
+def agent_spec(api: Any, name: str, namespace: str) -> dict[str, Any]:
+    spec: dict[str, Any] = api.get("Agent", name, namespace)["spec"]
+    return spec
+
+
+def journal_rows(journal: Engine, sql: str, **params: Any) -> list[Any]:
+    with journal.begin() as conn:
+        return list(conn.execute(text(sql), params))
+
+
+def new_owner(journal: Engine) -> str:
+    """An active owner of a fresh key, straight into the journal."""
+    key = f"owner-{uuid.uuid4().hex[:6]}"
+    with journal.begin() as conn:
+        conn.execute(text("INSERT INTO users (key, timezone) VALUES (:k, 'UTC')"), {"k": key})
+    return key
 
 
 def wait_status(

@@ -38,7 +38,13 @@ from achilles.services.run_journal import RunJournal
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
 from tests.cluster.install.conftest import Release
-from tests.cluster.install.operator_support import running_operator
+from tests.cluster.install.operator_support import (
+    agent_spec,
+    agent_status,
+    journal_rows,
+    new_owner,
+    running_operator,
+)
 from tests.cluster.install.test_operator_runs import _env
 from tests.crd_cases import agent, agent_model, agent_tool
 from tests.db import inbox_support as box
@@ -66,28 +72,6 @@ def runs(achilles_release: Release) -> Iterator[RunJournal]:
     database.dispose()
 
 
-def _rows(journal: Engine, sql: str, **params: Any) -> list[Any]:
-    with journal.begin() as conn:
-        return list(conn.execute(text(sql), params))
-
-
-def _status(api: Achilles, name: str, namespace: str) -> dict[str, Any]:
-    status: dict[str, Any] = api.get("Agent", name, namespace).get("status") or {}
-    return status
-
-
-def _spec(api: Achilles, name: str, namespace: str) -> dict[str, Any]:
-    spec: dict[str, Any] = api.get("Agent", name, namespace)["spec"]
-    return spec
-
-
-def _owner(journal: Engine) -> str:
-    key = f"owner-{uuid.uuid4().hex[:6]}"
-    with journal.begin() as conn:
-        conn.execute(text("INSERT INTO users (key, timezone) VALUES (:k, 'UTC')"), {"k": key})
-    return key
-
-
 def _events(api: Achilles, namespace: str, reason: str, name: str) -> list[Any]:
     core = client.CoreV1Api(api.custom.api_client)
     return [
@@ -106,7 +90,7 @@ def _wait_phase(
     timeout: float = 90,
 ) -> dict[str, Any]:
     def reached() -> dict[str, Any] | None:
-        status = _status(api, name, namespace)
+        status = agent_status(api, name, namespace)
         return status if status.get("phase") == phase else None
 
     found: dict[str, Any] = wait_for(reached, timeout, what=f"{name}: phase {phase} ({log()})")
@@ -120,7 +104,7 @@ def _wait_event(api: Achilles, namespace: str, reason: str, name: str) -> None:
 def _wait_mirrored(journal: Engine, model: str, tool: str) -> None:
     """Agents link only tools already in the catalogue: create them after it."""
     wait_for(
-        lambda: _rows(
+        lambda: journal_rows(
             journal,
             "SELECT 1 FROM agent_models m, tools t WHERE m.name = :m AND t.name = :t",
             m=model,
@@ -155,7 +139,7 @@ def test_a_model_and_a_tool_deleted_while_the_operator_is_down_are_withdrawn_at_
     tmp_path: Path,
 ) -> None:
     model, tool = f"m-{uuid.uuid4().hex[:6]}", f"t-{uuid.uuid4().hex[:6]}"
-    owner = _owner(journal)
+    owner = new_owner(journal)
     names = ("one", "two")
     with running_operator(cluster, achilles_release, tmp_path / "before.log", **_env(HOLD_SECONDS)):
         admin_api.create(agent_model(model))
@@ -171,7 +155,7 @@ def test_a_model_and_a_tool_deleted_while_the_operator_is_down_are_withdrawn_at_
         wait_for(
             lambda: (
                 len(
-                    _rows(
+                    journal_rows(
                         journal,
                         "SELECT 1 FROM agent_tools l JOIN tools t ON t.id = l.tool_id"
                         " WHERE t.name = :t",
@@ -195,25 +179,25 @@ def test_a_model_and_a_tool_deleted_while_the_operator_is_down_are_withdrawn_at_
             try:
                 status = _wait_phase(admin_api, name, namespace, "NoModel", operator.log, 240)
             except AssertionError as exc:
-                state = _rows(journal, "SELECT name, created_at, now() FROM agent_models")
-                metas = _rows(journal, "SELECT cr_name, model_id, meta FROM agents")
+                state = journal_rows(journal, "SELECT name, created_at, now() FROM agent_models")
+                metas = journal_rows(journal, "SELECT cr_name, model_id, meta FROM agents")
                 raise AssertionError(f"{exc}; models {state}; agents {metas}; {operator.log()}")
-            assert "model" not in _spec(admin_api, name, namespace)
+            assert "model" not in agent_spec(admin_api, name, namespace)
             assert status.get("nextRunAt") is None
             _wait_event(admin_api, namespace, "ModelWithdrawn", name)
-        assert _rows(journal, "SELECT 1 FROM agent_models WHERE name = :m", m=model) == []
-        assert _rows(journal, "SELECT 1 FROM tools WHERE name = :t", t=tool) == []
+        assert journal_rows(journal, "SELECT 1 FROM agent_models WHERE name = :m", m=model) == []
+        assert journal_rows(journal, "SELECT 1 FROM tools WHERE name = :t", t=tool) == []
 
         # The admin puts the model back: nobody is revived (seed 000).
         admin_api.create(agent_model(model))
         wait_for(
-            lambda: _rows(journal, "SELECT 1 FROM agent_models WHERE name = :m", m=model),
+            lambda: journal_rows(journal, "SELECT 1 FROM agent_models WHERE name = :m", m=model),
             60,
             what="the model back in the allowlist",
         )
         for name in names:
-            assert _status(admin_api, name, namespace)["phase"] == "NoModel"
-            assert "model" not in _spec(admin_api, name, namespace)
+            assert agent_status(admin_api, name, namespace)["phase"] == "NoModel"
+            assert "model" not in agent_spec(admin_api, name, namespace)
         admin_api.delete("AgentModel", model)
 
 
@@ -235,16 +219,18 @@ def test_a_reply_during_a_run_wakes_the_agent_when_the_run_ends(
         _wait_mirrored(journal, model, tool)
         # A manual-only agent whose owner consents, in its spec, to be woken by replies.
         manifest = agent(
-            "asker", owner=_owner(journal), model=model, tools=[tool], wakeOnReply=True
+            "asker", owner=new_owner(journal), model=model, tools=[tool], wakeOnReply=True
         )
         admin_api.create(manifest, namespace)
         status = wait_for(
-            lambda: (s := _status(admin_api, "asker", namespace)).get("phase") == "Ready" and s,
+            lambda: (
+                (s := agent_status(admin_api, "asker", namespace)).get("phase") == "Ready" and s
+            ),
             60,
             what="Ready",
         )
         agent_id = status["databaseId"]
-        meta = _rows(journal, "SELECT meta FROM agents WHERE id = :a", a=agent_id)[0].meta
+        meta = journal_rows(journal, "SELECT meta FROM agents WHERE id = :a", a=agent_id)[0].meta
         assert meta["inbox"]["wake_on_reply"] is True
         item = box.ask(journal, agent_id).item
 
@@ -254,7 +240,7 @@ def test_a_reply_during_a_run_wakes_the_agent_when_the_run_ends(
         )
         running = wait_for(
             lambda: (
-                _rows(
+                journal_rows(
                     journal,
                     "SELECT id FROM agent_runs WHERE agent_id = :a AND state = 'running'",
                     a=agent_id,
@@ -273,7 +259,7 @@ def test_a_reply_during_a_run_wakes_the_agent_when_the_run_ends(
         lost = wake["annotation"][RUN_REQUESTED_AT]
         # The reply's own wake lands on the running agent: a skipped row, as before.
         skipped = wait_for(
-            lambda: _rows(
+            lambda: journal_rows(
                 journal,
                 "SELECT state, reason FROM agent_runs WHERE agent_id = :a AND request_key = :k",
                 a=agent_id,
@@ -287,7 +273,7 @@ def test_a_reply_during_a_run_wakes_the_agent_when_the_run_ends(
         assert runs.succeed(running.id, "ended by the test, before the reply was taken")
 
         woken = wait_for(
-            lambda: _rows(
+            lambda: journal_rows(
                 journal,
                 "SELECT id, trigger, request_key FROM agent_runs"
                 " WHERE agent_id = :a AND id > :r AND state IN ('queued', 'running')",
@@ -300,7 +286,7 @@ def test_a_reply_during_a_run_wakes_the_agent_when_the_run_ends(
         assert (woken.trigger, woken.request_key) == ("manual", f"{lost}+1")
         # The woken run takes the reply at its start.
         wait_for(
-            lambda: _rows(
+            lambda: journal_rows(
                 journal,
                 "SELECT 1 FROM agent_inbox_items WHERE id = :i AND reply_seen_at IS NOT NULL",
                 i=item.id,
@@ -318,7 +304,7 @@ def test_a_reply_during_a_run_wakes_the_agent_when_the_run_ends(
             what="a RunQueued Event naming the inbox item",
         )
         assert runs.succeed(woken.id, "used the reply")
-        states = _rows(
+        states = journal_rows(
             journal, "SELECT state FROM agent_runs WHERE agent_id = :a ORDER BY id", a=agent_id
         )
         assert [row.state for row in states] == ["succeeded", "skipped", "succeeded"]
@@ -336,14 +322,16 @@ def test_an_owner_deactivated_a_second_time_is_switched_off_a_second_time(
     tmp_path: Path,
 ) -> None:
     model = f"m-{uuid.uuid4().hex[:6]}"
-    owner = _owner(journal)
+    owner = new_owner(journal)
     with running_operator(
         cluster, achilles_release, tmp_path / "op.log", **_env(HOLD_SECONDS)
     ) as operator:
         admin_api.create(agent_model(model))
         admin_api.create(agent("d", owner=owner, model=model), namespace)
         wait_for(
-            lambda: _status(admin_api, "d", namespace).get("phase") == "Ready", 60, what="Ready"
+            lambda: agent_status(admin_api, "d", namespace).get("phase") == "Ready",
+            60,
+            what="Ready",
         )
         for deactivation in ("the CLI", "the users table"):
             if deactivation == "the CLI":
@@ -356,8 +344,8 @@ def test_an_owner_deactivated_a_second_time_is_switched_off_a_second_time(
                     )
             wait_for(
                 lambda: (
-                    _spec(admin_api, "d", namespace).get("enabled") is False
-                    and _status(admin_api, "d", namespace).get("phase") == "OwnerInactive"
+                    agent_spec(admin_api, "d", namespace).get("enabled") is False
+                    and agent_status(admin_api, "d", namespace).get("phase") == "OwnerInactive"
                 ),
                 60,
                 what=f"spec.enabled false after deactivation by {deactivation} ({operator.log()})",
@@ -367,7 +355,7 @@ def test_an_owner_deactivated_a_second_time_is_switched_off_a_second_time(
             assert done.returncode == 0, done.stderr
             admin_api.patch("Agent", "d", {"spec": {"enabled": True}}, namespace)
             wait_for(
-                lambda: _status(admin_api, "d", namespace).get("phase") == "Ready",
+                lambda: agent_status(admin_api, "d", namespace).get("phase") == "Ready",
                 60,
                 what="Ready again, switched on by its owner",
             )

@@ -13,17 +13,24 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
 from tests.cluster.install.conftest import Release
-from tests.cluster.install.operator_support import OperatorProcess, run_jobs, running_operator
+from tests.cluster.install.operator_support import (
+    OperatorProcess,
+    agent_spec,
+    agent_status,
+    journal_rows,
+    new_owner,
+    run_jobs,
+    running_operator,
+)
 from tests.cluster.install.test_operator_runs import _env, _runner_pid
 from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
@@ -52,28 +59,6 @@ def operator(
         yield process
 
 
-def _rows(journal: Engine, sql: str, **params: Any) -> list[Any]:
-    with journal.begin() as conn:
-        return list(conn.execute(text(sql), params))
-
-
-def _status(api: Achilles, name: str, namespace: str) -> dict[str, Any]:
-    status: dict[str, Any] = api.get("Agent", name, namespace).get("status") or {}
-    return status
-
-
-def _spec(api: Achilles, name: str, namespace: str) -> dict[str, Any]:
-    spec: dict[str, Any] = api.get("Agent", name, namespace)["spec"]
-    return spec
-
-
-def _owner(journal: Engine) -> str:
-    key = f"owner-{uuid.uuid4().hex[:6]}"
-    with journal.begin() as conn:
-        conn.execute(text("INSERT INTO users (key, timezone) VALUES (:k, 'UTC')"), {"k": key})
-    return key
-
-
 def test_a_withdrawn_model_stops_its_agents_and_its_return_revives_nobody(
     admin_api: Achilles, operator: OperatorProcess, journal: Engine, namespace: str
 ) -> None:
@@ -81,30 +66,35 @@ def test_a_withdrawn_model_stops_its_agents_and_its_return_revives_nobody(
     admin_api.create(agent_model(model))
     admin_api.create(
         agent(
-            "w", owner=_owner(journal), model=model, schedule={"type": "interval", "everyHours": 2}
+            "w",
+            owner=new_owner(journal),
+            model=model,
+            schedule={"type": "interval", "everyHours": 2},
         ),
         namespace,
     )
-    wait_for(lambda: _status(admin_api, "w", namespace).get("phase") == "Ready", 60, what="Ready")
+    wait_for(
+        lambda: agent_status(admin_api, "w", namespace).get("phase") == "Ready", 60, what="Ready"
+    )
     admin_api.delete("AgentModel", model)
     wait_for(
         lambda: (
-            "model" not in _spec(admin_api, "w", namespace)
-            and _status(admin_api, "w", namespace).get("phase") == "NoModel"
+            "model" not in agent_spec(admin_api, "w", namespace)
+            and agent_status(admin_api, "w", namespace).get("phase") == "NoModel"
         ),
         60,
         what="spec.model cleared and phase NoModel",
     )
-    assert _status(admin_api, "w", namespace).get("nextRunAt") is None
+    assert agent_status(admin_api, "w", namespace).get("nextRunAt") is None
     admin_api.create(agent_model(model))
     wait_for(
-        lambda: _rows(journal, "SELECT 1 FROM agent_models WHERE name = :m", m=model),
+        lambda: journal_rows(journal, "SELECT 1 FROM agent_models WHERE name = :m", m=model),
         60,
         what="the model to be back in the allowlist",
     )
-    status = _status(admin_api, "w", namespace)
+    status = agent_status(admin_api, "w", namespace)
     assert status["phase"] == "NoModel"
-    assert "model" not in _spec(admin_api, "w", namespace)
+    assert "model" not in agent_spec(admin_api, "w", namespace)
     admin_api.delete("AgentModel", model)
 
 
@@ -118,9 +108,11 @@ def test_owner_deactivation_switches_the_agent_off_on_its_resource(
 ) -> None:
     model = f"m-{uuid.uuid4().hex[:6]}"
     admin_api.create(agent_model(model))
-    owner = _owner(journal)
+    owner = new_owner(journal)
     admin_api.create(agent("d", owner=owner, model=model), namespace)
-    wait_for(lambda: _status(admin_api, "d", namespace).get("phase") == "Ready", 60, what="Ready")
+    wait_for(
+        lambda: agent_status(admin_api, "d", namespace).get("phase") == "Ready", 60, what="Ready"
+    )
     done = subprocess.run(
         [sys.executable, "-m", "achilles", "users", "upsert", owner, "--inactive"],
         env={**os.environ, "ACHILLES_DATABASE_URL": achilles_release.database_url},
@@ -131,8 +123,8 @@ def test_owner_deactivation_switches_the_agent_off_on_its_resource(
     assert done.returncode == 0, done.stderr
     wait_for(
         lambda: (
-            _spec(admin_api, "d", namespace).get("enabled") is False
-            and _status(admin_api, "d", namespace).get("phase") == "OwnerInactive"
+            agent_spec(admin_api, "d", namespace).get("enabled") is False
+            and agent_status(admin_api, "d", namespace).get("phase") == "OwnerInactive"
         ),
         60,
         what="spec.enabled false written by the operator",
@@ -147,9 +139,11 @@ def test_a_calendar_slot_fires_once(
     admin_api.create(agent_model(model))
     slot = (datetime.now(UTC) + timedelta(seconds=70)).replace(second=0, microsecond=0)
     schedule = {"type": "calendar", "cadence": "daily", "time": slot.strftime("%H:%M")}
-    admin_api.create(agent("cal", owner=_owner(journal), model=model, schedule=schedule), namespace)
+    admin_api.create(
+        agent("cal", owner=new_owner(journal), model=model, schedule=schedule), namespace
+    )
     status = wait_for(
-        lambda: (s := _status(admin_api, "cal", namespace)).get("nextRunAt") and s,
+        lambda: (s := agent_status(admin_api, "cal", namespace)).get("nextRunAt") and s,
         60,
         what="a next slot",
     )
@@ -157,7 +151,7 @@ def test_a_calendar_slot_fires_once(
     agent_id = status["databaseId"]
     run = wait_for(
         lambda: (
-            _rows(
+            journal_rows(
                 journal,
                 "SELECT id, trigger, scheduled_for FROM agent_runs WHERE agent_id = :a",
                 a=agent_id,
@@ -176,7 +170,7 @@ def test_a_calendar_slot_fires_once(
     )
     status = wait_for(
         lambda: (
-            (s := _status(admin_api, "cal", namespace)).get("nextRunAt") != status["nextRunAt"]
+            (s := agent_status(admin_api, "cal", namespace)).get("nextRunAt") != status["nextRunAt"]
             and s
         ),
         30,
@@ -185,7 +179,9 @@ def test_a_calendar_slot_fires_once(
     assert datetime.fromisoformat(status["nextRunAt"].replace("Z", "+00:00")) == slot + timedelta(
         days=1
     )
-    assert len(_rows(journal, "SELECT id FROM agent_runs WHERE agent_id = :a", a=agent_id)) == 1
+    assert (
+        len(journal_rows(journal, "SELECT id FROM agent_runs WHERE agent_id = :a", a=agent_id)) == 1
+    )
     admin_api.delete("Agent", "cal", namespace)
     admin_api.delete("AgentModel", model)
 
@@ -195,9 +191,9 @@ def test_a_frozen_runner_is_reaped_stale_and_writes_nothing_after(
 ) -> None:
     model = f"m-{uuid.uuid4().hex[:6]}"
     admin_api.create(agent_model(model))
-    admin_api.create(agent("frozen", owner=_owner(journal), model=model), namespace)
+    admin_api.create(agent("frozen", owner=new_owner(journal), model=model), namespace)
     status = wait_for(
-        lambda: (s := _status(admin_api, "frozen", namespace)).get("databaseId") and s,
+        lambda: (s := agent_status(admin_api, "frozen", namespace)).get("databaseId") and s,
         60,
         what="a row",
     )
@@ -207,7 +203,7 @@ def test_a_frozen_runner_is_reaped_stale_and_writes_nothing_after(
     )
     run = wait_for(
         lambda: (
-            _rows(
+            journal_rows(
                 journal,
                 "SELECT id FROM agent_runs WHERE agent_id = :a AND state = 'running'",
                 a=status["databaseId"],
@@ -222,7 +218,7 @@ def test_a_frozen_runner_is_reaped_stale_and_writes_nothing_after(
     try:
         reaped = wait_for(
             lambda: (
-                _rows(
+                journal_rows(
                     journal,
                     "SELECT reason, error FROM agent_runs WHERE id = :r AND state = 'failed'",
                     r=run.id,
@@ -246,7 +242,7 @@ def test_a_frozen_runner_is_reaped_stale_and_writes_nothing_after(
             os.kill(pid, signal.SIGCONT)
     # Resumed, the runner finds its row reaped (every write is guarded) and ends.
     wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, what="the resumed runner to end")
-    rows = _rows(
+    rows = journal_rows(
         journal, "SELECT state, reason FROM agent_runs WHERE agent_id = :a", a=status["databaseId"]
     )
     assert [(r.state, r.reason) for r in rows] == [("failed", "stale")]
@@ -264,13 +260,13 @@ def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
     `failed` run appears, and `run-now --wait` says the request was refused (exit 3)."""
     model = f"m-{uuid.uuid4().hex[:6]}"
     admin_api.create(agent_model(model))
-    owner = _owner(journal)
+    owner = new_owner(journal)
     helm = "helm"  # AgentPlatform/default is the release's: change it as Helm would
     admin_api.patch("AgentPlatform", "default", {"spec": {"maxConcurrency": 1}}, field_manager=helm)
     waiter: subprocess.Popen[str] | None = None
     try:
         wait_for(
-            lambda: _rows(
+            lambda: journal_rows(
                 journal, "SELECT 1 FROM platform_settings WHERE agent_max_concurrency = 1"
             ),
             180,  # also the operator's start-up, when this test runs first
@@ -279,12 +275,14 @@ def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
         admin_api.create(agent("busy", owner=owner, model=model), namespace)
         admin_api.create(agent("waits", owner=owner, model=model), namespace)
         busy = wait_for(
-            lambda: (s := _status(admin_api, "busy", namespace)).get("phase") == "Ready" and s,
+            lambda: (s := agent_status(admin_api, "busy", namespace)).get("phase") == "Ready" and s,
             60,
             what="busy Ready",
         )
         waits = wait_for(
-            lambda: (s := _status(admin_api, "waits", namespace)).get("phase") == "Ready" and s,
+            lambda: (
+                (s := agent_status(admin_api, "waits", namespace)).get("phase") == "Ready" and s
+            ),
             60,
             what="waits Ready",
         )
@@ -293,7 +291,7 @@ def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
             "Agent", "busy", {"metadata": {"annotations": {RUN_REQUESTED_AT: value}}}, namespace
         )
         wait_for(
-            lambda: _rows(
+            lambda: journal_rows(
                 journal,
                 "SELECT 1 FROM agent_runs WHERE agent_id = :a AND state = 'running'",
                 a=busy["databaseId"],
@@ -310,7 +308,7 @@ def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
             text=True,
         )  # fmt: skip
         wait_for(
-            lambda: _rows(
+            lambda: journal_rows(
                 journal,
                 "SELECT 1 FROM agent_runs WHERE agent_id = :a AND state = 'queued'"
                 " AND dispatched_at IS NULL",
@@ -324,14 +322,16 @@ def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
         assert waiter.returncode == 3, (stdout, stderr, operator.log())
         assert "refused: run refused: the owner switched the agent off" in stderr
         assert (
-            _rows(journal, "SELECT 1 FROM agent_runs WHERE agent_id = :a", a=waits["databaseId"])
+            journal_rows(
+                journal, "SELECT 1 FROM agent_runs WHERE agent_id = :a", a=waits["databaseId"]
+            )
             == []
         )
-        status = _status(admin_api, "waits", namespace)
+        status = agent_status(admin_api, "waits", namespace)
         assert status["withdrawnRunRequest"]["message"].startswith("run refused: ")
         # No failure the user did not cause: the status writer drops the queued run too.
         wait_for(
-            lambda: _status(admin_api, "waits", namespace).get("lastRun") is None,
+            lambda: agent_status(admin_api, "waits", namespace).get("lastRun") is None,
             30,
             what="no last run on the status",
         )
