@@ -9,8 +9,8 @@ import pytest
 
 from achilles.db.journal.status import AgentStatusRow
 from achilles.domain.gates import DurableLocks
+from achilles.handlers.runtime.statuses import WrittenStatuses
 from achilles.services.status import (
-    WrittenStatuses,
     agent_status,
     condition,
     journal_fields,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from achilles.services.status import StatusQueue, is_own_status_echo
+from achilles.handlers.runtime.statuses import StatusQueue
+from achilles.services.status import is_own_status_echo
 
 
 class Clock:

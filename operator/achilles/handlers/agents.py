@@ -1,36 +1,30 @@
-"""Agent handlers: every event makes the row, the status and run requests agree with the CR."""
+"""Agent handlers: every event makes the row, the status and run requests agree with the CR.
+
+The decision is services/agent_events.py's; this module reads the event, asks, and
+applies the answer (spec patch, Events, status, wakes).
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
-from achilles.domain.runs import RunState
 from achilles.handlers import metrics
-from achilles.handlers.operator import engine_of, retried
-from achilles.k8s.annotations import RUN_REQUESTED_AT, parse_run_request
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.events import agent_ref
+from achilles.handlers.runtime.retries import context_of, retried
 from achilles.k8s.objects import ObjectRef
-from achilles.k8s.resources.agent import AgentSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
-from achilles.services import agents, runs
-from achilles.services.status import (
-    condition,
-    invalid_spec_message,
-    is_own_status_echo,
-    journal_view,
-    needs_patch,
-)
+from achilles.services.agent_events import AgentEvent, AgentReconciliation, reconcile_agent_event
+from achilles.services.status import is_own_status_echo, journal_view, needs_patch
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
-@retried
+@retried(AGENT)
 def agent_changed(
-    type: str,
-    body: kopf.Body,
+    type: str | None,
     meta: kopf.Meta,
     spec: kopf.Spec,
     status: kopf.Status,
@@ -38,129 +32,67 @@ def agent_changed(
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    engine = engine_of(memo)
-    uid, namespace, name = meta["uid"], meta["namespace"], meta["name"]
-    ref = ObjectRef(AGENT.kind, AGENT.plural, name, namespace, uid)
-    if is_own_status_echo(type, meta, status) and not engine.statuses.take_reconcile(
+    context = context_of(memo)
+    if is_own_status_echo(type, meta, status) and not context.statuses.take_reconcile(
         status["databaseId"]
     ):
         return
-    if type == "DELETED" or meta.get("deletionTimestamp"):
-        agent_id = agents.forget_agent(engine.database, uid)
-        if agent_id is not None:
-            engine.written_statuses.forget(agent_id)
-            engine.jobs.delete_for_agent(agent_id)
-            logger.info(
-                "agent %s/%s removed (row %s, its runs and Jobs)", namespace, name, agent_id
-            )
-        return
-    previous = dict(status)
-    try:
-        parsed = AgentSpec.model_validate(dict(spec))
-    except ValidationError as exc:
-        # Admission should have refused it; say so on the object rather than crash-loop.
-        problem = invalid_spec_message(exc)
-        engine.resources.patch_status(
-            ref,
-            {
-                "phase": "Invalid",
-                "conditions": [
-                    condition(
-                        "Ready", False, "InvalidSpec", problem, previous.get("conditions"), _now()
-                    )
-                ],
-            },
-        )
-        return
-    obj = agents.AgentObject(
-        uid=uid,
-        namespace=namespace,
-        name=name,
+    event = AgentEvent(
+        uid=meta["uid"],
+        namespace=meta["namespace"],
+        name=meta["name"],
         generation=meta.get("generation"),
-        spec=parsed,
-        status=previous,
+        deleted=type == "DELETED" or bool(meta.get("deletionTimestamp")),
+        spec=spec,
+        status=status,
+        annotations=meta.get("annotations") or {},
     )
-    reconciled = agents.reconcile_agent(
-        engine.database, obj, is_new=previous.get("databaseId") is None
+    reconciliation = reconcile_agent_event(context.database, event)
+    ref = agent_ref(event.name, event.namespace, event.uid)
+    if reconciliation.removed:
+        _remove(context, event, reconciliation.agent_id, logger)
+    else:
+        _apply(context, ref, dict(status), reconciliation)
+
+
+def _remove(
+    context: RuntimeContext, event: AgentEvent, agent_id: int | None, logger: kopf.Logger
+) -> None:
+    if agent_id is None:
+        return
+    context.written_statuses.forget(agent_id)
+    context.jobs.delete_for_agent(agent_id)
+    logger.info(
+        "agent %s/%s removed (row %s, its runs and Jobs)", event.namespace, event.name, agent_id
     )
-    if reconciled.spec_patch:
-        engine.resources.patch_agent_spec(namespace, name, reconciled.spec_patch)
-        if reconciled.spec_patch.get("enabled") is False:
-            engine.resources.post_event(
-                ref,
-                "Normal",
-                "OwnerDeactivated",
-                "the owner's account is deactivated: spec.enabled set to false",
-            )
-        if "model" in reconciled.spec_patch:
-            engine.resources.post_event(
-                ref,
-                "Normal",
-                "DefaultModel",
-                f"no model chosen: the default model {reconciled.spec_patch['model']} was given",
-            )
-    desired = dict(reconciled.status)
-    request = parse_run_request((meta.get("annotations") or {}).get(RUN_REQUESTED_AT))
-    if request is not None and request != previous.get("lastHandledRunRequest"):
-        outcome = runs.handle_run_request(engine.database, uid, request)
-        desired["lastHandledRunRequest"] = request
-        if outcome.result is None:
-            metrics.RUN_REQUESTS.labels("refused").inc()
-            engine.resources.post_event(
-                ref, "Warning", "RunRefused", outcome.refusal or "run refused"
-            )
-            desired["conditions"] = [
-                *desired["conditions"],
-                condition(
-                    "RunRequestAccepted",
-                    False,
-                    "Refused",
-                    outcome.refusal or "",
-                    previous.get("conditions"),
-                    _now(),
-                ),
-            ]
-        elif not outcome.result.duplicate_request:
-            result = outcome.result
-            metrics.RUN_REQUESTS.labels(result.state).inc()
-            metrics.RUNS_ENQUEUED.labels("manual", result.state, result.reason or "").inc()
-            if result.state is RunState.SKIPPED:
-                engine.resources.post_event(
-                    ref,
-                    "Normal",
-                    "RunSkipped",
-                    f"manual run {result.run_id} skipped: {result.reason}",
-                )
-            else:
-                engine.resources.post_event(
-                    ref,
-                    "Normal",
-                    "RunQueued",
-                    f"manual run {result.run_id} queued (request {request})",
-                )
-                engine.dispatch_wake.set()
-        if outcome.result is not None:
-            desired["conditions"] = [
-                *desired["conditions"],
-                condition(
-                    "RunRequestAccepted",
-                    True,
-                    "Accepted",
-                    f"request {request} answered by run {outcome.result.run_id}",
-                    previous.get("conditions"),
-                    _now(),
-                ),
-            ]
-            if reconciled.agent_id is not None:
-                engine.mark_dirty([reconciled.agent_id])
-    elif previous.get("conditions"):
-        kept = [c for c in previous["conditions"] if c.get("type") == "RunRequestAccepted"]
-        desired["conditions"] = [*desired["conditions"], *kept]
+
+
+def _apply(
+    context: RuntimeContext,
+    ref: ObjectRef,
+    previous: dict[str, Any],
+    reconciliation: AgentReconciliation,
+) -> None:
+    resources = context.resources
+    if reconciliation.spec_patch:
+        assert ref.namespace is not None  # Agents are namespaced
+        resources.patch_agent_spec(ref.namespace, ref.name, reconciliation.spec_patch)
+    for posted in reconciliation.events:
+        resources.post_event(ref, posted.kind, posted.reason, posted.message)
+    if reconciliation.request_outcome is not None:
+        metrics.RUN_REQUESTS.labels(reconciliation.request_outcome).inc()
+    if reconciliation.enqueued is not None:
+        state, reason = reconciliation.enqueued
+        metrics.RUNS_ENQUEUED.labels("manual", state, reason).inc()
+    if reconciliation.wake_dispatcher:
+        context.dispatch_wake.set()
+    agent_id = reconciliation.agent_id
+    if reconciliation.journal_moved and agent_id is not None:
+        context.mark_dirty([agent_id])
+    desired = reconciliation.status
+    if desired is None:
+        return
     if needs_patch(previous, desired):
-        engine.resources.patch_status(ref, desired)
-    if reconciled.agent_id is not None:  # the status writer patches from here on
-        engine.written_statuses.record(reconciled.agent_id, journal_view(desired))
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
+        resources.patch_status(ref, desired)
+    if agent_id is not None:  # the status writer patches from here on
+        context.written_statuses.record(agent_id, journal_view(desired))

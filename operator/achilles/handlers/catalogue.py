@@ -8,8 +8,10 @@ from typing import Any, TypeVar
 import kopf
 from pydantic import BaseModel, ValidationError
 
-from achilles.handlers.loops import Engine
-from achilles.handlers.operator import engine_of, retried
+from achilles.domain.vocabulary import ConditionReason, ConditionType
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.owed_specs import deliver_owed_specs
+from achilles.handlers.runtime.retries import context_of, retried
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
@@ -25,8 +27,10 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 class Mirror:
     """One event of a cluster-scoped kind: parse the spec, then report how mirroring went."""
 
-    def __init__(self, engine: Engine, ref: ObjectRef, meta: kopf.Meta, status: kopf.Status):
-        self.engine = engine
+    def __init__(
+        self, context: RuntimeContext, ref: ObjectRef, meta: kopf.Meta, status: kopf.Status
+    ):
+        self.context = context
         self.ref = ref
         self.generation = meta.get("generation")
         self.previous = dict(status)
@@ -38,7 +42,16 @@ class Mirror:
         try:
             return model.model_validate(dict(spec))
         except ValidationError as exc:
-            self.write([self.condition("Ready", False, "InvalidSpec", invalid_spec_message(exc))])
+            self.write(
+                [
+                    self.condition(
+                        ConditionType.READY,
+                        False,
+                        ConditionReason.INVALID_SPEC,
+                        invalid_spec_message(exc),
+                    )
+                ]
+            )
             return None
 
     def condition(self, kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
@@ -48,7 +61,7 @@ class Mirror:
     def write(self, conditions: list[dict[str, Any]], **fields: Any) -> None:
         desired = {"observedGeneration": self.generation, "conditions": conditions, **fields}
         if needs_patch(self.previous, desired):
-            self.engine.resources.patch_status(self.ref, desired)
+            self.context.resources.patch_status(self.ref, desired)
 
 
 def _deleted(type: str, meta: kopf.Meta) -> bool:
@@ -56,7 +69,7 @@ def _deleted(type: str, meta: kopf.Meta) -> bool:
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_MODEL.plural)
-@retried
+@retried(AGENT_MODEL)
 def model_changed(
     type: str,
     meta: kopf.Meta,
@@ -66,42 +79,46 @@ def model_changed(
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    engine = engine_of(memo)
+    context = context_of(memo)
     name = meta["name"]
     if _deleted(type, meta):
-        stopped = catalogue.withdraw_model(engine.database, name)
+        stopped = catalogue.withdraw_model(context.database, name)
         logger.info("model %s withdrawn from %d agent(s)", name, len(stopped))
         # Clear their spec.model (the owner must choose again); what a failure leaves
         # undelivered stays owed in the database and the sweeper finishes it.
-        engine.deliver_owed_specs()
+        deliver_owed_specs(context)
         return
-    mirror = Mirror(engine, ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, name), meta, status)
+    mirror = Mirror(context, ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, name), meta, status)
     parsed = mirror.parse(AgentModelSpec, spec)
     if parsed is None:
         return
-    mirrored = catalogue.mirror_model(engine.database, name, parsed)
-    conditions = [mirror.condition("Ready", True, "Mirrored", "in the allowlist")]
+    mirrored = catalogue.mirror_model(context.database, name, parsed)
+    conditions = [
+        mirror.condition(ConditionType.READY, True, ConditionReason.MIRRORED, "in the allowlist")
+    ]
     if mirrored.default_conflict is not None:
         # Admission allows one default, but two simultaneous creates can both pass it.
         other = mirrored.default_conflict
         conditions.append(
             mirror.condition(
-                "DefaultConflict",
+                ConditionType.DEFAULT_CONFLICT,
                 False,
-                "TwoDefaults",
+                ConditionReason.TWO_DEFAULTS,
                 f"two default models: {other} already is the default;"
                 " set spec.default: false on one of them",
             )
         )
-        engine.resources.patch_status(
+        context.resources.patch_status(
             ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, other),
             {
                 "conditions": [
-                    mirror.condition("Ready", True, "Mirrored", "in the allowlist"),
                     mirror.condition(
-                        "DefaultConflict",
+                        ConditionType.READY, True, ConditionReason.MIRRORED, "in the allowlist"
+                    ),
+                    mirror.condition(
+                        ConditionType.DEFAULT_CONFLICT,
                         False,
-                        "TwoDefaults",
+                        ConditionReason.TWO_DEFAULTS,
                         f"two default models: {name} also claims to be the default",
                     ),
                 ]
@@ -111,39 +128,50 @@ def model_changed(
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_TOOL.plural)
-@retried
+@retried(AGENT_TOOL)
 def tool_changed(
     type: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any
 ) -> None:
-    engine = engine_of(memo)
+    context = context_of(memo)
     name = meta["name"]
     if _deleted(type, meta):
-        catalogue.remove_tool(engine.database, name)  # its agent links go with it
+        catalogue.remove_tool(context.database, name)  # its agent links go with it
         return
-    mirror = Mirror(engine, ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name), meta, status)
+    mirror = Mirror(context, ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name), meta, status)
     parsed = mirror.parse(AgentToolSpec, spec)
     if parsed is None:
         return
-    tool_id = catalogue.mirror_tool(engine.database, name, parsed)
+    tool_id = catalogue.mirror_tool(context.database, name, parsed)
     mirror.write(
-        [mirror.condition("Ready", True, "Mirrored", "in the tool catalogue")], databaseId=tool_id
+        [
+            mirror.condition(
+                ConditionType.READY, True, ConditionReason.MIRRORED, "in the tool catalogue"
+            )
+        ],
+        databaseId=tool_id,
     )
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_PLATFORM.plural)
-@retried
+@retried(AGENT_PLATFORM)
 def platform_changed(
     type: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any
 ) -> None:
-    engine = engine_of(memo)
+    context = context_of(memo)
     if meta["name"] != SINGLETON_NAME or _deleted(type, meta):
         return  # deleting the settings keeps the last ones; admission refuses other names
     ref = ObjectRef(AGENT_PLATFORM.kind, AGENT_PLATFORM.plural, SINGLETON_NAME)
-    mirror = Mirror(engine, ref, meta, status)
+    mirror = Mirror(context, ref, meta, status)
     parsed = mirror.parse(AgentPlatformSpec, spec)
     if parsed is None:
         return
-    catalogue.mirror_platform(engine.database, parsed)
-    engine.schedule_wake.set()  # the organisation's zone may have moved slots
-    engine.dispatch_wake.set()  # and the cap may have grown
-    mirror.write([mirror.condition("Ready", True, "Mirrored", "in platform_settings")])
+    catalogue.mirror_platform(context.database, parsed)
+    context.schedule_wake.set()  # the organisation's zone may have moved slots
+    context.dispatch_wake.set()  # and the cap may have grown
+    mirror.write(
+        [
+            mirror.condition(
+                ConditionType.READY, True, ConditionReason.MIRRORED, "in platform_settings"
+            )
+        ]
+    )

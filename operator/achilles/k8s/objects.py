@@ -58,6 +58,26 @@ class Resources:
             raise
         return True
 
+    def read_object(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The object as the API server has it now; None when it is gone."""
+        try:
+            if ref.namespace is None:
+                found = self.custom.get_cluster_custom_object(
+                    API_GROUP, API_VERSION_NAME, ref.plural, ref.name
+                )
+            else:
+                found = self.custom.get_namespaced_custom_object(
+                    API_GROUP, API_VERSION_NAME, ref.namespace, ref.plural, ref.name
+                )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        body = cast(dict[str, Any], found)
+        if ref.uid is not None and body.get("metadata", {}).get("uid") != ref.uid:
+            return None  # a new object of the same name: the one we knew is gone
+        return body
+
     def patch_agent_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> bool:
         try:
             self.custom.patch_namespaced_custom_object(

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
 from achilles.domain.pod_outcome import START_DEADLINE
-from achilles.handlers.loops import SWEEP_TICK
+from achilles.handlers.runtime.sweeper import SWEEP_TICK
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles

@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent
+from achilles.domain.vocabulary import EventReason, EventType
 
 META_KEY = "owed_spec"
 MODEL_FIELD = "model"
@@ -170,8 +171,8 @@ def model_withdrawn(model_name: str) -> dict[str, OwedWrite]:
     return {
         MODEL_FIELD: OwedWrite(
             None,
-            "ModelWithdrawn",
-            "Warning",
+            EventReason.MODEL_WITHDRAWN,
+            EventType.WARNING,
             f"AgentModel {model_name} was deleted: spec.model cleared; the agent is stopped"
             " until its owner picks a model",
         )
@@ -182,8 +183,8 @@ def owner_deactivated() -> dict[str, OwedWrite]:
     return {
         ENABLED_FIELD: OwedWrite(
             False,
-            "OwnerDeactivated",
-            "Normal",
+            EventReason.OWNER_DEACTIVATED,
+            EventType.NORMAL,
             "the owner's account is deactivated: spec.enabled set to false",
         )
     }

@@ -1,0 +1,55 @@
+"""The words the operator writes on its resources, in one place: condition types, their
+reasons, and Event reasons, CamelCase as `kubectl describe` shows them.
+
+docs/operator.md lists them for users; a new word belongs here first.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    TOOLS_RESOLVED = "ToolsResolved"
+    SCHEDULED = "Scheduled"
+    RUN_REQUEST_ACCEPTED = "RunRequestAccepted"
+    DEFAULT_CONFLICT = "DefaultConflict"
+
+
+class ConditionReason(StrEnum):
+    """Why a condition has its status (the closed locks' own reasons are LOCK_REASONS)."""
+
+    STARTABLE = "Startable"
+    INVALID_SPEC = "InvalidSpec"
+    ALL_KNOWN = "AllKnown"
+    UNKNOWN_TOOLS = "UnknownTools"
+    ON_SCHEDULE = "OnSchedule"
+    UNKNOWN_TIME_ZONE = "UnknownTimeZone"
+    ACCEPTED = "Accepted"
+    REFUSED = "Refused"
+    MIRRORED = "Mirrored"
+    TWO_DEFAULTS = "TwoDefaults"
+
+
+class EventReason(StrEnum):
+    """Events the operator posts on Agents (and, for runs, on the run's Agent)."""
+
+    RUN_QUEUED = "RunQueued"
+    RUN_SKIPPED = "RunSkipped"
+    RUN_REFUSED = "RunRefused"
+    RUN_FAILED = "RunFailed"
+    RUN_REAPED = "RunReaped"
+    OWNER_DEACTIVATED = "OwnerDeactivated"
+    DEFAULT_MODEL = "DefaultModel"
+    MODEL_WITHDRAWN = "ModelWithdrawn"
+
+
+# The phase an Agent shows when nothing closes it.
+READY_PHASE = "Ready"
+INVALID_PHASE = "Invalid"

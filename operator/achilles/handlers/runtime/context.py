@@ -1,0 +1,101 @@
+"""What the operator's loops and its kopf handlers share: one `RuntimeContext`.
+
+It holds the process's handles (database, API clients, settings), the wakes by which
+one part tells a loop to run now, and the three pieces of state the operator keeps in
+memory (the status queue, the statuses written, the handler retries). Everything else
+lives in PostgreSQL and in the API server, so a restart loses nothing but time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from achilles.db.database import Database
+from achilles.handlers import metrics
+from achilles.handlers.config import OperatorConfig
+from achilles.handlers.runtime.retries import Retries
+from achilles.handlers.runtime.statuses import StatusQueue, WrittenStatuses
+from achilles.k8s.jobs import RunJobs
+from achilles.k8s.objects import Resources
+
+log = logging.getLogger("achilles.operator")
+T = TypeVar("T")
+
+# An owner's other agents get the weekly budget a run changed in turns (StatusQueue):
+# at most 100 patches every 10 s per replica, however many agents an owner has.
+SIBLING_REFRESH_SECONDS = 10.0
+SIBLING_BATCH = 100
+
+
+@dataclass
+class Wake:
+    """A level-triggered wake-up: set by anyone, cleared by the loop that waits on it."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def set(self) -> None:
+        self.event.set()
+
+    def wait(self, timeout: float) -> None:
+        self.event.wait(timeout)
+        self.event.clear()
+
+
+@dataclass
+class RuntimeContext:
+    config: OperatorConfig
+    database: Database
+    resources: Resources
+    jobs: RunJobs
+    stop: threading.Event = field(default_factory=threading.Event)
+    # Who wakes whom: NOTIFY and slot changes wake the scheduler; new runs, ended runs and
+    # settings wake the dispatcher; anything that moves an Agent's journal fields wakes
+    # the status writer.
+    schedule_wake: Wake = field(default_factory=Wake)
+    dispatch_wake: Wake = field(default_factory=Wake)
+    status_wake: Wake = field(default_factory=Wake)
+    statuses: StatusQueue = field(
+        default_factory=lambda: StatusQueue(SIBLING_REFRESH_SECONDS, SIBLING_BATCH)
+    )
+    # The journal fields of each Agent's status as last patched (patch only changes).
+    written_statuses: WrittenStatuses = field(default_factory=WrittenStatuses)
+    retries: Retries = field(default_factory=Retries)
+    last_pass: dict[str, float] = field(default_factory=dict)
+
+    def mark_dirty(self, agent_ids: Iterable[int]) -> None:
+        """These agents' journal fields moved: the status writer patches them next."""
+        self.statuses.mark(agent_ids)
+        self.status_wake.set()
+
+    def want_reconcile(self, agent_ids: Iterable[int]) -> None:
+        """Reconcile these agents at their next event, which the status writer's patch of
+        their moved nextRunAt causes: their owner's zone moved or stopped being a zone, and
+        the `Scheduled` condition follows it."""
+        ids = list(agent_ids)
+        self.statuses.want_reconcile(ids)
+        self.mark_dirty(ids)
+
+    def run_pass(self, loop: str, work: Callable[[], T]) -> T | None:
+        """One pass of a loop: its result, or None when it raised (logged and counted).
+        An error ends the pass, never the loop."""
+        started = time.monotonic()
+        try:
+            result = work()
+        except Exception:
+            metrics.LOOP_ERRORS.labels(loop).inc()
+            log.exception("%s pass failed", loop)
+            return None
+        finally:
+            metrics.LOOP_SECONDS.labels(loop).observe(time.monotonic() - started)
+        self.last_pass[loop] = time.monotonic()
+        return result
+
+    def health(self) -> dict[str, float]:
+        """Seconds since each loop last completed a pass."""
+        now = time.monotonic()
+        return {loop: round(now - at, 1) for loop, at in self.last_pass.items()}

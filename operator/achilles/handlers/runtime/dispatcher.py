@@ -1,0 +1,71 @@
+"""The dispatcher: queued runs become Jobs under the concurrency cap (services/dispatch.py).
+
+Wakes on a run NOTIFY, after a pass that left more waiting, or every DISPATCH_TICK; backs
+off (to MAX_BACKOFF) while the API server or the database refuses. Owns nothing in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from achilles.domain.runs import RunState
+from achilles.domain.vocabulary import EventReason, EventType
+from achilles.handlers import metrics
+from achilles.handlers.runtime import events
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.services import dispatch
+
+log = logging.getLogger("achilles.operator")
+
+DISPATCH_TICK = 5.0
+MAX_BACKOFF = 30.0
+
+
+def run(context: RuntimeContext) -> None:
+    backoff = 0.0
+    while not context.stop.is_set():
+        done = context.run_pass("dispatcher", lambda: dispatch_once(context))
+        wait = DISPATCH_TICK
+        if done is None or done.rejected is not None:
+            # The API server or the database refused: back off, the runs stay queued.
+            backoff = min(MAX_BACKOFF, max(1.0, backoff * 2))
+            wait = backoff
+        else:
+            backoff = 0.0
+            if done.progressed and done.waiting:
+                wait = 0.0  # a full batch left the queue and more wait: go on at once
+        if wait > 0:
+            context.dispatch_wake.wait(wait)
+
+
+def dispatch_once(context: RuntimeContext) -> dispatch.DispatchResult:
+    done = dispatch.dispatch_queued_runs(
+        context.database, context.jobs, context.config.job_template
+    )
+    now = datetime.now(UTC)
+    for run in done.created:
+        metrics.JOBS_CREATED.inc()
+        if run.scheduled_for is not None:
+            metrics.SLOT_TO_JOB.observe(max(0.0, (now - run.scheduled_for).total_seconds()))
+    for run in done.skipped:
+        # As the same refusal at enqueue: the budget ran out while the run waited.
+        metrics.RUNS_ENQUEUED.labels(run.trigger, RunState.SKIPPED, "budget_exceeded").inc()
+        message = f"{run.trigger} run {run.run_id} skipped: budget_exceeded"
+        events.on_dispatched(context, run, EventType.NORMAL, EventReason.RUN_SKIPPED, message)
+    for withdrawn in done.withdrawn:
+        # A closed lock leaves no row: the run is gone, and its request (if it was one)
+        # is refused in the status, where `achilles run-now --wait` looks.
+        run = withdrawn.run
+        reason = EventReason.RUN_REFUSED
+        events.on_dispatched(context, run, EventType.WARNING, reason, withdrawn.refusal)
+        if run.request_key is not None and run.agent_name and run.agent_namespace:
+            ref = events.agent_ref(run.agent_name, run.agent_namespace, run.agent_uid)
+            refused = {"request": run.request_key, "message": withdrawn.refusal}
+            context.resources.patch_status(ref, {"withdrawnRunRequest": refused})
+    context.mark_dirty(run.agent_id for run in [*done.skipped, *(w.run for w in done.withdrawn)])
+    metrics.EXECUTING.set(done.executing)
+    metrics.QUEUE_DEPTH.set(done.waiting)
+    if done.rejected is not None:
+        log.warning("Job creation refused (%s); the runs stay queued", done.rejected)
+    return done

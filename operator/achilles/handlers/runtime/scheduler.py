@@ -1,0 +1,52 @@
+"""The scheduler: due slots become queued (or skipped) runs, each slot once.
+
+Wakes at the nearest slot, on a `next_run_at` NOTIFY, or after SCHEDULER_MAX_SLEEP.
+Owns nothing in memory but the time of its last slot repair.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+from achilles.domain.runs import RunState
+from achilles.domain.vocabulary import EventReason, EventType
+from achilles.handlers import metrics
+from achilles.handlers.runtime import events
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.services import scheduler
+
+SCHEDULER_MAX_SLEEP = 10.0
+# The slot repair (closed locks, missing slots, moved zones) reads every agent: every
+# pass would cost O(agents) per slot and per NOTIFY (docs/performance.md).
+SCHEDULE_REPAIR_EVERY = 15.0
+
+
+def run(context: RuntimeContext) -> None:
+    last_repair = float("-inf")
+    while not context.stop.is_set():
+        repair = time.monotonic() - last_repair >= SCHEDULE_REPAIR_EVERY
+        tick = context.run_pass("scheduler", partial(schedule_once, context, repair=repair))
+        sleep = SCHEDULER_MAX_SLEEP
+        if tick is not None:
+            if repair:
+                last_repair = time.monotonic()
+            if tick.nearest_next_run is not None and tick.now is not None:
+                until = (tick.nearest_next_run - tick.now).total_seconds()
+                sleep = min(sleep, max(0.0, until))
+        context.schedule_wake.wait(sleep)
+
+
+def schedule_once(context: RuntimeContext, *, repair: bool) -> scheduler.TickResult:
+    tick = scheduler.schedule_due_agents(context.database, repair=repair)
+    for agent_id, outcome in tick.enqueued:
+        metrics.RUNS_ENQUEUED.labels("scheduled", outcome.state, outcome.reason or "").inc()
+        if outcome.state is RunState.SKIPPED:
+            message = f"scheduled run {outcome.run_id} skipped: {outcome.reason}"
+            events.on_agent(context, agent_id, EventType.NORMAL, EventReason.RUN_SKIPPED, message)
+    if tick.enqueued:
+        context.dispatch_wake.set()
+        context.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
+    # A zone changed: nextRunAt moved, and the Scheduled condition may have too.
+    context.want_reconcile([*tick.rescheduled, *tick.unschedulable])
+    return tick

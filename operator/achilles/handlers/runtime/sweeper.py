@@ -1,0 +1,121 @@
+"""The sweeper: every SWEEP_TICK, the passes that catch what no event reports.
+
+- reaper: runs silent past `stale_after` end `failed/stale`, their Jobs deleted; runs
+  whose Job vanished are failed (running) or queued again (never started);
+- pending pods: a pod stuck before starting fails its run at the start deadline;
+- retries: kopf event handlers that failed are handled again (runtime/retries.py);
+- owners: an owner deactivated in `users` switches their agents off (no CR event says so);
+- reply wakes: a reply whose wake was lost gets its run;
+- orphans (every ORPHAN_SWEEP_EVERY sweeps): rows of Agents, AgentModels and AgentTools
+  deleted while no operator watched.
+Owns nothing in memory: each pass derives its work from the rows and the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from achilles.domain.vocabulary import EventReason, EventType
+from achilles.handlers import metrics
+from achilles.handlers.runtime import events
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.owed_specs import deliver_owed_specs
+from achilles.handlers.runtime.retries import fire_due_retries
+from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_TOOL
+from achilles.services import agents, catalogue, outcomes, reply_wakes
+
+log = logging.getLogger("achilles.operator")
+
+SWEEP_TICK = 10.0
+ORPHAN_SWEEP_EVERY = 6  # sweeps: about a minute
+
+
+def run(context: RuntimeContext) -> None:
+    passes = 0
+    while not context.stop.is_set():
+        context.run_pass("sweeper", lambda: reap(context))
+        context.run_pass("pending-pods", lambda: judge_pending_pods(context))
+        context.run_pass("retries", lambda: fire_due_retries(context))
+        context.run_pass("owners", lambda: follow_owner_deactivation(context))
+        context.run_pass("reply-wakes", lambda: wake_for_waiting_replies(context))
+        if passes % ORPHAN_SWEEP_EVERY == 0:
+            context.run_pass("orphans", lambda: forget_deleted_objects(context))
+        passes += 1
+        context.stop.wait(SWEEP_TICK)
+
+
+def reap(context: RuntimeContext) -> outcomes.SweepResult:
+    swept = outcomes.sweep(context.database, context.jobs, stale_after=context.config.stale_after)
+    silence = int(context.config.stale_after.total_seconds())
+    for run_id in swept.reaped:
+        metrics.RUNS_REAPED.inc()
+        message = f"run {run_id} reaped: no heartbeat for {silence} s; its Job was deleted"
+        events.on_run(context, run_id, EventType.WARNING, EventReason.RUN_REAPED, message)
+    events.run_failures(context, swept.failed)
+    if swept.requeued:
+        context.dispatch_wake.set()
+    return swept
+
+
+def judge_pending_pods(context: RuntimeContext) -> bool:
+    """Pods stuck before starting fail their run at the start deadline, event or not."""
+    deadline = context.config.start_deadline
+    failed = outcomes.fold_pending_pods(context.database, context.jobs, start_deadline=deadline)
+    events.run_failures(context, failed)
+    return True
+
+
+def follow_owner_deactivation(context: RuntimeContext) -> bool:
+    """Owner deactivated (`users.active`): switch their agents off. Read from the rows
+    on every pass, never remembered here, so a second deactivation is followed too."""
+    agents.switch_off_agents_of_inactive_owners(context.database)
+    return deliver_owed_specs(context)
+
+
+def wake_for_waiting_replies(context: RuntimeContext) -> bool:
+    """A reply whose wake was lost (it came during a run, or never reached the cluster)
+    gets its run now: derived from the rows, so nothing is lost to a restart."""
+    for wake in reply_wakes.wake_for_waiting_replies(context.database):
+        owed, result = wake.owed, wake.result
+        if result is None:
+            continue  # a lock closed meanwhile: owed again once it opens
+        metrics.RUNS_ENQUEUED.labels("manual", result.state, result.reason or "").inc()
+        if owed.namespace and owed.name:
+            message = (
+                f"run {result.run_id} {result.state}"
+                f"{': ' + result.reason if result.reason else ''}"
+                f" for the reply to inbox item {owed.item_id} that no run has taken yet"
+            )
+            reason = EventReason.RUN_QUEUED if result.is_queued else EventReason.RUN_SKIPPED
+            ref = events.agent_ref(owed.name, owed.namespace, owed.uid)
+            context.resources.post_event(ref, EventType.NORMAL, reason, message)
+        context.mark_dirty([owed.agent_id])
+        context.dispatch_wake.set()
+    return True
+
+
+def forget_deleted_objects(context: RuntimeContext) -> bool:
+    """Whatever was deleted while no operator watched: Agents (their rows and runs),
+    AgentModels (withdrawn from their agents) and AgentTools (their links)."""
+    database, resources = context.database, context.resources
+    listed_at = agents.database_clock(database)  # before the listings begin
+    live = resources.agent_uids()
+    if live is not None:
+        for agent_id in agents.forget_agents_not_in(database, live, listed_at=listed_at):
+            context.jobs.delete_for_agent(agent_id)
+            log.info("agent row %s removed: its Agent no longer exists", agent_id)
+    converged = catalogue.forget_deleted_catalogue(
+        database,
+        live_models=resources.object_names(AGENT_MODEL.plural),
+        live_tools=resources.object_names(AGENT_TOOL.plural),
+        listed_at=listed_at,
+    )
+    for name, stopped in converged.withdrawn_models.items():
+        log.info(
+            "model %s withdrawn from %d agent(s): its AgentModel no longer exists",
+            name,
+            len(stopped),
+        )
+    for name in converged.removed_tools:
+        log.info("tool %s removed: its AgentTool no longer exists", name)
+    return deliver_owed_specs(context)

@@ -1,0 +1,158 @@
+"""One event of an Agent, reconciled: what the row, the status, the spec and the Events
+must become. The kopf handler (handlers/agents.py) applies what this returns; nothing
+here calls the API server, so the whole decision is testable against the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from achilles.db.database import Database
+from achilles.domain.runs import RunState
+from achilles.domain.vocabulary import (
+    INVALID_PHASE,
+    ConditionReason,
+    ConditionType,
+    EventReason,
+    EventType,
+)
+from achilles.k8s.annotations import RUN_REQUESTED_AT, parse_run_request
+from achilles.k8s.resources.agent import AgentSpec
+from achilles.services import agents, runs
+from achilles.services.status import condition, invalid_spec_message
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """What the operator reads of an Agent event."""
+
+    uid: str
+    namespace: str
+    name: str
+    generation: int | None
+    deleted: bool  # a DELETED event, or a deletion in progress
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    annotations: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class AgentEventPost:
+    kind: EventType
+    reason: EventReason
+    message: str
+
+
+@dataclass
+class AgentReconciliation:
+    # The row's id once reconciled; `removed` when the Agent is gone and so is its row.
+    agent_id: int | None = None
+    removed: bool = False
+    status: dict[str, Any] | None = None  # the whole desired status (None: leave it)
+    spec_patch: dict[str, Any] = field(default_factory=dict)
+    events: list[AgentEventPost] = field(default_factory=list)
+    # The answer to a new run request, for the metrics: "refused" or the run's state,
+    # and the enqueued run's (state, reason) when one was written.
+    request_outcome: str | None = None
+    enqueued: tuple[RunState, str] | None = None
+    wake_dispatcher: bool = False
+    journal_moved: bool = False  # a run request was answered: the status writer follows
+
+
+def reconcile_agent_event(database: Database, event: AgentEvent) -> AgentReconciliation:
+    if event.deleted:
+        return AgentReconciliation(agent_id=agents.forget_agent(database, event.uid), removed=True)
+    previous = dict(event.status)
+    now = datetime.now(UTC)
+    try:
+        parsed = AgentSpec.model_validate(dict(event.spec))
+    except ValidationError as exc:
+        # Admission should have refused it; say so on the object rather than crash-loop.
+        problem = invalid_spec_message(exc)
+        ready = condition(
+            ConditionType.READY,
+            False,
+            ConditionReason.INVALID_SPEC,
+            problem,
+            previous.get("conditions"),
+            now,
+        )
+        return AgentReconciliation(status={"phase": INVALID_PHASE, "conditions": [ready]})
+    obj = agents.AgentObject(
+        uid=event.uid,
+        namespace=event.namespace,
+        name=event.name,
+        generation=event.generation,
+        spec=parsed,
+        status=previous,
+    )
+    reconciled = agents.reconcile_agent(database, obj, is_new=previous.get("databaseId") is None)
+    result = AgentReconciliation(agent_id=reconciled.agent_id, spec_patch=reconciled.spec_patch)
+    if reconciled.spec_patch.get("enabled") is False:
+        message = "the owner's account is deactivated: spec.enabled set to false"
+        result.events.append(
+            AgentEventPost(EventType.NORMAL, EventReason.OWNER_DEACTIVATED, message)
+        )
+    if "model" in reconciled.spec_patch:
+        model = reconciled.spec_patch["model"]
+        message = f"no model chosen: the default model {model} was given"
+        result.events.append(AgentEventPost(EventType.NORMAL, EventReason.DEFAULT_MODEL, message))
+    desired = dict(reconciled.status)
+    request = parse_run_request(event.annotations.get(RUN_REQUESTED_AT))
+    if request is not None and request != previous.get("lastHandledRunRequest"):
+        desired["lastHandledRunRequest"] = request
+        answer = _answer_run_request(database, event.uid, request, result)
+        desired["conditions"] = [
+            *desired["conditions"],
+            condition(
+                ConditionType.RUN_REQUEST_ACCEPTED,
+                answer.accepted,
+                ConditionReason.ACCEPTED if answer.accepted else ConditionReason.REFUSED,
+                answer.message,
+                previous.get("conditions"),
+                now,
+            ),
+        ]
+    elif previous.get("conditions"):
+        kept = [
+            c for c in previous["conditions"] if c.get("type") == ConditionType.RUN_REQUEST_ACCEPTED
+        ]
+        desired["conditions"] = [*desired["conditions"], *kept]
+    result.status = desired
+    return result
+
+
+@dataclass(frozen=True)
+class _Answer:
+    accepted: bool
+    message: str
+
+
+def _answer_run_request(
+    database: Database, uid: str, request: str, result: AgentReconciliation
+) -> _Answer:
+    """A run request not handled yet: a run, or a refusal (the annotation's contract)."""
+    outcome = runs.handle_run_request(database, uid, request)
+    if outcome.result is None:
+        refusal = outcome.refusal or "run refused"
+        result.request_outcome = "refused"
+        result.events.append(AgentEventPost(EventType.WARNING, EventReason.RUN_REFUSED, refusal))
+        return _Answer(False, outcome.refusal or "")
+    run = outcome.result
+    result.journal_moved = True
+    if not run.duplicate_request:
+        result.request_outcome = run.state
+        result.enqueued = (run.state, run.reason or "")
+        if run.state is RunState.SKIPPED:
+            message = f"manual run {run.run_id} skipped: {run.reason}"
+            result.events.append(AgentEventPost(EventType.NORMAL, EventReason.RUN_SKIPPED, message))
+        else:
+            message = f"manual run {run.run_id} queued (request {request})"
+            result.events.append(AgentEventPost(EventType.NORMAL, EventReason.RUN_QUEUED, message))
+            result.wake_dispatcher = True
+    return _Answer(True, f"request {request} answered by run {run.run_id}")
