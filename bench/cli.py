@@ -138,13 +138,56 @@ def steady_state(
     """The operator at N Agents: slot -> Job under steady load, RSS, CPU, API requests."""
     from bench import steady
 
+    env = _env_pairs(operator_env)
+    _show(steady.run(size, json_path, server_url, rate=rate, duration=duration, operator_env=env))
+
+
+def _env_pairs(items: tuple[str, ...]) -> dict[str, str]:
     env = {}
-    for item in operator_env:
+    for item in items:
         name, equals, value = item.partition("=")
         if not equals or not name:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--operator-env")
         env[name] = value
-    _show(steady.run(size, json_path, server_url, rate=rate, duration=duration, operator_env=env))
+    return env
+
+
+@bench.command()
+@_size_option(10_000, "Agent CRs the operator is restarted under")
+@click.option(
+    "--idle-window",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds of the operator's RSS and CPU sampled after each intake.",
+)
+@click.option(
+    "--operator-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An environment variable for the operator process (repeatable).",
+)
+@json_option
+@server_option
+def intake(
+    size: int,
+    idle_window: float,
+    operator_env: tuple[str, ...],
+    json_path: Path | None,
+    server_url: str | None,
+) -> None:
+    """The operator restarted under N Agents: restart -> all reconciled, RSS, idle CPU."""
+    from bench import intake as benchmark
+
+    _show(
+        benchmark.run(
+            size,
+            json_path,
+            server_url,
+            idle_window_s=idle_window,
+            operator_env=_env_pairs(operator_env),
+        )
+    )
 
 
 @bench.command(name="slot-to-heartbeat")

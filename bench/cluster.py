@@ -231,7 +231,11 @@ def ensure_namespace(cluster: BenchCluster, name: str) -> None:
 
 def _operator_kubeconfig(cluster: BenchCluster) -> Path:
     """A kubeconfig for the operator's own ServiceAccount (cluster-admin, like the
-    tests' operator; the chart's narrower RBAC is not what is measured here)."""
+    tests' operator; the chart's narrower RBAC is not what is measured here). Made once:
+    an operator restarted under the same cluster (`bench intake`) reuses it."""
+    path = cluster.work_dir / "operator.kubeconfig"
+    if path.exists():
+        return path
     core = cluster.core
     core.create_namespaced_service_account(
         RELEASE_NAMESPACE,
@@ -274,7 +278,6 @@ def _operator_kubeconfig(cluster: BenchCluster) -> Path:
         ],
         "current-context": "operator",
     }
-    path = cluster.work_dir / "operator.kubeconfig"
     path.write_text(yaml.safe_dump(document))
     return path
 
@@ -489,8 +492,10 @@ def running_operator(
 
     `runner_command` None keeps the run Jobs' own command (`achilles runner`, the image's);
     the stand-in ignores images and needs a command runnable on this host."""
+    counted = (cluster.work_dir / "operator.kubeconfig").exists()
     kubeconfig = _operator_kubeconfig(cluster)
-    _count_operator_requests(cluster)
+    if not counted:
+        _count_operator_requests(cluster)
     command = {} if runner_command is None else {"ACHILLES_RUNNER_COMMAND": runner_command}
     operator = OperatorUnderTest(
         cluster=cluster,

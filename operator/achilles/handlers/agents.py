@@ -33,9 +33,11 @@ def agent_changed(
     **_: Any,
 ) -> None:
     context = context_of(memo)
+    kind = "listed" if type is None else type.lower()
     if is_own_status_echo(type, meta, status) and not context.statuses.take_reconcile(
         status["databaseId"]
     ):
+        metrics.AGENT_EVENTS.labels(kind, "echo").inc()
         return
     event = AgentEvent(
         uid=meta["uid"],
@@ -47,7 +49,12 @@ def agent_changed(
         status=status,
         annotations=meta.get("annotations") or {},
     )
-    reconciliation = reconcile_agent_event(context.database, event)
+    # A listed Agent (kopf's listing at start, or a retry's fresh read) may already agree.
+    settled = context.settled_agents if type is None else None
+    reconciliation = reconcile_agent_event(context.database, event, settled)
+    metrics.AGENT_EVENTS.labels(
+        kind, "unchanged" if reconciliation.unchanged else "reconciled"
+    ).inc()
     ref = agent_ref(event.name, event.namespace, event.uid)
     if reconciliation.removed:
         _remove(context, event, reconciliation.agent_id, logger)

@@ -25,3 +25,9 @@ LOOP_SECONDS = Histogram(
     "achilles_loop_seconds", "Duration of one pass of an operator loop", ["loop"]
 )
 LOOP_ERRORS = Counter("achilles_loop_errors_total", "Failed passes of an operator loop", ["loop"])
+AGENT_EVENTS = Counter(
+    "achilles_agent_events_total",
+    "Agent events handled: listed (kopf's listing), added, modified, deleted; reconciled,"
+    " unchanged (row and status already agreed: nothing written) or echo (our own write)",
+    ["event", "outcome"],
+)

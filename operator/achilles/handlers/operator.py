@@ -19,6 +19,7 @@ from achilles.k8s.client import api_client
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.k8s.resources.common import API_GROUP
+from achilles.services.agent_intake import SettledAgents
 
 RUNTIME_KEY = "achilles-runtime"
 
@@ -63,6 +64,7 @@ def configure(
         database=database,
         resources=Resources(api),
         jobs=RunJobs(api, config.job_template.namespace),
+        settled_agents=SettledAgents(database),
     )
     memo[CONTEXT_KEY] = context
     memo[RUNTIME_KEY] = runtime = Runtime(context)

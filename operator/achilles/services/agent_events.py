@@ -24,6 +24,7 @@ from achilles.domain.vocabulary import (
 from achilles.k8s.annotations import RUN_REQUESTED_AT, parse_run_request
 from achilles.k8s.resources.agent import AgentSpec
 from achilles.services import agents, runs
+from achilles.services.agent_intake import SettledAgents, kept_status
 from achilles.services.status import condition, invalid_spec_message
 
 
@@ -62,9 +63,14 @@ class AgentReconciliation:
     enqueued: tuple[RunState, str] | None = None
     wake_dispatcher: bool = False
     journal_moved: bool = False  # a run request was answered: the status writer follows
+    unchanged: bool = False  # the row and status already agreed: nothing was written
 
 
-def reconcile_agent_event(database: Database, event: AgentEvent) -> AgentReconciliation:
+def reconcile_agent_event(
+    database: Database, event: AgentEvent, settled: SettledAgents | None = None
+) -> AgentReconciliation:
+    """`settled` (for a listed Agent): a row and status that already agree with the CR
+    cost nothing (services/agent_intake.py)."""
     if event.deleted:
         return AgentReconciliation(agent_id=agents.forget_agent(database, event.uid), removed=True)
     previous = dict(event.status)
@@ -91,8 +97,16 @@ def reconcile_agent_event(database: Database, event: AgentEvent) -> AgentReconci
         spec=parsed,
         status=previous,
     )
-    reconciled = agents.reconcile_agent(database, obj, is_new=previous.get("databaseId") is None)
-    result = AgentReconciliation(agent_id=reconciled.agent_id, spec_patch=reconciled.spec_patch)
+    unchanged = settled is not None and settled.unchanged(obj)
+    if unchanged:
+        reconciled = agents.AgentReconciled(previous["databaseId"], kept_status(previous), {})
+    else:
+        reconciled = agents.reconcile_agent(
+            database, obj, is_new=previous.get("databaseId") is None
+        )
+    result = AgentReconciliation(
+        agent_id=reconciled.agent_id, spec_patch=reconciled.spec_patch, unchanged=unchanged
+    )
     if reconciled.spec_patch.get("enabled") is False:
         message = "the owner's account is deactivated: spec.enabled set to false"
         result.events.append(

@@ -9,13 +9,14 @@ deleting and re-creating an agent does not give its tokens back.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, SQLColumnExpression, func, select
 from sqlalchemy.orm import Session, aliased
 
-from achilles.db.journal.models import Agent, AgentRun, DeletedAgentTokens
+from achilles.db.journal.models import Agent, AgentRun, DeletedAgentTokens, User
 from achilles.db.journal.settings import load_settings
 from achilles.db.journal.users import find_owner_id
 from achilles.domain.budget import BudgetWindow, week_window
@@ -63,6 +64,19 @@ def tokens_used_by(
 def weekly_tokens_used(session: Session, user_id: int, window: BudgetWindow) -> int:
     used = select(tokens_used_by(user_id, window.start, window.end))
     return int(session.execute(used).scalar_one())
+
+
+def weekly_tokens_by_owner(
+    session: Session, user_ids: Iterable[int], window: BudgetWindow
+) -> dict[int, int]:
+    """`weekly_tokens_used` of several owners in one statement."""
+    ids = sorted(set(user_ids))
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(User.id, tokens_used_by(User.id, window.start, window.end)).where(User.id.in_(ids))
+    ).tuples()
+    return {int(user_id): int(used) for user_id, used in rows}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from achilles.handlers.runtime.retries import Retries
 from achilles.handlers.runtime.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
+from achilles.services.agent_intake import SettledAgents
 
 log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
@@ -66,6 +67,9 @@ class RuntimeContext:
     written_statuses: WrittenStatuses = field(default_factory=WrittenStatuses)
     retries: Retries = field(default_factory=Retries)
     last_pass: dict[str, float] = field(default_factory=dict)
+    # The rows' digests a listed Agent is checked against (the start-up intake: an Agent
+    # that agrees with its row and status costs nothing). None: reconcile every one.
+    settled_agents: SettledAgents | None = None
 
     def mark_dirty(self, agent_ids: Iterable[int]) -> None:
         """These agents' journal fields moved: the status writer patches them next."""

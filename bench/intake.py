@@ -1,0 +1,425 @@
+"""`achilles bench intake`: the operator restarted under N Agents it already took in.
+
+N `Agent`s (default 10,000; the same population as `bench steady-state`: ten per owner,
+a thousand per namespace, half interval and half calendar schedules) are created, and
+the operator takes them in (create -> every row written with its slot: the first
+intake, which writes a row and a status per Agent). Once its CPU is idle, its RSS and its
+CPU over `--idle-window` seconds are sampled.
+
+Then the operator is stopped, and while none runs the cluster moves on as it would
+during a deployment: 5 % of the Agents get a new prompt (a new generation), 1 % are
+deleted and 1 % are created. The operator is started again under them and the figure is
+**restart -> all reconciled**, the later of:
+
+- *every Agent reconciled*: every Agent's row exists and says its spec (the changed
+  prompts are in the rows), no row is left of a deleted Agent, and every Agent's
+  `status.observedGeneration` is its `metadata.generation` with a `databaseId` (checked
+  on the touched Agents while waiting, on all of them once at the end);
+- *intake drained*: the operator's CPU over the trailing `IDLE_PROBE_S` seconds is at
+  most `IDLE_CORES` (kopf has handled the listing of every Agent, changed or not).
+
+Beside it: the database transactions and `agents` row writes during the restart (an
+unchanged Agent should cost none), the operator's status patches, its peak RSS, and its
+RSS and CPU over the idle window after.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes.client.exceptions import ApiException
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY, TEXT
+
+from achilles.db.database import Database
+from bench.cluster import (
+    GROUP,
+    RUNS_NAMESPACE,
+    VERSION,
+    BenchCluster,
+    OperatorUnderTest,
+    Usage,
+    agent_manifest,
+    bench_cluster,
+    create_all,
+    create_model,
+    ensure_namespace,
+    etcd_sizes,
+    insert_owners,
+    mean_object_bytes,
+    operator_request_counts,
+    request_rates,
+    running_operator,
+    scheduled_agent_ids,
+    wait_until,
+)
+from bench.report import Progress, Report, at_most
+from bench.steady import AGENTS_PER_OWNER, MODEL, _namespace, _schedule
+
+NAME = "intake"
+DEFAULT_SIZE = 10_000
+IDLE_WINDOW_S = 60.0
+# The operator counts as idle once its CPU over the trailing IDLE_PROBE_S is at most this.
+IDLE_CORES = 0.1
+IDLE_PROBE_S = 5.0
+CHANGED_FRACTION = 0.05
+DELETED_FRACTION = 0.01
+ADDED_FRACTION = 0.01
+TOUCHED_LABEL = "bench.achilles.io/touched"
+NEW_PROMPT = "Summarise my week, and my month."
+INTAKE_TIMEOUT_S = 3 * 3600.0
+
+
+@dataclass
+class Population:
+    """The Agents the benchmark made: name -> (namespace, uid), and what changed."""
+
+    agents: dict[str, tuple[str, str]] = field(default_factory=dict)
+    changed: list[str] = field(default_factory=list)
+    deleted: dict[str, str] = field(default_factory=dict)  # name -> uid
+    added: list[str] = field(default_factory=list)
+
+
+def _create(cluster: BenchCluster, item: tuple[str, dict[str, Any]]) -> tuple[str, str]:
+    namespace, manifest = item
+    created = cast(
+        dict[str, Any],
+        cluster.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "agents", manifest
+        ),
+    )
+    return manifest["metadata"]["name"], str(created["metadata"]["uid"])
+
+
+def _create_agents(
+    cluster: BenchCluster,
+    population: Population,
+    indexes: range,
+    owners: int,
+    progress: Progress,
+    labels: dict[str, str] | None = None,
+) -> float:
+    """Create Agents `indexes`; the seconds it took."""
+    now = datetime.now(UTC)
+    for namespace in sorted({_namespace(i) for i in indexes}):
+        ensure_namespace(cluster, namespace)
+    items = []
+    for i in indexes:
+        manifest = agent_manifest(f"agent-{i}", f"owner-{1 + i % owners}", MODEL, _schedule(i, now))
+        if labels:
+            manifest["metadata"]["labels"] = labels
+        items.append((_namespace(i), manifest))
+    made: list[tuple[str, str]] = []
+
+    def create(item: tuple[str, dict[str, Any]]) -> None:
+        made.append(_create(cluster, item))
+
+    took = create_all(items, create, progress, "Agents")
+    for name, uid in made:
+        population.agents[name] = (_namespace(int(name.removeprefix("agent-"))), uid)
+    return took
+
+
+def _database_counters(database: Database) -> dict[str, int]:
+    """Transactions committed in the benchmark's database, and `agents` row writes."""
+    with database.engine.connect() as conn:
+        conn.execute(text("SELECT pg_stat_clear_snapshot()"))
+        commits = conn.execute(
+            text("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        ).scalar_one()
+        writes = conn.execute(
+            text(
+                "SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables "
+                "WHERE relname = 'agents'"
+            )
+        ).scalar_one()
+    return {"transactions": int(commits), "agents row writes": int(writes)}
+
+
+def _idle_since(samples: list[Usage], since: float) -> float | None:
+    """The first instant after `since` that ends a window of at least IDLE_PROBE_S
+    seconds in which the operator's CPU was at most IDLE_CORES."""
+    window = [s for s in samples if s.at >= since]
+    start = 0
+    for last in window:
+        # The latest sample at least IDLE_PROBE_S before `last`.
+        while start + 1 < len(window) and last.at - window[start + 1].at >= IDLE_PROBE_S:
+            start += 1
+        first = window[start]
+        span = last.at - first.at
+        if span >= IDLE_PROBE_S and (last.cpu_s - first.cpu_s) / span <= IDLE_CORES:
+            return last.at
+    return None
+
+
+def _wait_idle(operator: OperatorUnderTest, since: float, what: str, progress: Progress) -> float:
+    def idle() -> float | None:
+        operator.check_alive()
+        return _idle_since(list(operator.samples), since)
+
+    at: float = wait_until(idle, INTAKE_TIMEOUT_S, what, progress, every=1)
+    return at
+
+
+def _touched_reconciled(cluster: BenchCluster, population: Population) -> bool:
+    """Every changed and added Agent shows its generation observed, with its row's id."""
+    listing = cast(
+        dict[str, Any],
+        cluster.custom.list_cluster_custom_object(
+            GROUP, VERSION, "agents", label_selector=f"{TOUCHED_LABEL}=yes"
+        ),
+    )
+    items = listing.get("items", [])
+    expected = len(population.changed) + len(population.added)
+    return len(items) == expected and all(_observed(item) for item in items)
+
+
+def _observed(item: dict[str, Any]) -> bool:
+    status = item.get("status") or {}
+    return (
+        status.get("observedGeneration") == item["metadata"].get("generation")
+        and status.get("databaseId") is not None
+    )
+
+
+def _rows_agree(database: Database, population: Population) -> bool:
+    """The rows say what the Agents say: one per Agent, the new prompts, none deleted."""
+    with database.engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT count(*) AS rows, "
+                "count(*) FILTER (WHERE cr_name = ANY(:changed) AND prompt = :prompt) AS changed,"
+                " count(*) FILTER (WHERE cr_uid = ANY(:deleted)) AS deleted,"
+                " count(*) FILTER (WHERE cr_name = ANY(:added)) AS added FROM agents"
+            ).bindparams(
+                bindparam("changed", type_=ARRAY(TEXT)),
+                bindparam("deleted", type_=ARRAY(TEXT)),
+                bindparam("added", type_=ARRAY(TEXT)),
+            ),
+            {
+                "changed": population.changed,
+                "prompt": NEW_PROMPT,
+                "deleted": list(population.deleted.values()),
+                "added": population.added,
+            },
+        ).one()
+    return bool(
+        row.rows == len(population.agents)
+        and row.changed == len(population.changed)
+        and row.deleted == 0
+        and row.added == len(population.added)
+    )
+
+
+def _all_observed(cluster: BenchCluster) -> tuple[int, int]:
+    """(Agents, Agents whose status has not observed their generation), in chunks."""
+    seen = behind = 0
+    token = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": 1000}
+        if token:
+            kwargs["_continue"] = token
+        listing = cast(
+            dict[str, Any],
+            cluster.custom.list_cluster_custom_object(GROUP, VERSION, "agents", **kwargs),
+        )
+        for item in listing.get("items", []):
+            seen += 1
+            behind += not _observed(item)
+        token = listing.get("metadata", {}).get("continue")
+        if not token:
+            return seen, behind
+
+
+def _move_on(
+    cluster: BenchCluster, population: Population, size: int, owners: int, progress: Progress
+) -> None:
+    """What happens while no operator runs: prompts changed, Agents deleted and added."""
+    rng = random.Random(20)
+    names = sorted(population.agents)
+    picked = rng.sample(names, math.ceil(size * (CHANGED_FRACTION + DELETED_FRACTION)))
+    split = math.ceil(size * CHANGED_FRACTION)
+    population.changed, deleted = sorted(picked[:split]), sorted(picked[split:])
+    patch = {"metadata": {"labels": {TOUCHED_LABEL: "yes"}}, "spec": {"prompt": NEW_PROMPT}}
+
+    def change(name: str) -> None:
+        namespace, _ = population.agents[name]
+        cluster.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "agents", name, patch
+        )
+
+    def delete(name: str) -> None:
+        namespace, _ = population.agents[name]
+        try:
+            cluster.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, "agents", name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    create_all(population.changed, change, progress, "Agents changed")
+    create_all(deleted, delete, progress, "Agents deleted")
+    for name in deleted:
+        population.deleted[name] = population.agents.pop(name)[1]
+    added = range(size, size + math.ceil(size * ADDED_FRACTION))
+    _create_agents(cluster, population, added, owners, progress, {TOUCHED_LABEL: "yes"})
+    population.added = [f"agent-{i}" for i in added]
+
+
+def run(
+    size: int,
+    json_path: Path | None,
+    server_url: str | None = None,
+    *,
+    idle_window_s: float = IDLE_WINDOW_S,
+    operator_env: dict[str, str] | None = None,
+) -> Report:
+    progress = Progress(NAME)
+    report = Report(
+        benchmark=NAME,
+        size=size,
+        parameters={
+            "agents": size,
+            "agents_per_owner": AGENTS_PER_OWNER,
+            "changed_while_down": math.ceil(size * CHANGED_FRACTION),
+            "deleted_while_down": math.ceil(size * DELETED_FRACTION),
+            "added_while_down": math.ceil(size * ADDED_FRACTION),
+            "idle": f"CPU <= {IDLE_CORES} cores over {IDLE_PROBE_S:g} s",
+            "idle_window_s": idle_window_s,
+            "operator_env": operator_env or {},
+        },
+    )
+    owners = math.ceil(size * (1 + ADDED_FRACTION) / AGENTS_PER_OWNER)
+    population = Population()
+    env = operator_env or {}
+    with bench_cluster(
+        progress, served_namespaces=(RUNS_NAMESPACE,), max_concurrency=10, server_url=server_url
+    ) as cluster:
+        report.details["versions"] = cluster.versions()
+        database = Database(cluster.database.url, pool_size=2, application_name="achilles-bench")
+        try:
+            insert_owners(database, owners)
+            with running_operator(cluster, progress, runner_command="/bin/true", **env) as op:
+                create_model(cluster, MODEL, "http://127.0.0.1:9/v1")
+                started = time.monotonic()
+                took = _create_agents(cluster, population, range(size), owners, progress)
+                report.add_value(
+                    f"create {size:,} Agents (8 clients)",
+                    size / took,
+                    "Agents/s",
+                    note="the API server and etcd beside the operator taking them in",
+                )
+
+                def scheduled() -> bool:
+                    op.check_alive()
+                    return len(scheduled_agent_ids(database)) >= size
+
+                wait_until(scheduled, INTAKE_TIMEOUT_S, f"{size:,} rows", progress, every=2)
+                first = time.monotonic() - started
+                report.add_value(
+                    "first intake: create -> every row and slot written",
+                    first,
+                    "s",
+                    note=f"{size / first:.0f} Agents/s: new Agents, a row and a status each",
+                )
+                _wait_idle(op, time.monotonic(), "the operator to be idle", progress)
+                cores, rss = op.usage_over(idle_window_s)
+                report.add_value(
+                    f"operator RSS after the first intake, {size:,} Agents", rss, "MiB"
+                )
+                report.add_value("operator CPU idle after the first intake", cores, "cores")
+                progress(f"first intake {first:.0f} s; RSS {rss:.0f} MiB, CPU {cores:.3f}")
+            report.details["etcd"] = {
+                **etcd_sizes(cluster),
+                "agent_json_bytes": round(mean_object_bytes(cluster, "agents")),
+            }
+            _move_on(cluster, population, size, owners, progress)
+            _restart(report, cluster, database, population, size, idle_window_s, env, progress)
+        finally:
+            database.dispose()
+    path = report.write(json_path)
+    progress(f"wrote {path} and {path.with_suffix('.md')}")
+    return report
+
+
+def _restart(
+    report: Report,
+    cluster: BenchCluster,
+    database: Database,
+    population: Population,
+    size: int,
+    idle_window_s: float,
+    env: dict[str, str],
+    progress: Progress,
+) -> None:
+    counters = _database_counters(database)
+    requests = operator_request_counts(cluster)
+    with running_operator(cluster, progress, runner_command="/bin/true", **env) as op:
+        started = time.monotonic()
+
+        def reconciled() -> bool:
+            op.check_alive()
+            return _rows_agree(database, population) and _touched_reconciled(cluster, population)
+
+        wait_until(reconciled, INTAKE_TIMEOUT_S, "every Agent reconciled", progress, every=1)
+        rows_done = time.monotonic() - started
+        idle_at = _wait_idle(op, started, "the intake to drain (CPU idle)", progress)
+        drained = idle_at - started
+        seconds = time.monotonic() - started
+        after_counters = _database_counters(database)
+        rates = request_rates(requests, operator_request_counts(cluster), seconds)
+        peak = max(s.rss_mib for s in op.samples if s.at >= started)
+        agents, behind = _all_observed(cluster)
+        if agents != len(population.agents) or behind:
+            raise RuntimeError(f"{behind} of {agents} Agents not reconciled after the restart")
+        goal = at_most(30, "s") if size <= 10_000 else at_most(300, "s")
+        total = max(rows_done, drained)
+        report.add_value(
+            "restart -> all reconciled",
+            total,
+            "s",
+            goal=goal,
+            note="the later of: changed/added/deleted Agents reconciled; CPU idle",
+        )
+        report.add_value("restart -> changed, added, deleted Agents reconciled", rows_done, "s")
+        report.add_value(
+            f"restart -> intake drained (CPU <= {IDLE_CORES:g} over {IDLE_PROBE_S:g} s)",
+            drained,
+            "s",
+        )
+        for name, value in after_counters.items():
+            report.add_value(
+                f"restart: database {name}", value - counters[name], "", note="whole database"
+            )
+        report.add_value(
+            "restart: operator patch requests",
+            round(rates["patch"] * seconds),
+            "",
+            note="status and spec, all kinds",
+        )
+        report.add_value("restart: operator peak RSS", peak, "MiB")
+        cores, rss = op.usage_over(idle_window_s)
+        rss_goal = at_most(256, "MiB") if size <= 10_000 else at_most(512, "MiB")
+        report.add_value(
+            f"operator RSS after the restart, {size:,} Agents", rss, "MiB", goal=rss_goal
+        )
+        report.add_value(
+            f"operator CPU idle after the restart, {size:,} Agents",
+            cores,
+            "cores",
+            goal=at_most(0.05, "cores"),
+        )
+        report.details["operator requests during the restart"] = {
+            verb: round(rate * seconds) for verb, rate in rates.items()
+        }
+        progress(
+            f"restart: reconciled {rows_done:.1f} s, drained {drained:.1f} s; "
+            f"RSS {rss:.0f} MiB, CPU {cores:.3f}"
+        )
