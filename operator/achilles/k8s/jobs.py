@@ -16,7 +16,8 @@ from typing import Any, cast
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
+from urllib3 import HTTPResponse
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError
 
 from achilles.domain.pod_outcome import ContainerObservation, JobObservation, PodObservation
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
@@ -177,11 +178,20 @@ def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
     }
 
 
-class JobRejected(Exception):
-    """The API server refused a Job (quota, admission, overload); retry later."""
+# A Job create gives up after this (connect, read) in seconds: the dispatcher bounds how
+# long after it marked a run the run's Job can still appear (services/dispatch.py).
+CREATE_TIMEOUT = (3.0, 10.0)
 
-    def __init__(self, status: int | None, message: str) -> None:
+
+class JobRejected(Exception):
+    """The API server refused a Job (quota, admission, overload); retry later.
+
+    `maybe_created`: the call failed after the request may have reached the API server
+    (a read timeout, a dropped connection, a server-side timeout), so the Job may exist."""
+
+    def __init__(self, status: int | None, message: str, *, maybe_created: bool = False) -> None:
         self.status = status
+        self.maybe_created = maybe_created
         super().__init__(message)
 
 
@@ -190,7 +200,19 @@ def _unreachable(exc: Exception) -> ClusterUnavailable:
 
 
 def _rejected(exc: ApiException) -> JobRejected:
-    return JobRejected(exc.status, f"{exc.status} {exc.reason}: {_body_message(exc)}")
+    # 500 and 504 may come after the write reached storage (the API server's own
+    # timeouts); a 0 is the client's TLS failure, phase unknown. Other statuses refuse.
+    return JobRejected(
+        exc.status,
+        f"{exc.status} {exc.reason}: {_body_message(exc)}",
+        maybe_created=exc.status in (0, 500, 504),
+    )
+
+
+def _not_sent(exc: Exception) -> bool:
+    """The request never reached the API server: no connection was made."""
+    reason = exc.reason if isinstance(exc, MaxRetryError) else exc
+    return isinstance(reason, (ConnectTimeoutError, ConnectionRefusedError))
 
 
 class RunJobs:
@@ -203,16 +225,31 @@ class RunJobs:
         self.core = client.CoreV1Api(api)
 
     def create(self, manifest: dict[str, Any]) -> bool:
-        """True when created now, False when it already existed (dispatched before)."""
+        """True when created now, False when it already existed (dispatched before).
+
+        The answer's Job is not parsed (`_preload_content=False`): only its status
+        matters, and parsing a Job into the client's models costs ~3 ms of CPU under
+        the GIL, 3 s of a 1,000-Job burst."""
         try:
             # The client serialises plain dicts as they are (the API's JSON).
-            self.batch.create_namespaced_job(self.namespace, cast(Any, manifest))
+            # The raw urllib3 response, whatever the client's annotation says.
+            response: HTTPResponse = cast(
+                HTTPResponse,
+                self.batch.create_namespaced_job(
+                    self.namespace,
+                    cast(Any, manifest),
+                    _preload_content=False,
+                    _request_timeout=CREATE_TIMEOUT,
+                ),
+            )
+            response.read()
+            response.release_conn()
         except ApiException as exc:
             if exc.status == 409:
                 return False
             raise _rejected(exc) from exc
         except (HTTPError, OSError) as exc:
-            raise JobRejected(None, str(exc)) from exc
+            raise JobRejected(None, str(exc), maybe_created=not _not_sent(exc)) from exc
         return True
 
     def run_secret(self, run_id: int) -> RunSecret | None:
@@ -222,7 +259,9 @@ class RunJobs:
         in between) carries a secret whose hash the row never got: the next dispatch,
         finding the Job already there, stores this one's, so that its pod can claim."""
         try:
-            job = self.batch.read_namespaced_job(job_name(run_id), self.namespace)
+            job = self.batch.read_namespaced_job(
+                job_name(run_id), self.namespace, _request_timeout=CREATE_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None

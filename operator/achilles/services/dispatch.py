@@ -1,11 +1,29 @@
 """The dispatcher: queued runs become Jobs, FIFO, while fewer than the cap execute.
 
-The cap and the order are decided in the database (`db/journal/dispatch.py`); the Job
-name is the run's, so a crash between creating a Job and recording it is repaired by
-the next pass (AlreadyExists counts as dispatched). An API refusal (quota, overload)
-leaves the run queued for the next pass.
+One pass, in three steps, none of which holds a transaction while it waits on the API
+server (a slow API server must not stall the other replica's dispatch):
 
-The start gates are checked again, since a run may wait behind the cap for a while:
+1. choose, in one short transaction under the dispatch lock (`db/journal/dispatch.py`):
+   withdraw waiting runs whose agent a durable lock closed, skip those whose owner's
+   budget ran out, take the oldest startable ones under the cap and mark them
+   dispatched, each with the hash of a fresh run secret. The mark commits before any
+   Job exists, so a pod can always claim, and the cap counts the runs at once;
+2. create their Jobs, `PARALLEL_CREATES` at a time, no transaction open. The Job name
+   is the run's: AlreadyExists is a Job from an earlier dispatch, whose secret the row
+   then takes (a short transaction), so that Job's pod can claim;
+3. undo, in another short transaction, the marks of the runs whose Job the API server
+   refused (quota, admission, overload, unreachable): back to waiting, FIFO place
+   kept, unless the row moved on meanwhile (guarded by the hash it was marked with).
+   A create that may have reached the API server (a timeout) keeps its mark: its pod
+   may start, and if no Job appeared the sweeper's missing-Job repair
+   (`services/outcomes.py`) requeues the run after `MISSING_JOB_GRACE`, as it does
+   for a dispatcher that died between steps 1 and 2.
+
+Creates start no later than `CREATE_DEADLINE` after step 1 began and give up after
+`CREATE_TIMEOUT`, so a run's Job exists, if it ever will, well before the sweeper may
+call it missing; runs whose create was not started by then are undone as in step 3.
+
+The start gates are checked again in step 1, since a run may wait behind the cap:
 - a durable lock closed meanwhile (disabled, paused, model withdrawn, owner
   deactivated), found on every pass wherever the run waits: the run never started and
   a closed lock leaves no row (seed 000), so its row is removed, as if the request had
@@ -18,8 +36,10 @@ The start gates are checked again, since a run may wait behind the cap for a whi
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import Enum
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
@@ -42,6 +62,9 @@ from achilles.services.status import LOCK_MESSAGES
 
 BATCH = 200
 PARALLEL_CREATES = 8
+# No create starts later than this after the pass began (see the module's note): with
+# the create's own timeout (k8s/jobs.py) it stays well inside the sweeper's grace.
+CREATE_DEADLINE = 10.0
 
 
 @dataclass(frozen=True)
@@ -100,10 +123,62 @@ def _withdrawn(runs: list[queue.DispatchableRun], removed: list[int]) -> list[Wi
     ]
 
 
+@dataclass(frozen=True)
+class _Marked:
+    """A run marked dispatched in step 1, with the secret its Job is to carry."""
+
+    run: queue.DispatchableRun
+    secret: RunSecret
+
+
+class _Outcome(Enum):
+    CREATED = "created"  # the Job exists and the row holds its secret's hash
+    REFUSED = "refused"  # no Job: undo the mark
+    UNKNOWN = "unknown"  # the Job may exist: keep the mark, the sweeper decides
+    LATE = "late"  # not tried before CREATE_DEADLINE: undo the mark
+
+
 def dispatch_queued_runs(
     database: Database, jobs: RunJobs, template: JobTemplate, *, batch: int = BATCH
 ) -> DispatchResult:
+    began = time.monotonic()
     result = DispatchResult()
+    marked, timeout = _choose(database, batch, result)
+    if not marked:
+        return result
+
+    def create(mark: _Marked) -> tuple[_Outcome, str | None]:
+        if time.monotonic() - began > CREATE_DEADLINE:
+            return _Outcome.LATE, None
+        spec = _spec(mark.run, timeout, mark.secret)
+        try:
+            if jobs.create(build_run_job(spec, template)):
+                return _Outcome.CREATED, None
+            return _adopt_existing_job(database, jobs, mark), None
+        except JobRejected as exc:
+            return (_Outcome.UNKNOWN if exc.maybe_created else _Outcome.REFUSED), str(exc)
+
+    with ThreadPoolExecutor(max_workers=PARALLEL_CREATES) as pool:
+        outcomes = list(pool.map(create, marked))
+    undo: dict[int, bytes] = {}
+    for mark, (outcome, why) in zip(marked, outcomes, strict=True):
+        if outcome is _Outcome.CREATED:
+            result.created.append(mark.run)
+        elif outcome is not _Outcome.UNKNOWN:
+            undo[mark.run.run_id] = mark.secret.digest
+        if why is not None:
+            result.rejected = why
+    if undo:
+        with database.transaction() as session:
+            undone = len(queue.undo_dispatch(session, undo))
+        result.executing -= undone
+        result.waiting += undone
+    return result
+
+
+def _choose(database: Database, batch: int, result: DispatchResult) -> tuple[list[_Marked], int]:
+    """Step 1, in one transaction under the dispatch lock: the runs marked dispatched
+    (withdrawn and skipped ones into `result`), and the run timeout of their Jobs."""
     with database.transaction() as session:
         now = database_now(session)
         settings = load_settings(session)
@@ -113,7 +188,7 @@ def dispatch_queued_runs(
         ids = [run.run_id for run in locked]
         result.withdrawn = _withdrawn(locked, queue.withdraw_queued_runs(session, ids))
         runs = queue.take_dispatchable_runs(session, settings.max_concurrency, batch, window)
-        startable = []
+        marked = []
         for run in runs:
             if closed_locks(run.locks):  # closed since the look above
                 removed = queue.withdraw_queued_runs(session, [run.run_id])
@@ -122,31 +197,21 @@ def dispatch_queued_runs(
                 if skip_queued_run(session, run.run_id, SkipReason.BUDGET_EXCEEDED, now=now):
                     result.skipped.append(run)
             else:
-                startable.append(run)
-
-        def create(run: queue.DispatchableRun) -> RunSecret | str:
-            """The secret the run's Job carries, or why the Job was refused."""
-            secret = RunSecret.new()
-            try:
-                if jobs.create(
-                    build_run_job(_spec(run, settings.run_timeout_seconds, secret), template)
-                ):
-                    return secret
-                # Made by a dispatch that never committed: its pod holds that one's secret.
-                return jobs.run_secret(run.run_id) or secret
-            except JobRejected as exc:
-                return str(exc)
-
-        with ThreadPoolExecutor(max_workers=PARALLEL_CREATES) as pool:
-            outcomes = list(pool.map(create, startable))
-        digests = {}
-        for run, outcome in zip(startable, outcomes, strict=True):
-            if isinstance(outcome, RunSecret):
-                result.created.append(run)
-                digests[run.run_id] = outcome.digest
-            else:
-                result.rejected = outcome
-        queue.mark_dispatched(session, digests, now)
+                marked.append(_Marked(run, RunSecret.new()))
+        queue.mark_dispatched(session, {m.run.run_id: m.secret.digest for m in marked}, now)
         result.executing = queue.count_executing(session)
         result.waiting = queue.count_waiting(session)
-    return result
+    return marked, settings.run_timeout_seconds
+
+
+def _adopt_existing_job(database: Database, jobs: RunJobs, mark: _Marked) -> _Outcome:
+    """The run's Job already existed (AlreadyExists): an earlier dispatch made it, with
+    its own secret, which its pod holds. The row takes that secret's hash."""
+    found = jobs.run_secret(mark.run.run_id)
+    if found is None or found == mark.secret:
+        return _Outcome.CREATED  # a Job with no secret: nothing its pod could claim with
+    with database.transaction() as session:
+        adopted = queue.adopt_job_secret(session, mark.run.run_id, mark.secret.digest, found.digest)
+    # Not adopted: the row moved on (the sweeper released it); the next pass finds the
+    # Job again.
+    return _Outcome.CREATED if adopted else _Outcome.REFUSED

@@ -1,10 +1,12 @@
 """Queries of the dispatcher and the Job watcher: FIFO runs under the cap, decided here.
 
-The cap (`agent_max_concurrency`) counts executing runs: `running`, or `queued` with
-a Job already made (`dispatched_at`). Taking runs holds a transaction-scoped
-advisory lock, so two operator replicas dispatch one after the other and can never
-exceed the cap together; the Job name is derived from the run id, so a retry after
-a crash finds its Job (AlreadyExists) instead of making a second one.
+The cap (`agent_max_concurrency`) counts executing runs: `running`, or `queued` and
+marked dispatched (`dispatched_at`: its Job is made, being made, or lost, until the
+sweeper finds it missing). Taking runs holds a transaction-scoped advisory lock, and
+the runs taken are marked in the same transaction, so two operator replicas choose one
+after the other and can never exceed the cap together; the Jobs are made after that
+transaction commits. The Job name is derived from the run id, so a retry finds its Job
+(AlreadyExists) instead of making a second one.
 
 Each run taken comes with its agent's durable locks and its owner's weekly tokens, read
 now: a run waits behind the cap, and what held when it was queued may no longer hold
@@ -27,6 +29,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.orm import Session
@@ -197,8 +200,8 @@ def withdraw_queued_runs(session: Session, run_ids: Sequence[int]) -> list[int]:
 
 
 def mark_dispatched(session: Session, secrets: Mapping[int, bytes], now: datetime) -> None:
-    """The runs whose Jobs were made, each with the SHA-256 of its Job's run secret (the
-    rows are locked by this transaction since `take_dispatchable_runs`)."""
+    """The runs whose Jobs are to be made, each with the SHA-256 of its Job's run secret
+    (the rows are locked by this transaction since `take_dispatchable_runs`)."""
     if secrets:
         session.execute(
             update(cast(Table, AgentRun.__table__))
@@ -208,15 +211,53 @@ def mark_dispatched(session: Session, secrets: Mapping[int, bytes], now: datetim
         )
 
 
-def release_dispatch(session: Session, run_ids: Iterable[int]) -> None:
-    """Back in the queue (its Job is gone before it ran); it keeps its FIFO place."""
+def adopt_job_secret(session: Session, run_id: int, marked: bytes, found: bytes) -> bool:
+    """The run's Job already existed (made by an earlier dispatch): the row takes the
+    hash of that Job's secret instead of the one it was `marked` with, so its pod can
+    claim. False when the row moved on meanwhile (no longer ours to change)."""
+    changed = session.execute(
+        update(AgentRun)
+        .where(
+            AgentRun.id == run_id,
+            AgentRun.state == RunState.QUEUED,
+            AgentRun.runner_secret_hash == marked,
+        )
+        .values(runner_secret_hash=found)
+        .returning(AgentRun.id)
+    )
+    return changed.first() is not None
+
+
+def undo_dispatch(session: Session, marks: Mapping[int, bytes]) -> list[int]:
+    """Back to waiting, FIFO place kept: runs whose Job the API server refused. Only a
+    row still queued with the hash it was marked with: one that started, ended, was
+    released by the sweeper or marked again since is left alone."""
+    if not marks:
+        return []
+    undone = session.execute(
+        update(AgentRun)
+        .where(
+            tuple_(AgentRun.id, AgentRun.runner_secret_hash).in_(list(marks.items())),
+            AgentRun.state == RunState.QUEUED,
+        )
+        .values(dispatched_at=None, runner_secret_hash=None)
+        .returning(AgentRun.id)
+    )
+    return list(undone.scalars())
+
+
+def release_dispatch(
+    session: Session, run_ids: Iterable[int], *, dispatched_before: datetime | None = None
+) -> None:
+    """Back in the queue (its Job is gone before it ran); it keeps its FIFO place.
+    With `dispatched_before`, only a run marked before that instant (one marked again
+    since, its Job perhaps being made now, is left alone)."""
     ids = list(run_ids)
     if ids:
-        session.execute(
-            update(AgentRun)
-            .where(AgentRun.id.in_(ids), AgentRun.state == RunState.QUEUED)
-            .values(dispatched_at=None, runner_secret_hash=None)
-        )
+        query = update(AgentRun).where(AgentRun.id.in_(ids), AgentRun.state == RunState.QUEUED)
+        if dispatched_before is not None:
+            query = query.where(AgentRun.dispatched_at < dispatched_before)
+        session.execute(query.values(dispatched_at=None, runner_secret_hash=None))
 
 
 @dataclass(frozen=True)
