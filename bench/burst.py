@@ -12,12 +12,18 @@ Measured for each Job: from the slot to its ADDED watch event (the watch is open
 the slot), and to its `creationTimestamp` (whole seconds, so floored); p50/p99/max and
 the time until all N exist, and Achilles / CronJob for each. Pods stay Pending (no node
 serves their namespaces): what is measured is the controllers' Job creation.
+
+Beside them, the API server's own ceiling (issue 20): with the operator stopped and its
+Jobs deleted, the same N run Jobs (the operator's manifests) created straight from this
+process, `PARALLEL_CREATES` at a time with the operator's create call, timed from the
+first call to the last ADDED event; Achilles' slot -> all Jobs against it, as a share.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +32,16 @@ from typing import Any
 from sqlalchemy import text
 
 from achilles.db.database import Database
-from achilles.k8s.jobs import RUN_SELECTOR
+from achilles.domain.run_secret import RunSecret
+from achilles.k8s.jobs import (
+    RUN_SELECTOR,
+    JobTemplate,
+    RunJobs,
+    RunJobSpec,
+    SecretKey,
+    build_run_job,
+)
+from achilles.services.dispatch import PARALLEL_CREATES
 from bench.cluster import (
     RUNS_NAMESPACE,
     BenchCluster,
@@ -43,7 +58,7 @@ from bench.cluster import (
     wait_until,
 )
 from bench.jobwatch import JobWatch, SeenJob
-from bench.report import Progress, Report, Series, at_most
+from bench.report import Progress, Report, Series, at_least, at_most
 
 NAME = "burst-vs-cronjob"
 DEFAULT_SIZE = 1000
@@ -52,6 +67,9 @@ CRON_NAMESPACE = "bench-cronjobs"
 MODEL = "bench"
 AGENTS_PER_OWNER = 10
 ALL_WITHIN_S = 60.0
+ALL_JOBS_WITHIN_S = 5.0  # issue 20, 1,000 Agents
+FIRST_JOB_WITHIN_S = 0.3
+CEILING_RUN_IDS = 10_000_000  # the ceiling's Jobs' run ids: no run's
 DRAIN_TIMEOUT_S = 600.0
 
 
@@ -196,6 +214,58 @@ def cronjob_manifest(name: str, slot: datetime) -> dict[str, Any]:
     }
 
 
+def _ceiling(cluster: BenchCluster, size: int, report: Report, progress: Progress) -> float:
+    """Seconds for `size` run Jobs created straight to the API server, the dispatcher's
+    way (its create call, `PARALLEL_CREATES` at a time), until the watch saw them all."""
+    template = JobTemplate(
+        namespace=RUNS_NAMESPACE,
+        image="achilles-runner:bench",
+        database_secret=SecretKey("achilles-database", "url"),
+        command=("/bin/true",),
+    )
+    now = datetime.now(UTC)
+    manifests = [
+        build_run_job(
+            RunJobSpec(
+                run_id=CEILING_RUN_IDS + i,
+                agent_id=i,
+                agent_uid=None,
+                agent_namespace=AGENTS_NAMESPACE,
+                agent_name=f"burst-{i}",
+                trigger="scheduled",
+                scheduled_for=now,
+                run_timeout_seconds=3600,
+                model_secret=None,
+                run_secret=RunSecret.new(),
+            ),
+            template,
+        )
+        for i in range(size)
+    ]
+    jobs = RunJobs(cluster.api, RUNS_NAMESPACE)
+    watcher = JobWatch(cluster.api, RUNS_NAMESPACE, RUN_SELECTOR).start()
+    progress(f"ceiling: {size:,} Job creates straight to the API server")
+    started = time.time()
+    with ThreadPoolExecutor(max_workers=PARALLEL_CREATES) as pool:
+        made = sum(pool.map(jobs.create, manifests))
+    returned = time.time() - started
+    if made != size:
+        raise RuntimeError(f"ceiling: {made} of {size} Jobs created (leftovers in the namespace?)")
+    wait_until(lambda: watcher.count() >= size, 120, f"the watch to see {size:,} Jobs", progress)
+    seen = watcher.snapshot()
+    watcher.stop()
+    took = max(job.seen_at for job in seen) - started
+    report.add_value(
+        "ceiling: N Jobs straight to the API server (first call -> last watch event)",
+        took,
+        "s",
+        note=f"{PARALLEL_CREATES} in parallel, the dispatcher's create call, no operator; "
+        f"the calls returned after {returned:.2f} s",
+    )
+    report.add_value("ceiling: Job creates a second", size / took, "/s")
+    return took
+
+
 def _cronjob_burst(
     cluster: BenchCluster, size: int, lead_s: float, report: Report, progress: Progress
 ) -> Burst:
@@ -256,9 +326,32 @@ def run(
         finally:
             database.dispose()
         _clear_achilles_jobs(cluster, progress)
+        ceiling = _ceiling(cluster, size, report, progress)
+        _clear_achilles_jobs(cluster, progress)
         cron = _cronjob_burst(cluster, size, lead_s, report, progress)
     ours = _side(report, "achilles", achilles)
     theirs = _side(report, "cronjob", cron)
+    all_in = max(achilles.event_latencies())
+    report.add_value(
+        "achilles: share of the API server's ceiling (ceiling time / slot -> all Jobs)",
+        100 * ceiling / all_in,
+        "%",
+        goal=at_least(70, "%"),
+        note="the same N Jobs straight to the API server, beside it (issue 20's goal)",
+    )
+    report.add_value(
+        "achilles: slot -> all Jobs",
+        all_in,
+        "s",
+        goal=at_most(ALL_JOBS_WITHIN_S, "s"),
+        note=f"issue 20's goal; the first within {FIRST_JOB_WITHIN_S:g} s (next figure)",
+    )
+    report.add_value(
+        "achilles: slot -> first Job",
+        min(achilles.event_latencies()),
+        "s",
+        goal=at_most(FIRST_JOB_WITHIN_S, "s"),
+    )
     for statistic in ("median", "p99", "max"):
         ratio = getattr(ours["events"], statistic) / max(getattr(theirs["events"], statistic), 1e-3)
         report.add_value(
