@@ -136,14 +136,20 @@ def parse_rfc3339_nano(stamp: str) -> float:
     return datetime.fromisoformat(whole + zone).timestamp() + float(f"0.{fraction or 0}")
 
 
-def _runner_startup(times: int) -> list[float]:
-    """A fresh interpreter importing what `achilles runner` imports before its claim.
+# What `achilles runner` imports before its claim (the run's first heartbeat), and
+# everything it imports by the end (the agent loop's stack, imported after the claim).
+BEFORE_CLAIM = "import achilles.cli.main, achilles.cli.runner, achilles.runner.main"
+WHOLE_RUNNER = BEFORE_CLAIM + ", achilles.runner.execution"
+
+
+def _runner_startup(times: int, imports: str) -> list[float]:
+    """A fresh interpreter running `imports` (Python statements).
 
     From compiled bytecode, as the image has it (pip compiles at install; uv leaves a
     virtualenv without, and PYTHONDONTWRITEBYTECODE would make every sample compile the
     sources): one start unmeasured writes it."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    argv = [sys.executable, "-c", "import achilles.services.run_execution"]
+    argv = [sys.executable, "-c", imports]
     subprocess.run(argv, env=env, capture_output=True, check=True)
     samples = []
     for _ in range(times):
@@ -334,9 +340,16 @@ def _report_figures(
         note=f"interpreter, imports, database connection, claim; {precision}",
     )
     report.latency(
-        "runner start-up alone (interpreter and imports)",
-        _runner_startup(5),
+        "runner start-up before the claim (interpreter and imports)",
+        _runner_startup(5, BEFORE_CLAIM),
         unit="s",
-        note="python -c 'import achilles.services.run_execution' on the host, from "
-        "bytecode: the floor of a run's start on this machine, before any database work",
+        note=f"python -c '{BEFORE_CLAIM}' on the host, from bytecode: the floor of a run's "
+        "start on this machine, before any database work",
+    )
+    report.latency(
+        "runner start-up, every import (the agent loop's after the claim)",
+        _runner_startup(5, WHOLE_RUNNER),
+        unit="s",
+        note="the same with achilles.runner.execution (openai, the tools): a run's whole "
+        "import cost, what many runs starting together share the node's cores for",
     )

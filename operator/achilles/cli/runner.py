@@ -1,6 +1,6 @@
 """`achilles runner --run-id N`: execute one queued run (the command of the run's Job).
 
-Exit codes are the runner's own (see `achilles.services.run_execution`): 0 when the run
+Exit codes are the runner's own (see `achilles.runner.main`): 0 when the run
 was carried to an end or was not claimable, 1 for a crash; 2 for bad options.
 """
 
@@ -71,8 +71,8 @@ def runner(
     from achilles.db.database import database_url_from_env
     from achilles.domain.run_secret import RUN_SECRET_ENV
     from achilles.errors import AchillesError
+    from achilles.runner.main import run
     from achilles.services.db_roles import allow_superuser
-    from achilles.services.run_execution import run
 
     logging.basicConfig(
         level=logging.INFO,

@@ -1,0 +1,185 @@
+"""A claimed run's agent loop: its tools, its model client, and the wait for its end.
+
+Imported by the process (`runner/main.py`) only after the claim, once the heartbeat
+beats: this is the heavy part of the runner (openai, pydantic's tool models), and the
+claim, the run's first heartbeat, should not wait for it. The main thread waits here for
+the first of the events `runner/main.py` lists.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from datetime import UTC, datetime
+
+from achilles.domain.run_spec import ModelEndpoint, RunSpec
+from achilles.domain.runs import FailReason
+from achilles.domain.schedule.timezones import load_timezone
+from achilles.llm.chat import OpenAIChatModel
+from achilles.runner.config import RunnerConfig
+from achilles.runner.events import (
+    EXIT_CRASH,
+    EXIT_OK,
+    Event,
+    LoopCrashed,
+    LoopFinished,
+    RowLost,
+    Terminated,
+)
+from achilles.runner.loop import AgentLoop, LoopLimits, timed_out_message
+from achilles.runner.prompt import compose_messages
+from achilles.services.run_journal import RunJournal
+from achilles.tools.base import ToolContext
+from achilles.tools.catalogue import select_tools
+
+log = logging.getLogger(__name__)
+
+# What the openai client gets for models without an API key Secret (keyless local servers).
+NO_API_KEY = "no-key"
+
+# The runner's own deadline comes this long after its Job's activeDeadlineSeconds.
+OWN_DEADLINE_GRACE = 10.0
+# A SIGTERM this close to the Job's deadline is the deadline's (the database's and this
+# host's clocks, and the Job controller's reaction, are not exact).
+DEADLINE_SLACK = 2.0
+
+
+class _Journal:
+    """`RunJournal` for one run id."""
+
+    def __init__(self, database: RunJournal, run_id: int) -> None:
+        self._db = database
+        self._run_id = run_id
+
+    def add_tokens(self, tokens: int) -> bool:
+        return self._db.add_tokens(self._run_id, tokens)
+
+    def succeed(self, output: str) -> bool:
+        return self._db.succeed(self._run_id, output)
+
+    def fail(self, reason: FailReason, error: str) -> bool:
+        return self._db.fail(self._run_id, reason, error)
+
+
+def execute(
+    spec: RunSpec,
+    config: RunnerConfig,
+    database: RunJournal,
+    events: queue.SimpleQueue[Event],
+    *,
+    model_endpoint: ModelEndpoint,
+    claimed: float,
+    stop: threading.Event,
+) -> int:
+    """Run the claimed, accepted run's agent loop on `model_endpoint` (the spec's) and
+    wait for the first event.
+
+    `claimed` is the claim's `time.monotonic()`: deadlines count from it, not from
+    this module's import. `stop` stops the loop and the heartbeat."""
+    journal = _Journal(database, spec.run_id)
+    # In a Job, the run's limit counts from the Job's start, as its activeDeadlineSeconds
+    # does, not from this claim: the pod's start-up has already used part of it.
+    # Kubernetes enforces it (SIGTERM, then SIGKILL: even a runner that hangs is
+    # stopped); the runner's own deadline, a little later, is the backstop should it not.
+    # Without a Job (a runner started by hand) the runner's deadline is the only one.
+    job_deadline: float | None = None
+    deadline = claimed + spec.run_timeout_seconds
+    if spec.seconds_since_dispatch is not None:
+        job_deadline = claimed + spec.run_timeout_seconds - spec.seconds_since_dispatch
+        deadline = job_deadline + OWN_DEADLINE_GRACE
+
+    selection = select_tools(spec.tool_implementations)
+    if selection.unknown:
+        log.warning("skipping tools unknown to this runner: %s", ", ".join(selection.unknown))
+    model = OpenAIChatModel(
+        base_url=model_endpoint.base_url,
+        api_key=config.api_key or NO_API_KEY,
+        model=model_endpoint.provider_model,
+        timeout=config.model_timeout,
+        max_retries=config.model_max_retries,
+    )
+    tool_context = ToolContext(
+        run_id=spec.run_id,
+        agent_id=spec.agent_id,
+        owner_user_id=spec.owner_user_id,
+        owner_timezone=load_timezone(spec.owner_timezone),
+        knowledge=database.knowledge_store(),
+        transaction=database.database.transaction,
+        now=lambda: datetime.now(UTC),
+    )
+    loop = AgentLoop(
+        model=model,
+        toolbox=selection.toolbox,
+        tool_context=tool_context,
+        journal=journal,
+        limits=LoopLimits(
+            max_iterations=spec.max_iterations,
+            run_timeout_seconds=spec.run_timeout_seconds,
+            deadline=deadline,
+            request_timeout=config.model_timeout,
+        ),
+        stop=stop,
+    )
+    notes = [note for hook in selection.run_start_notes if (note := hook(tool_context))]
+    messages = compose_messages(spec, datetime.now(UTC), notes)
+    log.info("offering tools: %s", ", ".join(selection.toolbox.names))
+
+    def work() -> None:
+        try:
+            events.put(LoopFinished(loop.run(messages)))
+        except Exception as exc:
+            log.exception("the agent loop crashed")
+            events.put(LoopCrashed(f"{type(exc).__name__}: {exc}"))
+
+    threading.Thread(target=work, name="agent-loop", daemon=True).start()
+    try:
+        event: Event | None = events.get(timeout=max(0.0, deadline - time.monotonic()))
+    except queue.Empty:
+        event = None
+    stop.set()
+    at_deadline = job_deadline is not None and time.monotonic() >= job_deadline - DEADLINE_SLACK
+    return _conclude(event, journal, spec, at_deadline=at_deadline)
+
+
+def _conclude(event: Event | None, journal: _Journal, spec: RunSpec, *, at_deadline: bool) -> int:
+    match event:
+        case LoopFinished(result):
+            log.info(
+                "run %d: %s (%s) after %d iteration(s), %d tokens",
+                spec.run_id,
+                result.outcome,
+                result.detail,
+                result.iterations,
+                result.tokens,
+            )
+            return EXIT_OK
+        case Terminated(signal_name):
+            # At the deadline the SIGTERM is the Job's activeDeadlineSeconds: say so, as
+            # the runner's own deadline would have, whichever of the two came first.
+            error = (
+                f"{timed_out_message(spec.run_timeout_seconds)} (Kubernetes stopped its pod"
+                " at the Job's activeDeadlineSeconds)"
+                if at_deadline
+                else f"runner terminated by {signal_name} before the run finished"
+            )
+            written = journal.fail(FailReason.ERROR, error)
+            log.warning(
+                "run %d: %s received; failure %s",
+                spec.run_id,
+                signal_name,
+                "recorded" if written else "not needed (row already final)",
+            )
+            return EXIT_OK
+        case RowLost():
+            log.warning(
+                "run %d is no longer running (reaped?); stopping without writing", spec.run_id
+            )
+            return EXIT_OK
+        case LoopCrashed(error):
+            journal.fail(FailReason.ERROR, f"runner crashed: {error} (traceback in the pod log)")
+            return EXIT_CRASH
+        case None:
+            journal.fail(FailReason.ERROR, timed_out_message(spec.run_timeout_seconds))
+            return EXIT_OK
