@@ -22,6 +22,7 @@ first call to the last ADDED event; Achilles' slot -> all Jobs against it, as a 
 from __future__ import annotations
 
 import math
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from achilles.k8s.jobs import (
     build_run_job,
 )
 from achilles.services.dispatch import PARALLEL_CREATES
+from achilles_dev.processes import running_from_pidfile
 from bench.cluster import (
     RUNS_NAMESPACE,
     BenchCluster,
@@ -53,6 +55,7 @@ from bench.cluster import (
     ensure_namespace,
     insert_owners,
     operator_request_counts,
+    proc_usage,
     report_timeline,
     running_operator,
     wait_until,
@@ -67,6 +70,7 @@ CRON_NAMESPACE = "bench-cronjobs"
 MODEL = "bench"
 AGENTS_PER_OWNER = 10
 ALL_WITHIN_S = 60.0
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kubelet")
 ALL_JOBS_WITHIN_S = 5.0  # issue 20, 1,000 Agents
 FIRST_JOB_WITHIN_S = 0.3
 CEILING_RUN_IDS = 10_000_000  # the ceiling's Jobs' run ids: no run's
@@ -165,7 +169,10 @@ def _achilles_burst(
         )
         before = operator_request_counts(cluster)
         watcher = JobWatch(cluster.api, RUNS_NAMESPACE, RUN_SELECTOR).start()
+        _sleep_until(slot, progress)
+        cpu = _CpuMeter(cluster, operator=operator.process.pid if operator.process else None)
         burst = _collect(watcher, size, slot, progress)
+        cpu.report(report, "achilles: cores used, slot -> all Jobs seen")
         report_timeline(report, database, burst.jobs, "achilles: ")
         after = operator_request_counts(cluster)
         report.details["achilles: operator requests during the burst"] = {
@@ -214,6 +221,43 @@ def cronjob_manifest(name: str, slot: datetime) -> dict[str, Any]:
     }
 
 
+class _CpuMeter:
+    """CPU seconds of the control plane's processes (and the operator's, or this
+    process's) from now until `report`, as cores: what a burst is bound by on 2 cores."""
+
+    def __init__(
+        self, cluster: BenchCluster, *, operator: int | None = None, bench: bool = False
+    ) -> None:
+        self.pids: dict[str, int] = {}
+        for name in CONTROL_PLANE:
+            ref = running_from_pidfile(cluster.stack.config.pidfile(name))
+            if ref is not None:
+                self.pids[name] = ref.pid
+        if operator is not None:
+            self.pids["operator"] = operator
+        if bench:
+            self.pids["bench (the creates and the watch)"] = os.getpid()
+        self.started = time.monotonic()
+        self.before = self._sample()
+
+    def _sample(self) -> dict[str, float]:
+        return {
+            name: usage.cpu_s
+            for name, pid in self.pids.items()
+            if (usage := proc_usage(pid)) is not None
+        }
+
+    def report(self, report: Report, key: str) -> None:
+        after = self._sample()
+        wall = time.monotonic() - self.started
+        cores = {
+            name: round((after[name] - self.before[name]) / wall, 2)
+            for name in after
+            if name in self.before
+        }
+        report.details[key] = {"seconds": round(wall, 2), **cores}
+
+
 def _ceiling(cluster: BenchCluster, size: int, report: Report, progress: Progress) -> float:
     """Seconds for `size` run Jobs created straight to the API server, the dispatcher's
     way (its create call, `PARALLEL_CREATES` at a time), until the watch saw them all."""
@@ -245,13 +289,21 @@ def _ceiling(cluster: BenchCluster, size: int, report: Report, progress: Progres
     jobs = RunJobs(cluster.api, RUNS_NAMESPACE)
     watcher = JobWatch(cluster.api, RUNS_NAMESPACE, RUN_SELECTOR).start()
     progress(f"ceiling: {size:,} Job creates straight to the API server")
+    cpu = _CpuMeter(cluster, bench=True)
     started = time.time()
     with ThreadPoolExecutor(max_workers=PARALLEL_CREATES) as pool:
         made = sum(pool.map(jobs.create, manifests))
     returned = time.time() - started
     if made != size:
         raise RuntimeError(f"ceiling: {made} of {size} Jobs created (leftovers in the namespace?)")
-    wait_until(lambda: watcher.count() >= size, 120, f"the watch to see {size:,} Jobs", progress)
+    wait_until(
+        lambda: watcher.count() >= size,
+        120,
+        f"the watch to see {size:,} Jobs",
+        progress,
+        every=0.05,
+    )
+    cpu.report(report, "ceiling: cores used, first call -> all Jobs seen")
     seen = watcher.snapshot()
     watcher.stop()
     took = max(job.seen_at for job in seen) - started
