@@ -43,14 +43,21 @@ def postgres_outage(ctx: Context) -> None:
         ctx.agent(name, models.held(90).prompt(), model)  # the model answers after the outage
     for name in during:
         ctx.agent(name, models.held(40).prompt(), model)  # the model answers during it
+    # Asked for a run while the database is away: the handling fails, and only the
+    # handler's retry (the object read again when it fires) can answer it.
+    asked = "asked-during"
+    ctx.agent(asked, models.QUICK.prompt(), model)
     ids = ctx.agent_ids([*outlast, *during])
+    asked_id = ctx.agent_ids([asked])[asked]
     before = ctx.last_run_id()
     for name in ids:
         ctx.request(name)
     runs = ctx.new_runs(ids.values(), before, 60)
     ctx.wait_running(runs.values(), START_TIMEOUT)
     down_at = datetime.now(UTC)
+    before_asked = ctx.last_run_id()
     ctx.cluster.stop_postgres()
+    ctx.request(asked)
     exits: list[int | None] = []
 
     def operator_alive() -> None:
@@ -67,7 +74,13 @@ def postgres_outage(ctx: Context) -> None:
         lambda: _loops_recovered(op, 15), 120, what="the operator's loops to pass again", interval=1
     )
     recovered = time.monotonic() - up
+    asked_run = ctx.new_runs([asked_id], before_asked, 120)
     ended = ctx.wait_ended(runs.values(), START_TIMEOUT, "every run in flight to end")
+    asked_row = ctx.wait_ended(asked_run.values(), START_TIMEOUT, "the run asked mid-outage")
+    r.check(
+        all(row["state"] == "succeeded" for row in asked_row.values()),
+        f"the run requested during the outage did not succeed: {asked_row}",
+    )
     by_name = {name: ended[runs[agent_id]] for name, agent_id in ids.items()}
     for name in outlast:
         row = by_name[name]
@@ -112,12 +125,13 @@ def postgres_outage(ctx: Context) -> None:
     r.figure = (
         f"operator up throughout, loops passing {recovered:.0f}s after PostgreSQL returned; "
         f"{sum(by_name[n]['state'] == 'succeeded' for n in outlast)}/{len(outlast)} runs spanning "
-        f"the outage succeeded, {len(stale)} false stale (threshold {STALE_AFTER_SECONDS}s); "
+        "the outage succeeded, the run asked during it ran after it, "
+        f"{len(stale)} false stale (threshold {STALE_AFTER_SECONDS}s); "
         f"runs answered mid-outage: "
         + ", ".join(f"{by_name[n]['state']}/{by_name[n]['reason']}" for n in during)
     )
     ctx.check_journal()
-    ctx.check_jobs([*runs.values(), *fresh.values()])
+    ctx.check_jobs([*runs.values(), *fresh.values(), *asked_run.values()])
     ctx.check_status([*outlast, *during])
 
 
