@@ -16,10 +16,13 @@ from achilles.handlers.runtime import events
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.services import scheduler
 
-SCHEDULER_MAX_SLEEP = 10.0
+# Slots come with a NOTIFY (`next_run_at` moved) and the loop sleeps until the nearest:
+# the cap on its sleep is a safety net, and each pass is a transaction even when idle.
+SCHEDULER_MAX_SLEEP = 30.0
 # The slot repair (closed locks, missing slots, moved zones) reads every agent: every
-# pass would cost O(agents) per slot and per NOTIFY (docs/performance.md).
-SCHEDULE_REPAIR_EVERY = 15.0
+# pass would cost O(agents) per slot and per NOTIFY (docs/performance.md); a zone moved
+# in `users` shows in the slots within this.
+SCHEDULE_REPAIR_EVERY = 60.0
 
 
 def run(context: RuntimeContext) -> None:
