@@ -222,7 +222,7 @@ def test_platform_is_a_named_singleton() -> None:
 def test_platform_timezone_is_checked_against_the_engines_list_with_a_readable_message() -> None:
     """A runtime error in a rule (the API server's own zone lookup) shows as raw CEL text;
     the engine's list makes the rule false instead, and the message shows the value."""
-    from achilles.domain.schedule.timezones import iana_timezones
+    from achilles.domain.timezones import iana_timezones
 
     timezone = resolve(dict(crd_schemas())["AgentPlatform"], "spec.timezone")
     assert timezone is not None

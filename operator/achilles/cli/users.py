@@ -27,7 +27,7 @@ def upsert(database_url: str | None, key: str, timezone: str | None, inactive: b
     reactivating does not switch them back on: that is the owner's choice.
     """
     from achilles.cli.common import open_database
-    from achilles.domain.schedule.timezones import load_timezone
+    from achilles.domain.timezones import load_timezone
     from achilles.services.users import upsert_user
 
     if timezone is not None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from achilles.domain.schedule.timezones import resolve_wall_time
+from achilles.domain.timezones import resolve_wall_time
 
 _SUNDAY = 6  # date.weekday(): Monday = 0
 

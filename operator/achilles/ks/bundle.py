@@ -29,7 +29,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from achilles.domain.schedule.timezones import load_timezone
+from achilles.domain.timezones import load_timezone
 from achilles.domain.users import USER_KEY_RULE, is_valid_user_key
 from achilles.errors import UnknownTimezoneError
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from achilles.domain.run_spec import ModelEndpoint, RunSpec
 from achilles.domain.runs import FailReason
-from achilles.domain.schedule.timezones import load_timezone
+from achilles.domain.timezones import load_timezone
 from achilles.llm.chat import OpenAIChatModel
 from achilles.runner.config import RunnerConfig
 from achilles.runner.events import (

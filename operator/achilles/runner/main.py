@@ -44,7 +44,7 @@ from achilles.db.roles import Component
 from achilles.domain.run_secret import session_settings
 from achilles.domain.run_spec import RunSpec
 from achilles.domain.runs import FailReason
-from achilles.domain.schedule.timezones import load_timezone
+from achilles.domain.timezones import load_timezone
 from achilles.errors import ConfigurationError, UnknownTimezoneError
 from achilles.runner.config import API_KEY_ENV, RunnerConfig
 from achilles.runner.events import EXIT_CRASH, EXIT_OK, Event, RowLost, Terminated

@@ -36,7 +36,7 @@ from achilles.domain.schedule.slots import (
     next_slot_after,
     slots_after,
 )
-from achilles.domain.schedule.timezones import load_timezone, resolve_timezone, resolve_wall_time
+from achilles.domain.timezones import load_timezone, resolve_timezone, resolve_wall_time
 
 __all__ = [
     "MAX_EVERY_HOURS",

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from achilles.domain.schedule.model import CalendarSchedule, IntervalSchedule, Schedule
-from achilles.domain.schedule.timezones import resolve_wall_time
+from achilles.domain.timezones import resolve_wall_time
 
 # A weekly slot is at most 7 local dates away; one date back covers a slot pushed past
 # midnight by a gap, and the rest is slack for zones that skipped a whole date (Apia 2011).

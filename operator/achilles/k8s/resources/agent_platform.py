@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from achilles.domain.schedule import load_timezone
-from achilles.domain.schedule.timezones import iana_timezones
+from achilles.domain.timezones import iana_timezones
 from achilles.errors import UnknownTimezoneError
 from achilles.k8s.resources.cel import PATH, CelRule, cel_rules, cel_string
 from achilles.k8s.resources.common import (

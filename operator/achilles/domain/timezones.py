@@ -1,4 +1,8 @@
-"""Time zones for calendar slots: which zone applies, and where a wall time falls in it.
+"""Time zones: which zone applies, and where a wall time falls in it (calendar slots,
+the budget's week, an owner's local time).
+
+A module of its own, not the schedule package's: the budget and the runner's claim need
+it without the schedule's pydantic models (`tests/db/test_runner_imports.py`).
 
 Seed 002: a calendar "09:00" resolves against the owner's time zone (`users.timezone`,
 else the organisation's from platform settings), and only then lands in `next_run_at`
