@@ -167,12 +167,25 @@ def _env_pairs(items: tuple[str, ...]) -> dict[str, str]:
     metavar="NAME=VALUE",
     help="An environment variable for the operator process (repeatable).",
 )
+@click.option(
+    "--memory-probe",
+    is_flag=True,
+    help="Sample the operator's memory from inside and measure what malloc_trim(0) gives "
+    "back after each intake.",
+)
+@click.option(
+    "--tracemalloc",
+    is_flag=True,
+    help="With --memory-probe: also trace the Python heap (slow; for the diagnosis only).",
+)
 @json_option
 @server_option
 def intake(
     size: int,
     idle_window: float,
     operator_env: tuple[str, ...],
+    memory_probe: bool,
+    tracemalloc: bool,
     json_path: Path | None,
     server_url: str | None,
 ) -> None:
@@ -186,6 +199,8 @@ def intake(
             server_url,
             idle_window_s=idle_window,
             operator_env=_env_pairs(operator_env),
+            memory_probe=memory_probe,
+            tracemalloc=tracemalloc,
         )
     )
 

@@ -25,8 +25,10 @@ RSS and CPU over the idle window after.
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -167,6 +169,68 @@ def _wait_idle(operator: OperatorUnderTest, since: float, what: str, progress: P
     return at
 
 
+PROBE_DIR = Path(__file__).resolve().parent / "memory_probe"
+
+
+def _probe_env(cluster: BenchCluster, tracing: bool) -> dict[str, str]:
+    """The operator's environment for bench/memory_probe (its RSS each second; with
+    `tracing`, tracemalloc's view of the Python heap)."""
+    env = {
+        "PYTHONPATH": str(PROBE_DIR),
+        "ACHILLES_BENCH_MEMORY_PROBE": str(cluster.work_dir / "memory.jsonl"),
+    }
+    return env | ({"PYTHONTRACEMALLOC": "1"} if tracing else {})
+
+
+def _probe_records(cluster: BenchCluster) -> list[dict[str, Any]]:
+    path = cluster.work_dir / "memory.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _memory_figures(report: Report, cluster: BenchCluster, when: str, progress: Progress) -> None:
+    """The Python heap against the RSS now, then the RSS after malloc_trim(0): the part
+    of the RSS that is memory Python freed but glibc kept."""
+    records = _probe_records(cluster)
+    if not records:
+        return
+    last = records[-1]
+    if "traced_kib" in last:
+        report.add_value(f"Python heap (tracemalloc), {when}", last["traced_kib"] / 1024, "MiB")
+        peak = max(r.get("traced_peak_kib", 0) for r in records)
+        report.add_value(f"Python heap peak so far, {when}", peak / 1024, "MiB")
+    (cluster.work_dir / "memory.jsonl.trim").touch()
+
+    def trimmed() -> dict[str, Any] | None:
+        return next(
+            (r for r in _probe_records(cluster)[len(records) :] if "trim_after_kib" in r), None
+        )
+
+    result = wait_until(trimmed, 30, "malloc_trim in the operator", progress)
+    report.add_value(f"RSS before malloc_trim(0), {when}", result["trim_before_kib"] / 1024, "MiB")
+    report.add_value(f"RSS after malloc_trim(0), {when}", result["trim_after_kib"] / 1024, "MiB")
+
+
+_EVENTS_LINE = re.compile(
+    r'^achilles_agent_events_total\{event="([a-z]+)",outcome="([a-z]+)"\} ([0-9.e+]+)$'
+)
+
+
+def agent_events(operator: OperatorUnderTest) -> dict[str, int]:
+    """The operator's Agent events handled so far, as "<event>/<outcome>" -> count."""
+    counts: dict[str, int] = {}
+    for line in operator.metrics().splitlines():
+        match = _EVENTS_LINE.match(line)
+        if match:
+            counts[f"{match.group(1)}/{match.group(2)}"] = int(float(match.group(3)))
+    return counts
+
+
+def _listed(counts: dict[str, int]) -> int:
+    return sum(n for key, n in counts.items() if key.startswith("listed/"))
+
+
 def _touched_reconciled(cluster: BenchCluster, population: Population) -> bool:
     """Every changed and added Agent shows its generation observed, with its row's id."""
     listing = cast(
@@ -280,7 +344,12 @@ def run(
     *,
     idle_window_s: float = IDLE_WINDOW_S,
     operator_env: dict[str, str] | None = None,
+    memory_probe: bool = False,
+    tracemalloc: bool = False,
 ) -> Report:
+    """`memory_probe`: sample the operator's memory from inside (bench/memory_probe), and
+    after each intake measure what malloc_trim(0) gives back; `tracemalloc` also traces
+    the Python heap (slow: for the diagnosis, not for the timings)."""
     progress = Progress(NAME)
     report = Report(
         benchmark=NAME,
@@ -294,6 +363,8 @@ def run(
             "idle": f"CPU <= {IDLE_CORES} cores over {IDLE_PROBE_S:g} s",
             "idle_window_s": idle_window_s,
             "operator_env": operator_env or {},
+            "memory_probe": memory_probe or tracemalloc,
+            "tracemalloc": tracemalloc,
         },
     )
     owners = math.ceil(size * (1 + ADDED_FRACTION) / AGENTS_PER_OWNER)
@@ -303,6 +374,8 @@ def run(
         progress, served_namespaces=(RUNS_NAMESPACE,), max_concurrency=10, server_url=server_url
     ) as cluster:
         report.details["versions"] = cluster.versions()
+        if memory_probe or tracemalloc:
+            env = env | _probe_env(cluster, tracemalloc)
         database = Database(cluster.database.url, pool_size=2, application_name="achilles-bench")
         try:
             insert_owners(database, owners)
@@ -336,6 +409,7 @@ def run(
                 )
                 report.add_value("operator CPU idle after the first intake", cores, "cores")
                 progress(f"first intake {first:.0f} s; RSS {rss:.0f} MiB, CPU {cores:.3f}")
+                _memory_figures(report, cluster, "after the first intake", progress)
             report.details["etcd"] = {
                 **etcd_sizes(cluster),
                 "agent_json_bytes": round(mean_object_bytes(cluster, "agents")),
@@ -366,7 +440,11 @@ def _restart(
 
         def reconciled() -> bool:
             op.check_alive()
-            return _rows_agree(database, population) and _touched_reconciled(cluster, population)
+            return (
+                _listed(agent_events(op)) >= len(population.agents)
+                and _rows_agree(database, population)
+                and _touched_reconciled(cluster, population)
+            )
 
         wait_until(reconciled, INTAKE_TIMEOUT_S, "every Agent reconciled", progress, every=1)
         rows_done = time.monotonic() - started
@@ -386,9 +464,18 @@ def _restart(
             total,
             "s",
             goal=goal,
-            note="the later of: changed/added/deleted Agents reconciled; CPU idle",
+            note="the later of: every Agent handled and the changes written; CPU idle",
         )
-        report.add_value("restart -> changed, added, deleted Agents reconciled", rows_done, "s")
+        report.add_value(
+            "restart -> every listed Agent handled, changes in the rows and statuses",
+            rows_done,
+            "s",
+        )
+        events = agent_events(op)
+        report.details["Agent events during the restart"] = events
+        for outcome in ("unchanged", "reconciled", "echo"):
+            count = events.get(f"listed/{outcome}", 0)
+            report.add_value(f"restart: listed Agents {outcome}", count, "")
         report.add_value(
             f"restart -> intake drained (CPU <= {IDLE_CORES:g} over {IDLE_PROBE_S:g} s)",
             drained,
@@ -416,6 +503,7 @@ def _restart(
             "cores",
             goal=at_most(0.05, "cores"),
         )
+        _memory_figures(report, cluster, "after the restart", progress)
         report.details["operator requests during the restart"] = {
             verb: round(rate * seconds) for verb, rate in rates.items()
         }

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from achilles_dev.postgres import LocalPostgres, default_data_root
-from bench import burst, heartbeat, steady
+from bench import burst, heartbeat, intake, steady
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -69,6 +69,19 @@ def test_steady_state(postgres_server: LocalPostgres, tmp_path: Path, leaves_not
     assert figures["slot -> Job (watch event)"]["series"]["count"] == 6
     assert figures["operator RSS, 12 Agents"]["value"] > 0
     assert result["details"]["runs by state"] == {"succeeded": 6}
+
+
+def test_intake(postgres_server: LocalPostgres, tmp_path: Path, leaves_nothing: None) -> None:
+    out = tmp_path / "intake.json"
+    intake.run(20, out, postgres_server.url(), idle_window_s=2, memory_probe=True)
+    result = _result(out)
+    figures = _figures(result)
+    assert figures["restart -> all reconciled"]["value"] > 0
+    # One Agent changed, one deleted and one added while no operator ran: the changed and
+    # the added one are reconciled, the 18 others cost nothing.
+    assert figures["restart: listed Agents unchanged"]["value"] == 18
+    assert figures["restart: listed Agents reconciled"]["value"] == 2
+    assert figures["RSS after malloc_trim(0), after the restart"]["value"] > 0
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the real node needs root")

@@ -24,21 +24,22 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime
 from typing import Any
 
 from achilles.db.database import Database
-from achilles.db.journal.intake import IntakeRow, intake_page
+from achilles.db.journal.intake import IntakeRow, intake_page, intake_tokens
 from achilles.db.journal.owed_spec import META_KEY as OWED_KEY
 from achilles.db.journal.settings import database_now
-from achilles.domain.gates import closed_locks
+from achilles.db.journal.status import AgentStatusRow
+from achilles.domain.gates import DurableLocks, closed_locks
 from achilles.domain.inbox_wake import inbox_settings_from_meta
 from achilles.domain.schedule import load_timezone, schedule_to_db
 from achilles.domain.vocabulary import ConditionType
 from achilles.errors import UnknownTimezoneError
 from achilles.services.agents import AgentObject
-from achilles.services.status import agent_status
+from achilles.services.status import agent_status, journal_fields
 
 PAGE = 1000
 # A snapshot older than this is read again before it answers (a later listing: kopf
@@ -55,6 +56,9 @@ STATUS_KEYS = (
     "lastRun",
     "weeklyTokens",
 )
+# Shapes of status seen (locks, schedule, zone): few, whatever the number of agents.
+SETTLED_STATUS_CACHE = 10_000
+_SETTLED_STATUS: dict[tuple[DurableLocks, Hashable, str], dict[str, Any]] = {}
 _VIEW_KEYS = tuple(key for key in STATUS_KEYS if key not in ("conditions", "observedGeneration"))
 
 
@@ -102,17 +106,19 @@ def read_digests(database: Database) -> dict[bytes, bool]:
     """The digest of every settled agent row, read in pages of PAGE agents."""
     digests: dict[bytes, bool] = {}
     after = 0
-    while True:
-        with database.transaction() as session:
-            now = database_now(session)
-            page = intake_page(session, after, PAGE)
-        for row in page:
-            digest = row_digest(row, now)
-            if digest is not None:
-                digests[digest] = inbox_settings_from_meta(row.meta).wake_on_reply
-        if len(page) < PAGE:
-            return digests
-        after = page[-1].agent_id
+    # One transaction: the pages and the owners' tokens agree with each other.
+    with database.transaction() as session:
+        now = database_now(session)
+        used_by_owner = intake_tokens(session)
+        while True:
+            page = intake_page(session, after, PAGE, used_by_owner)
+            for row in page:
+                digest = row_digest(row, now)
+                if digest is not None:
+                    digests[digest] = inbox_settings_from_meta(row.meta).wake_on_reply
+            if len(page) < PAGE:
+                return digests
+            after = page[-1].agent_id
 
 
 def row_digest(row: IntakeRow, now: datetime) -> bytes | None:
@@ -123,15 +129,11 @@ def row_digest(row: IntakeRow, now: datetime) -> bytes | None:
         return None
     if row.enabled and not row.status.locks.owner_active:
         return None  # the owner's deactivation is still to be written onto the CR
-    status = agent_status(
-        row.status,
-        owner_missing=False,
-        unknown_tools=(),
-        schedule=row.schedule,
-        previous=None,
-        generation=None,
-        now=now,
-    )
+    status = {
+        **_settled_status(row.status, row.schedule, now),
+        "databaseId": row.agent_id,
+        **journal_fields(row.status),
+    }
     definition = [
         row.uid,
         row.namespace,
@@ -195,6 +197,39 @@ def kept_status(previous: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def _settled_status(
+    row: AgentStatusRow, schedule: dict[str, Any] | None, now: datetime
+) -> dict[str, Any]:
+    """The part of `agent_status` that follows only the locks, the schedule and the zone
+    (phase, conditions, summary): computed once for the many agents that share them."""
+    key = (row.locks, _schedule_key(schedule), row.zone)
+    found = _SETTLED_STATUS.get(key)
+    if found is None:
+        full = agent_status(
+            row,
+            owner_missing=False,
+            unknown_tools=(),
+            schedule=schedule,
+            previous=None,
+            generation=None,
+            now=now,
+        )
+        found = {k: full[k] for k in ("phase", "conditions", "scheduleSummary")}
+        if len(_SETTLED_STATUS) >= SETTLED_STATUS_CACHE:
+            _SETTLED_STATUS.clear()
+        _SETTLED_STATUS[key] = found
+    return found
+
+
+def _schedule_key(schedule: dict[str, Any] | None) -> Hashable:
+    if schedule is None:
+        return None
+    try:
+        return tuple(sorted(schedule.items()))  # a schedule is flat: names to numbers/text
+    except TypeError:
+        return json.dumps(schedule, sort_keys=True)
+
+
 def _slot_settled(row: IntakeRow) -> bool:
     """Whether `refresh_next_run` would leave the slot as it is."""
     status = row.status
@@ -215,20 +250,17 @@ def _status_view(status: Mapping[str, Any]) -> list[Any]:
         for c in status.get("conditions") or []
         if isinstance(c, Mapping) and c.get("type") != ConditionType.RUN_REQUEST_ACCEPTED
     ]
-    return [[status.get(key) for key in _VIEW_KEYS], conditions]
+    return [[_without_nulls(status.get(key)) for key in _VIEW_KEYS], conditions]
 
 
 def _digest(definition: list[Any], view: list[Any]) -> bytes:
-    # A merge patch drops null fields, so a status read back has none: neither side keeps them.
-    payload = json.dumps(
-        _without_nulls([definition, view]), sort_keys=True, separators=(",", ":"), default=str
-    )
+    payload = json.dumps([definition, view], sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.blake2b(payload.encode(), digest_size=16).digest()
 
 
 def _without_nulls(value: Any) -> Any:
+    """A merge patch drops null fields, so a status read back has none: neither side
+    keeps them (the status's own fields hold objects one level deep)."""
     if isinstance(value, Mapping):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
+        return {k: v for k, v in value.items() if v is not None}
     return value

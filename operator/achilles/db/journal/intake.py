@@ -5,20 +5,23 @@ its status would show, without writing anything."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, Tool, User
-from achilles.db.journal.status import AgentStatusRow, agent_status_rows
+from achilles.db.journal.settings import database_now, load_settings
+from achilles.db.journal.status import STATUS_COLUMNS, AgentStatusRow, status_rows_of
+from achilles.db.journal.usage import weekly_tokens_by_owner
+from achilles.domain.budget import week_window
 
 
-@dataclass(frozen=True)
-class IntakeRow:
-    """One agent's row as a reconcile of its CR reads and writes it."""
+class IntakeRow(NamedTuple):
+    """One agent's row as a reconcile of its CR reads and writes it (a tuple: every
+    agent is made into one at each intake)."""
 
     agent_id: int
     uid: str
@@ -39,24 +42,26 @@ class IntakeRow:
     status: AgentStatusRow
 
 
-def intake_page(session: Session, after_id: int, limit: int) -> list[IntakeRow]:
-    """Up to `limit` agents linked to a CR with ids above `after_id`, in id order."""
+def intake_tokens(session: Session) -> dict[int, int]:
+    """Every owner's weekly tokens, read once for all the pages of one intake."""
+    window = week_window(database_now(session), load_settings(session).zone)
+    return weekly_tokens_by_owner(session, None, window)
+
+
+def intake_page(
+    session: Session, after_id: int, limit: int, used_by_owner: Mapping[int, int]
+) -> list[IntakeRow]:
+    """Up to `limit` agents linked to a CR with ids above `after_id`, in id order;
+    `used_by_owner` from `intake_tokens` (an owner missing from it: none used)."""
     rows = session.execute(
         select(
-            Agent.id,
-            Agent.cr_uid,
-            Agent.cr_namespace,
-            Agent.cr_name,
+            *STATUS_COLUMNS,
             Agent.name,
             Agent.description,
             Agent.prompt,
-            Agent.schedule,
             AgentModel.name.label("model_name"),
-            Agent.enabled,
-            Agent.admin_paused,
             User.key.label("owner_key"),
             Agent.meta,
-            Agent.next_run_at,
             Agent.schedule_zone,
         )
         .join(User, User.id == Agent.user_id)
@@ -67,15 +72,15 @@ def intake_page(session: Session, after_id: int, limit: int) -> list[IntakeRow]:
     ).all()
     if not rows:
         return []
-    ids = [row.id for row in rows]
     tools: dict[int, list[str]] = defaultdict(list)
     for agent_id, tool in session.execute(
         select(AgentToolLink.agent_id, Tool.name)
         .join(Tool, Tool.id == AgentToolLink.tool_id)
-        .where(AgentToolLink.agent_id.in_(ids))
+        .where(AgentToolLink.agent_id.between(rows[0].id, rows[-1].id))
     ).tuples():
         tools[agent_id].append(tool)
-    statuses = {status.agent_id: status for status in agent_status_rows(session, ids)}
+    used = {row.user_id: used_by_owner.get(row.user_id, 0) for row in rows}
+    statuses = {status.agent_id: status for status in status_rows_of(session, rows, used)}
     return [
         IntakeRow(
             agent_id=row.id,

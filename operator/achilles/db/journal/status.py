@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import BigInteger, any_, bindparam, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentRun, User
@@ -44,35 +45,70 @@ class AgentStatusRow:
     window_start: datetime
 
 
+# The columns a status row is built from (`status_rows_of`); a query may select more.
+STATUS_COLUMNS = (
+    Agent.id,
+    Agent.user_id,
+    Agent.cr_uid,
+    Agent.cr_namespace,
+    Agent.cr_name,
+    Agent.schedule,
+    Agent.next_run_at,
+    Agent.enabled,
+    Agent.admin_paused,
+    Agent.model_id,
+    User.active,
+    User.timezone,
+)
+
+
 def agent_status_rows(session: Session, agent_ids: Iterable[int]) -> list[AgentStatusRow]:
     ids = sorted(set(agent_ids))
     if not ids:
         return []
+    agents = session.execute(
+        select(*STATUS_COLUMNS).join(User, User.id == Agent.user_id).where(Agent.id.in_(ids))
+    ).all()
+    return status_rows_of(session, agents)
+
+
+def status_rows_of(
+    session: Session, agents: Sequence[Any], used_by_owner: Mapping[int, int] | None = None
+) -> list[AgentStatusRow]:
+    """The status rows of `agents`, rows of a query that selected STATUS_COLUMNS: their
+    last runs and their owners' weekly tokens in one statement each (`used_by_owner`
+    when the caller read them already). Plain columns, not ORM entities, and arrays, not
+    lists of parameters: the start-up intake reads every agent this way."""
+    if not agents:
+        return []
     settings = load_settings(session)
     window = week_window(database_now(session), settings.zone)
-    agents = session.execute(
-        select(Agent, User.active, User.timezone).join(User).where(Agent.id.in_(ids))
-    ).all()
+    ids = bindparam("ids", [agent.id for agent in agents], type_=ARRAY(BigInteger))
     last_ids = (
-        select(AgentRun.agent_id, AgentRun.id)
-        .where(AgentRun.agent_id.in_(ids))
+        select(AgentRun.id)
+        .where(AgentRun.agent_id == any_(ids))
         .distinct(AgentRun.agent_id)
         .order_by(AgentRun.agent_id, AgentRun.id.desc())
-        .subquery()
     )
     last_runs = {
         run.agent_id: run
-        for run in session.execute(select(AgentRun).join(last_ids, last_ids.c.id == AgentRun.id))
-        .scalars()
-        .all()
+        for run in session.execute(
+            select(
+                AgentRun.agent_id,
+                AgentRun.id,
+                AgentRun.trigger,
+                AgentRun.state,
+                AgentRun.reason,
+                AgentRun.started_at,
+                AgentRun.finished_at,
+                AgentRun.tokens_used,
+            ).where(AgentRun.id.in_(last_ids))
+        ).all()
     }
-    # One statement for every owner of the page, not one per owner: the start-up intake
-    # reads every agent (1,000 owners per 10,000 agents).
-    used_by_owner = weekly_tokens_by_owner(
-        session, {agent.user_id for agent, _, _ in agents}, window
-    )
+    if used_by_owner is None:  # one statement for every owner, not one per owner
+        used_by_owner = weekly_tokens_by_owner(session, {agent.user_id for agent in agents}, window)
     rows: list[AgentStatusRow] = []
-    for agent, active, owner_zone in agents:
+    for agent in agents:
         run = last_runs.get(agent.id)
         rows.append(
             AgentStatusRow(
@@ -82,13 +118,13 @@ def agent_status_rows(session: Session, agent_ids: Iterable[int]) -> list[AgentS
                 cr_name=agent.cr_name,
                 schedule=agent.schedule,
                 next_run_at=agent.next_run_at,
-                zone=owner_zone or settings.timezone,
+                zone=agent.timezone or settings.timezone,
                 locks=DurableLocks(
                     enabled=agent.enabled,
                     admin_paused=agent.admin_paused,
                     has_model=agent.model_id is not None,
                     owner_present=True,
-                    owner_active=bool(active),
+                    owner_active=bool(agent.active),
                 ),
                 last_run=None
                 if run is None
@@ -101,7 +137,7 @@ def agent_status_rows(session: Session, agent_ids: Iterable[int]) -> list[AgentS
                     finished_at=run.finished_at,
                     tokens_used=run.tokens_used,
                 ),
-                tokens_used=used_by_owner[agent.user_id],
+                tokens_used=used_by_owner.get(agent.user_id, 0),
                 token_limit=settings.weekly_token_budget,
                 window_start=window.start,
             )

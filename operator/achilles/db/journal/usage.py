@@ -13,7 +13,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, SQLColumnExpression, func, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    SQLColumnExpression,
+    any_,
+    bindparam,
+    func,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased
 
 from achilles.db.journal.models import Agent, AgentRun, DeletedAgentTokens, User
@@ -67,16 +76,16 @@ def weekly_tokens_used(session: Session, user_id: int, window: BudgetWindow) -> 
 
 
 def weekly_tokens_by_owner(
-    session: Session, user_ids: Iterable[int], window: BudgetWindow
+    session: Session, user_ids: Iterable[int] | None, window: BudgetWindow
 ) -> dict[int, int]:
-    """`weekly_tokens_used` of several owners in one statement."""
-    ids = sorted(set(user_ids))
-    if not ids:
-        return {}
-    rows = session.execute(
-        select(User.id, tokens_used_by(User.id, window.start, window.end)).where(User.id.in_(ids))
-    ).tuples()
-    return {int(user_id): int(used) for user_id, used in rows}
+    """`weekly_tokens_used` of several owners (None: of every user) in one statement."""
+    query = select(User.id, tokens_used_by(User.id, window.start, window.end))
+    if user_ids is not None:
+        ids = sorted(set(user_ids))
+        if not ids:
+            return {}
+        query = query.where(User.id == any_(bindparam("ids", ids, type_=ARRAY(BigInteger))))
+    return {int(user_id): int(used) for user_id, used in session.execute(query).tuples()}
 
 
 @dataclass(frozen=True)
