@@ -280,19 +280,11 @@ def _waiting_pod(run_id: int, created_at: datetime) -> PodObservation:
     )
 
 
-class _PendingPods:
-    """The runs namespace as the sweeper lists it: pods that have not started."""
+class _Deletions:
+    """The runs namespace's Job deletions, as the fold asks for them."""
 
-    def __init__(self, pods: list[PodObservation]) -> None:
-        self.pods = pods
+    def __init__(self) -> None:
         self.deleted: list[int] = []
-
-    def list_pods(
-        self, run_id: int | None = None, *, pending_only: bool = False
-    ) -> list[PodObservation]:
-        assert pending_only
-        assert run_id is None
-        return [pod for pod in self.pods if pod.phase == "Pending"]
 
     def delete(self, run_id: int) -> bool:
         self.deleted.append(run_id)
@@ -311,20 +303,20 @@ def test_a_pod_waiting_unchanged_past_the_start_deadline_fails_its_run_on_the_sw
         stuck = journal.enqueue_run(session, stuck_agent, RunTrigger.MANUAL).run_id
         young = journal.enqueue_run(session, young_agent, RunTrigger.MANUAL).run_id
     now = datetime.now(UTC)
-    jobs = _PendingPods(
-        [
-            _waiting_pod(stuck, now - START_DEADLINE - timedelta(seconds=5)),
-            _waiting_pod(young, now),
-        ]
-    )
+    pending = [
+        _waiting_pod(stuck, now - START_DEADLINE - timedelta(seconds=5)),
+        _waiting_pod(young, now),
+    ]
+    jobs = _Deletions()
     database = Database(database_url)
     try:
-        failed = outcomes.fold_pending_pods(database, cast(RunJobs, jobs))
-        again = outcomes.fold_pending_pods(database, cast(RunJobs, jobs))
+        folded = outcomes.fold_pods(database, cast(RunJobs, jobs), pending)
+        again = outcomes.fold_pods(database, cast(RunJobs, jobs), pending)
     finally:
         database.dispose()
-    assert [run.run_id for run in failed] == [stuck]
-    assert again == []  # the guarded transition: folding twice writes once
+    assert [run.run_id for run in folded.failed] == [stuck]
+    assert folded.settled == {pending[0].name}  # the young pod is judged again later
+    assert again.failed == []  # the guarded transition: folding twice writes once
     assert jobs.deleted == [stuck]  # its pod would hold a slot
     rows = dict(
         (r.id, (r.state, r.error))
@@ -345,15 +337,16 @@ def test_an_installation_sets_its_own_start_deadline(db: Engine, database_url: s
     agent = make_agent(db)
     with Session(db) as session, session.begin():
         run = journal.enqueue_run(session, agent, RunTrigger.MANUAL).run_id
-    jobs = _PendingPods([_waiting_pod(run, datetime.now(UTC) - timedelta(seconds=20))])
+    pods = [_waiting_pod(run, datetime.now(UTC) - timedelta(seconds=20))]
+    jobs = cast(RunJobs, _Deletions())
     database = Database(database_url)
     try:
-        patient = outcomes.fold_pending_pods(
-            database, cast(RunJobs, jobs), start_deadline=timedelta(seconds=300)
-        )
-        strict = outcomes.fold_pending_pods(
-            database, cast(RunJobs, jobs), start_deadline=timedelta(seconds=15)
-        )
+        patient = outcomes.fold_pods(
+            database, jobs, pods, start_deadline=timedelta(seconds=300)
+        ).failed
+        strict = outcomes.fold_pods(
+            database, jobs, pods, start_deadline=timedelta(seconds=15)
+        ).failed
     finally:
         database.dispose()
     assert patient == []

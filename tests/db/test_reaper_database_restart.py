@@ -25,9 +25,6 @@ class _NoJobs:
     def delete(self, run_id: int) -> bool:
         return False
 
-    def list_run_ids(self) -> set[int]:
-        return set()
-
 
 def test_no_run_is_reaped_until_the_database_has_been_up_for_the_threshold(
     db: Engine, database_url: str
@@ -43,11 +40,11 @@ def test_no_run_is_reaped_until_the_database_has_been_up_for_the_threshold(
     jobs = cast(RunJobs, _NoJobs())
     try:
         longer_than_up = up_for + timedelta(hours=1)
-        assert sweep(database, jobs, stale_after=longer_than_up).reaped == []
+        assert sweep(database, jobs, set(), stale_after=longer_than_up).reaped == []
         with db.begin() as conn:
             state = conn.execute(text("SELECT state FROM agent_runs WHERE id = :r"), {"r": run_id})
             assert state.scalar_one() == "running"
         # Once the server has been up for the threshold, the same silence is stale.
-        assert sweep(database, jobs, stale_after=up_for / 2).reaped == [run_id]
+        assert sweep(database, jobs, set(), stale_after=up_for / 2).reaped == [run_id]
     finally:
         database.dispose()

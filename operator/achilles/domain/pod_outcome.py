@@ -9,7 +9,7 @@ the k8s layer turns API objects into these observations.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 # A pod that has not started its runner this long after it was created (image pull
 # failing, nowhere to schedule it) fails its run instead of waiting forever.
@@ -157,3 +157,12 @@ def job_verdict(job: JobObservation) -> Verdict | None:
     return Verdict(
         f"Job {job.name} failed: {job.failed_reason}: {_clip(job.failed_message)}", ended=True
     )
+
+
+NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+def may_fail(pod: PodObservation, start_deadline: timedelta = START_DEADLINE) -> bool:
+    """Whether some instant gives this pod a verdict. False: folding it can write nothing,
+    now or later, so it costs no transaction (most pod events: Running, a young Pending)."""
+    return pod_verdict(pod, NEVER, start_deadline) is not None

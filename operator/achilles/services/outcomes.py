@@ -10,6 +10,7 @@ no-op.
 
 from __future__ import annotations
 
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -22,6 +23,7 @@ from achilles.domain.pod_outcome import (
     JobObservation,
     PodObservation,
     job_verdict,
+    may_fail,
     pod_verdict,
 )
 from achilles.domain.runs import STALE_AFTER, FailReason, RunState
@@ -46,6 +48,65 @@ class SweepResult:
     requeued: list[int] = field(default_factory=list)
 
 
+@dataclass
+class Folded:
+    """What a fold wrote (`failed`) and the objects it judged for good (`settled`, by name):
+    their verdict was applied, so nothing they say will be written again."""
+
+    failed: list[FailedRun] = field(default_factory=list)
+    settled: set[str] = field(default_factory=set)
+
+
+ACTIVE = frozenset({RunState.QUEUED, RunState.RUNNING})
+
+
+def fold_pods(
+    database: Database,
+    jobs: RunJobs,
+    pods: Sequence[PodObservation],
+    *,
+    start_deadline: timedelta = START_DEADLINE,
+) -> Folded:
+    """Fold a batch of pods (a listing's page, one watch event) in one transaction.
+
+    Pods that can give no verdict (`may_fail`) cost none; the rows of the runs the others
+    name are read once, and only a run still active is written (the same guarded
+    transitions: a run that ended is never written again)."""
+    judged = [pod for pod in pods if may_fail(pod, start_deadline)]
+    folded = Folded()
+    if not judged:
+        return folded
+    stuck: list[int] = []
+    with database.transaction() as session:
+        now = database_now(session)
+        states = queue.run_states(session, {pod.run_id for pod in judged})
+        for pod in judged:
+            verdict = pod_verdict(pod, now, start_deadline)
+            if verdict is None:
+                continue
+            folded.settled.add(pod.name)
+            state = states.get(pod.run_id)
+            if state not in ACTIVE or (verdict.unclaimed_only and state is not RunState.QUEUED):
+                continue
+            if verdict.unclaimed_only:
+                written = fail_unclaimed_run(
+                    session, pod.run_id, FailReason.ERROR, verdict.error, now=now
+                )
+            else:
+                written = fail_run(
+                    session, pod.run_id, FailReason.ERROR, verdict.error, now=now, from_queued=True
+                )
+            if not written:
+                continue
+            states[pod.run_id] = RunState.FAILED
+            folded.failed.append(FailedRun(pod.run_id, verdict.error))
+            if not verdict.ended:
+                stuck.append(pod.run_id)
+    for run_id in stuck:
+        jobs.delete(run_id)  # a pod stuck before starting would hold a slot
+    return folded
+
+
 def fold_pod(
     database: Database,
     jobs: RunJobs,
@@ -53,19 +114,8 @@ def fold_pod(
     *,
     start_deadline: timedelta = START_DEADLINE,
 ) -> FailedRun | None:
-    with database.transaction() as session:
-        verdict = pod_verdict(pod, database_now(session), start_deadline)
-        if verdict is None:
-            return None
-        if verdict.unclaimed_only:
-            failed = fail_unclaimed_run(session, pod.run_id, FailReason.ERROR, verdict.error)
-        else:
-            failed = fail_run(
-                session, pod.run_id, FailReason.ERROR, verdict.error, from_queued=True
-            )
-    if failed and not verdict.ended:
-        jobs.delete(pod.run_id)  # a pod stuck before starting would hold a slot
-    return FailedRun(pod.run_id, verdict.error) if failed else None
+    failed = fold_pods(database, jobs, [pod], start_deadline=start_deadline).failed
+    return failed[0] if failed else None
 
 
 def fold_job(
@@ -91,14 +141,46 @@ def fold_job(
     return FailedRun(job.run_id, verdict.error) if failed else None
 
 
+def fold_jobs(
+    database: Database,
+    jobs: RunJobs,
+    observed: Sequence[JobObservation],
+    *,
+    start_deadline: timedelta = START_DEADLINE,
+) -> Folded:
+    """Fold a batch of Jobs: only a failed Job can say anything (most cost no transaction);
+    their runs' rows are read in one, and a run still active is folded as `fold_job` does."""
+    judged = [job for job in observed if job_verdict(job) is not None]
+    folded = Folded()
+    if not judged:
+        return folded
+    with database.transaction() as session:
+        states = queue.run_states(session, {job.run_id for job in judged})
+    for job in judged:
+        folded.settled.add(job.name)
+        if states.get(job.run_id) in ACTIVE:
+            failed = fold_job(database, job, jobs, start_deadline=start_deadline)
+            if failed is not None:
+                folded.failed.append(failed)
+    return folded
+
+
 def sweep(
-    database: Database, jobs: RunJobs, *, stale_after: timedelta = STALE_AFTER
+    database: Database,
+    jobs: RunJobs,
+    existing_run_ids: Set[int] | None,
+    *,
+    stale_after: timedelta = STALE_AFTER,
 ) -> SweepResult:
-    """Reap stale runs, then repair runs whose Job is missing.
+    """Reap stale runs, then repair runs whose Job is missing, in one transaction.
 
     Silence counts only while the database is up: a runner cannot beat while PostgreSQL
     is down, so for `stale_after` after the server (re)starts nothing is reaped, and the
     runners that outlived the outage beat again meanwhile (each retries at its next beat).
+
+    `existing_run_ids`: the runs whose Job exists, as the Job watcher knows them (read
+    before this transaction: a Job made since belongs to a run dispatched since, which
+    the grace covers); None while it does not know yet, and then no run is judged missing.
     """
     result = SweepResult()
     with database.transaction() as session:
@@ -106,60 +188,22 @@ def sweep(
         reaped: list[ReapedRun] = []
         if now - database_started_at(session) >= stale_after:
             reaped = reap_stale_runs(session, now=now, stale_after=stale_after)
+        if existing_run_ids is not None:
+            lost_queued: list[int] = []
+            for active in queue.active_runs(session):
+                if active.run_id in existing_run_ids or active.dispatched_at is None:
+                    continue
+                if not queue.older_than(active.dispatched_at, now, MISSING_JOB_GRACE):
+                    continue
+                if active.state is RunState.QUEUED:
+                    lost_queued.append(active.run_id)  # never created, or deleted before it ran
+                    continue
+                error = f"Job achilles-run-{active.run_id} disappeared while the run was running"
+                if fail_run(session, active.run_id, FailReason.ERROR, error, now=now):
+                    result.failed.append(FailedRun(active.run_id, error))
+            queue.release_dispatch(session, lost_queued)
+            result.requeued = lost_queued
     for run in reaped:
         jobs.delete(run.run_id)
         result.reaped.append(run.run_id)
-    existing = jobs.list_run_ids()
-    with database.transaction() as session:
-        now = database_now(session)
-        lost_queued: list[int] = []
-        for active in queue.active_runs(session):
-            if active.run_id in existing or active.dispatched_at is None:
-                continue
-            if not queue.older_than(active.dispatched_at, now, MISSING_JOB_GRACE):
-                continue
-            if active.state is RunState.QUEUED:
-                lost_queued.append(active.run_id)  # never created, or deleted before it ran
-                continue
-            error = f"Job achilles-run-{active.run_id} disappeared while the run was running"
-            if fail_run(session, active.run_id, FailReason.ERROR, error, now=now):
-                result.failed.append(FailedRun(active.run_id, error))
-        queue.release_dispatch(session, lost_queued)
-        result.requeued = lost_queued
     return result
-
-
-def fold_pending_pods(
-    database: Database, jobs: RunJobs, *, start_deadline: timedelta = START_DEADLINE
-) -> list[FailedRun]:
-    """Judge every run pod that has not started again, on the sweeper's tick.
-
-    A pod's verdict is otherwise computed only when the pod watcher sees it change, and
-    a pod stuck waiting (a Secret that does not exist: `CreateContainerConfigError`)
-    may never change after its first status: no event comes once it passes
-    `START_DEADLINE`, so only this pass fails its run (found by `achilles chaos
-    bad-input`, scenario no-secret).
-    """
-    pending = jobs.list_pods(pending_only=True)
-    return [
-        f
-        for pod in pending
-        if (f := fold_pod(database, jobs, pod, start_deadline=start_deadline)) is not None
-    ]
-
-
-def fold_listing(
-    database: Database, jobs: RunJobs, *, start_deadline: timedelta = START_DEADLINE
-) -> list[FailedRun]:
-    """One pass over every run pod and Job (after a watch restarts, nothing is missed)."""
-    failed = [
-        f
-        for pod in jobs.list_pods()
-        if (f := fold_pod(database, jobs, pod, start_deadline=start_deadline)) is not None
-    ]
-    failed += [
-        f
-        for job in jobs.list_jobs()
-        if (f := fold_job(database, job, jobs, start_deadline=start_deadline)) is not None
-    ]
-    return failed

@@ -23,6 +23,7 @@ from achilles.handlers.runtime.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.services.agent_intake import SettledAgents
+from achilles.services.run_objects import RunObjects
 
 log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
@@ -70,6 +71,13 @@ class RuntimeContext:
     # The rows' digests a listed Agent is checked against (the start-up intake: an Agent
     # that agrees with its row and status costs nothing). None: reconcile every one.
     settled_agents: SettledAgents | None = None
+    # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
+    run_objects: RunObjects = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.run_objects = RunObjects(
+            self.database, self.jobs, start_deadline=self.config.start_deadline
+        )
 
     def mark_dirty(self, agent_ids: Iterable[int]) -> None:
         """These agents' journal fields moved: the status writer patches them next."""

@@ -8,7 +8,8 @@
 - reply wakes: a reply whose wake was lost gets its run;
 - orphans (every ORPHAN_SWEEP_EVERY sweeps): rows of Agents, AgentModels and AgentTools
   deleted while no operator watched.
-Owns nothing in memory: each pass derives its work from the rows and the API server.
+Owns nothing in memory: each pass derives its work from the rows, the API server and
+what the watchers keep of run pods and Jobs (`services/run_objects.py`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ def run(context: RuntimeContext) -> None:
 
 
 def reap(context: RuntimeContext) -> outcomes.SweepResult:
-    swept = outcomes.sweep(context.database, context.jobs, stale_after=context.config.stale_after)
+    swept = outcomes.sweep(
+        context.database,
+        context.jobs,
+        context.run_objects.existing_run_ids(),
+        stale_after=context.config.stale_after,
+    )
     silence = int(context.config.stale_after.total_seconds())
     for run_id in swept.reaped:
         metrics.RUNS_REAPED.inc()
@@ -59,9 +65,7 @@ def reap(context: RuntimeContext) -> outcomes.SweepResult:
 
 def judge_pending_pods(context: RuntimeContext) -> bool:
     """Pods stuck before starting fail their run at the start deadline, event or not."""
-    deadline = context.config.start_deadline
-    failed = outcomes.fold_pending_pods(context.database, context.jobs, start_deadline=deadline)
-    events.run_failures(context, failed)
+    events.run_failures(context, context.run_objects.judge_pending_pods())
     return True
 
 
