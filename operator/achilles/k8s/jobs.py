@@ -4,25 +4,23 @@ DESIGN.md §4: one Job per run, named from the run id (a retry finds its Job ins
 making a second), `backoffLimit: 0`, an active deadline from `runTimeoutSeconds`, a
 TTL after it finishes, no service-account token, the restricted security context,
 labels linking it to its agent and run. The operator watches only what carries
-`MANAGED_BY_LABEL` in the runs namespace.
+`MANAGED_BY_LABEL` in the runs namespace (k8s/run_watch.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3 import HTTPResponse
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError
 
-from achilles.domain.pod_outcome import ContainerObservation, JobObservation, PodObservation
+from achilles.domain.pod_outcome import ContainerObservation, PodObservation
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.timestamps import iso_utc
-from achilles.errors import ClusterUnavailable
 from achilles.k8s.resources.common import API_GROUP
 
 JOB_NAME_PREFIX = "achilles-run-"
@@ -195,10 +193,6 @@ class JobRejected(Exception):
         super().__init__(message)
 
 
-def _unreachable(exc: Exception) -> ClusterUnavailable:
-    return ClusterUnavailable(f"the Kubernetes API server is unreachable: {exc}")
-
-
 def _rejected(exc: ApiException) -> JobRejected:
     # 500 and 504 may come after the write reached storage (the API server's own
     # timeouts); a 0 is the client's TLS failure, phase unknown. Other statuses refuse.
@@ -297,57 +291,12 @@ class RunJobs:
             self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background")
         return len(names)
 
-    def list_run_ids(self) -> set[int]:
-        """Run ids of the Jobs that exist now."""
-        try:
-            jobs = self.batch.list_namespaced_job(self.namespace, label_selector=RUN_SELECTOR)
-        except (HTTPError, OSError) as exc:
-            raise _unreachable(exc) from exc
-        names = [job.metadata.name for job in jobs.items if job.metadata and job.metadata.name]
-        return {run_id for name in names if (run_id := run_id_of(name)) is not None}
-
-    def list_pods(
-        self, run_id: int | None = None, *, pending_only: bool = False
-    ) -> list[PodObservation]:
-        """The run pods (of one run, with `run_id`; only those not started, with `pending_only`)."""
-        selector = RUN_SELECTOR if run_id is None else f"{RUN_SELECTOR},{RUN_ID_LABEL}={run_id}"
+    def list_pods(self, run_id: int) -> list[PodObservation]:
+        """The pods of one run (a failed Job's fold asks them why it failed)."""
         pods = self.core.list_namespaced_pod(
-            self.namespace,
-            label_selector=selector,
-            field_selector="status.phase=Pending" if pending_only else None,
+            self.namespace, label_selector=f"{RUN_SELECTOR},{RUN_ID_LABEL}={run_id}"
         )
         return [obs for pod in pods.items if (obs := observe_pod(pod)) is not None]
-
-    def list_jobs(self) -> list[JobObservation]:
-        jobs = self.batch.list_namespaced_job(self.namespace, label_selector=RUN_SELECTOR)
-        return [obs for job in jobs.items if (obs := observe_job(job)) is not None]
-
-    def watch_pods(self, timeout_seconds: int) -> Iterator[PodObservation]:
-        """Pod changes for `timeout_seconds` (then the caller lists and watches again)."""
-        stream = watch.Watch().stream(
-            self.core.list_namespaced_pod,
-            self.namespace,
-            label_selector=RUN_SELECTOR,
-            timeout_seconds=timeout_seconds,
-        )
-        for event in stream:
-            obs = observe_pod(event["object"], deleted=event["type"] == "DELETED")
-            if obs is not None:
-                yield obs
-
-    def watch_jobs(self, timeout_seconds: int) -> Iterator[JobObservation]:
-        stream = watch.Watch().stream(
-            self.batch.list_namespaced_job,
-            self.namespace,
-            label_selector=RUN_SELECTOR,
-            timeout_seconds=timeout_seconds,
-        )
-        for event in stream:
-            if event["type"] == "DELETED":
-                continue
-            obs = observe_job(event["object"])
-            if obs is not None:
-                yield obs
 
 
 def _body_message(exc: ApiException) -> str:
@@ -391,25 +340,4 @@ def observe_pod(pod: Any, *, deleted: bool = False) -> PodObservation | None:
         runner=runner,
         unschedulable_message=unschedulable,
         deleted=deleted,
-    )
-
-
-def observe_job(job: Any) -> JobObservation | None:
-    run_id = run_id_of(job.metadata.name or "")
-    if run_id is None:
-        return None
-    failed_reason = failed_message = None
-    succeeded = False
-    for condition in (job.status.conditions if job.status else None) or []:
-        if condition.type == "Failed" and condition.status == "True":
-            failed_reason, failed_message = condition.reason, condition.message
-        if condition.type == "Complete" and condition.status == "True":
-            succeeded = True
-    return JobObservation(
-        run_id=run_id,
-        name=job.metadata.name,
-        failed_reason=failed_reason,
-        failed_message=failed_message,
-        succeeded=succeeded,
-        active_deadline_seconds=job.spec.active_deadline_seconds if job.spec else None,
     )
