@@ -220,7 +220,11 @@ _EVENTS_LINE = re.compile(
 def agent_events(operator: OperatorUnderTest) -> dict[str, int]:
     """The operator's Agent events handled so far, as "<event>/<outcome>" -> count."""
     counts: dict[str, int] = {}
-    for line in operator.metrics().splitlines():
+    try:
+        metrics = operator.metrics()
+    except OSError:  # not serving yet: the process is still starting
+        return counts
+    for line in metrics.splitlines():
         match = _EVENTS_LINE.match(line)
         if match:
             counts[f"{match.group(1)}/{match.group(2)}"] = int(float(match.group(3)))

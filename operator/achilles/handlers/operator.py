@@ -42,10 +42,16 @@ def configure(
     settings.watching.client_timeout = 330
     settings.watching.inactivity_timeout = 600
     settings.watching.reconnect_backoff = 1.0
+    # The listing at start comes in pages: a single list of 10,000 Agents is ~50 MB of
+    # JSON parsed at once, a peak the process's RSS keeps (`achilles bench intake`).
+    settings.watching.chunk_size = 500
     # Our handlers are level-triggered and idempotent: retry soon after an error.
     settings.execution.max_workers = 16
     # Only warnings and errors become Kubernetes Events; our own Events say the rest.
     settings.posting.level = logging.WARNING
+    # kopf logs "Handler ... succeeded" at INFO for every event of every object: 10,000
+    # lines at each start-up listing of 10,000 Agents. Its warnings and errors stay.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # Standby replicas are safe without kopf peering: every decision that could be
     # taken twice is taken in PostgreSQL (SKIP LOCKED, advisory lock, unique indexes).
     # Peering would not make one replica the only actor anyway: a frozen kopf stops its
