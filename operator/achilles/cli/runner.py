@@ -68,11 +68,15 @@ def runner(
     """
     import os
 
-    from achilles.db.database import database_url_from_env
-    from achilles.domain.run_secret import RUN_SECRET_ENV
-    from achilles.errors import AchillesError
-    from achilles.runner.main import run
-    from achilles.services.db_roles import allow_superuser
+    from achilles.runner.startup import collector_paused
+
+    # The claim's stack (SQLAlchemy, psycopg): most of a pod's time to its claim.
+    with collector_paused():
+        from achilles.db.database import database_url_from_env
+        from achilles.domain.run_secret import RUN_SECRET_ENV
+        from achilles.errors import AchillesError
+        from achilles.runner.main import run
+        from achilles.services.db_roles import allow_superuser
 
     logging.basicConfig(
         level=logging.INFO,

@@ -49,6 +49,7 @@ from achilles.errors import ConfigurationError, UnknownTimezoneError
 from achilles.runner.config import API_KEY_ENV, RunnerConfig
 from achilles.runner.events import EXIT_CRASH, EXIT_OK, Event, RowLost, Terminated
 from achilles.runner.heartbeat import Heartbeat
+from achilles.runner.startup import collector_paused
 from achilles.services import db_roles
 from achilles.services.run_journal import RunJournal
 
@@ -164,7 +165,8 @@ def _start(
     try:
         # Here, not at the top: the agent loop's stack (openai alone is most of a
         # second of CPU) would otherwise delay the claim, the run's first heartbeat.
-        from achilles.runner.execution import execute
+        with collector_paused():
+            from achilles.runner.execution import execute
 
         return execute(
             spec, config, database, events, model_endpoint=spec.model, claimed=claimed, stop=stop
