@@ -21,13 +21,15 @@ TICKING_LOOPS = ("scheduler", "dispatcher", "sweeper", "status")
 OUTAGE_WORDS = ("database", "connection", "operationalerror", "exited with code")
 
 
-def _loops_recovered(op: OperatorProcess, within: float) -> bool:
-    """Every ticking loop of the operator completed a pass in the last `within` seconds."""
+def _loops_recovered(op: OperatorProcess, since: float) -> bool:
+    """Every ticking loop of the operator completed a pass after `since` (monotonic):
+    an idle loop passes only at its own tick, so "recently" would say nothing."""
     health = op.health() or {}
     loops = health.get("loops")
     if not isinstance(loops, dict):
         return False
-    return all(float(loops.get(loop, within)) < within for loop in TICKING_LOOPS)
+    elapsed = time.monotonic() - since
+    return all(float(loops.get(loop, elapsed)) < elapsed for loop in TICKING_LOOPS)
 
 
 def postgres_outage(ctx: Context) -> None:
@@ -71,7 +73,7 @@ def postgres_outage(ctx: Context) -> None:
     up = time.monotonic()
     r.check(not exits, f"the operator exited during the outage: {exits}\n{op.log_tail()}")
     wait_for(
-        lambda: _loops_recovered(op, 15), 120, what="the operator's loops to pass again", interval=1
+        lambda: _loops_recovered(op, up), 120, what="the operator's loops to pass again", interval=1
     )
     recovered = time.monotonic() - up
     asked_run = ctx.new_runs([asked_id], before_asked, 120)

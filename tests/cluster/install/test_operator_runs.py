@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
 from achilles.domain.pod_outcome import START_DEADLINE
-from achilles.handlers.runtime.sweeper import SWEEP_TICK
+from achilles.handlers.runtime.sweeper import PENDING_PODS_EVERY
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
@@ -347,7 +347,7 @@ def test_a_run_whose_models_secret_is_missing_fails_at_the_start_deadline(
             agent_id = _agent_id(journal, namespace, "keyless")
             _request(admin_api, "keyless", namespace)
             requested_at = time.monotonic()
-            limit = START_DEADLINE.total_seconds() + SWEEP_TICK + 30
+            limit = START_DEADLINE.total_seconds() + PENDING_PODS_EVERY + 30
             failed = wait_for(
                 lambda: (
                     _rows(

@@ -20,9 +20,9 @@ def run(context: RuntimeContext) -> None:
         elif channel == SCHEDULE_CHANNEL:
             context.schedule_wake.set()
 
-    listen(
-        context.database.url,
-        on_notify,
-        context.stop,
-        on_connected=context.dispatch_wake.set,
-    )
+    def on_connected() -> None:
+        # Connected again after an outage: what was missed meanwhile is looked at now.
+        context.schedule_wake.set()
+        context.dispatch_wake.set()
+
+    listen(context.database.url, on_notify, context.stop, on_connected=on_connected)

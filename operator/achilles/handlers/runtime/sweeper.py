@@ -1,4 +1,6 @@
-"""The sweeper: every SWEEP_TICK, the passes that catch what no event reports.
+"""The sweeper: the passes that catch what no event reports, each at its own period
+(`periods`), checked every SWEEP_TICK. Idle, they are the operator's steady cost in
+database transactions, so each runs as rarely as what it catches allows.
 
 - reaper: runs silent past `stale_after` end `failed/stale`, their Jobs deleted; runs
   whose Job vanished are failed (running) or queued again (never started);
@@ -6,8 +8,9 @@
 - retries: kopf event handlers that failed are handled again (runtime/retries.py);
 - owners: an owner deactivated in `users` switches their agents off (no CR event says so);
 - reply wakes: a reply whose wake was lost gets its run;
-- orphans (every ORPHAN_SWEEP_EVERY sweeps): rows of Agents, AgentModels and AgentTools
-  deleted while no operator watched.
+- orphans (at start, then every ORPHANS_EVERY): rows of Agents, AgentModels and
+  AgentTools deleted while no operator watched (kopf's watch sees every deletion after
+  that, so the listing of every Agent is rare).
 Owns nothing in memory: each pass derives its work from the rows, the API server and
 what the watchers keep of run pods and Jobs (`services/run_objects.py`).
 """
@@ -15,6 +18,8 @@ what the watchers keep of run pods and Jobs (`services/run_objects.py`).
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
@@ -27,21 +32,37 @@ from achilles.services import agents, catalogue, outcomes, reply_wakes
 
 log = logging.getLogger("achilles.operator")
 
-SWEEP_TICK = 10.0
-ORPHAN_SWEEP_EVERY = 6  # sweeps: about a minute
+SWEEP_TICK = 5.0
+# A third of the silence that makes a run stale: a reaped run is found at most a third
+# late (90 s -> 30 s).
+REAP_FRACTION = 3
+OWNERS_EVERY = 30.0
+REPLY_WAKES_EVERY = 30.0
+PENDING_PODS_EVERY = 10.0
+ORPHANS_EVERY = 600.0
+
+
+def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], object]]]:
+    """pass name -> (seconds between passes, the pass)."""
+    stale = context.config.stale_after.total_seconds()
+    return {
+        "sweeper": (max(SWEEP_TICK, stale / REAP_FRACTION), lambda: reap(context)),
+        "pending-pods": (PENDING_PODS_EVERY, lambda: judge_pending_pods(context)),
+        "retries": (SWEEP_TICK, lambda: fire_due_retries(context)),
+        "owners": (OWNERS_EVERY, lambda: follow_owner_deactivation(context)),
+        "reply-wakes": (REPLY_WAKES_EVERY, lambda: wake_for_waiting_replies(context)),
+        "orphans": (ORPHANS_EVERY, lambda: forget_deleted_objects(context)),
+    }
 
 
 def run(context: RuntimeContext) -> None:
-    passes = 0
+    passes = periods(context)
+    last: dict[str, float] = {}  # every pass runs at start
     while not context.stop.is_set():
-        context.run_pass("sweeper", lambda: reap(context))
-        context.run_pass("pending-pods", lambda: judge_pending_pods(context))
-        context.run_pass("retries", lambda: fire_due_retries(context))
-        context.run_pass("owners", lambda: follow_owner_deactivation(context))
-        context.run_pass("reply-wakes", lambda: wake_for_waiting_replies(context))
-        if passes % ORPHAN_SWEEP_EVERY == 0:
-            context.run_pass("orphans", lambda: forget_deleted_objects(context))
-        passes += 1
+        for name, (every, work) in passes.items():
+            if time.monotonic() - last.get(name, float("-inf")) >= every:
+                context.run_pass(name, work)
+                last[name] = time.monotonic()
         context.stop.wait(SWEEP_TICK)
 
 
