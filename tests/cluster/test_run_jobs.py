@@ -1,0 +1,98 @@
+"""The dispatcher's Job calls (`RunJobs.create`, `run_secret`) on the real API server.
+
+The dispatcher decides from their answers what a run's mark becomes
+(services/dispatch.py): made, made before (409: the Job's secret is adopted), refused
+for sure (undone), or maybe made (kept for the sweeper). The create does not parse the
+answer's Job, so these prove the calls still tell those apart."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from achilles.domain.run_secret import RunSecret
+from achilles.k8s.client import api_client
+from achilles.k8s.jobs import (
+    JobRejected,
+    JobTemplate,
+    RunJobs,
+    RunJobSpec,
+    SecretKey,
+    build_run_job,
+    job_name,
+)
+from tests.cluster.conftest import Cluster
+from tests.dead_cluster import write_kubeconfig
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+TIMEOUT = 60.0
+
+
+def _job(run_id: int, namespace: str, secret: RunSecret) -> dict[str, object]:
+    # `true` ignores its arguments: the stand-in's pod ends at once, touching nothing.
+    template = JobTemplate(
+        namespace=namespace,
+        image="achilles:test",
+        database_secret=SecretKey("db", "url"),
+        command=("true",),
+    )
+    spec = RunJobSpec(
+        run_id=run_id,
+        agent_id=1,
+        agent_uid=None,
+        agent_namespace=None,
+        agent_name=None,
+        trigger="manual",
+        scheduled_for=datetime.now(UTC),
+        run_timeout_seconds=60,
+        model_secret=None,
+        run_secret=secret,
+    )
+    return build_run_job(spec, template)
+
+
+def test_a_create_says_made_then_made_before_and_the_job_keeps_its_first_secret(
+    cluster: Cluster, namespace: str
+) -> None:
+    jobs = RunJobs(cluster.api, namespace)
+    first, second = RunSecret.new(), RunSecret.new()
+    assert jobs.create(_job(7, namespace, first)) is True
+    assert cluster.batch.read_namespaced_job(job_name(7), namespace).metadata is not None
+    assert jobs.create(_job(7, namespace, second)) is False  # 409: an earlier dispatch's
+    assert jobs.run_secret(7) == first
+    assert jobs.run_secret(8) is None
+
+
+def test_a_quota_refusal_is_a_refusal_for_sure(cluster: Cluster, namespace: str) -> None:
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="no-jobs"),
+        spec=client.V1ResourceQuotaSpec(hard={"count/jobs.batch": "0"}),
+    )
+    cluster.core.create_namespaced_resource_quota(namespace, quota)
+    wait_for(
+        lambda: (
+            (q := cluster.core.read_namespaced_resource_quota("no-jobs", namespace)).status
+            and q.status.used is not None
+        ),
+        TIMEOUT,
+        what="the quota controller to count the namespace",
+    )
+    with pytest.raises(JobRejected) as refused:
+        RunJobs(cluster.api, namespace).create(_job(9, namespace, RunSecret.new()))
+    assert refused.value.status == 403
+    assert "exceeded quota" in str(refused.value)
+    assert refused.value.maybe_created is False  # the dispatcher undoes the run's mark
+
+
+def test_an_api_server_nobody_serves_is_a_refusal_for_sure(tmp_path: Path) -> None:
+    """No connection was made, so no Job can appear later: the mark is undone."""
+    api = api_client(write_kubeconfig(tmp_path / "dead"))
+    with api, pytest.raises(JobRejected) as refused:
+        RunJobs(api, "achilles-runs").create(_job(1, "achilles-runs", RunSecret.new()))
+    assert refused.value.status is None
+    assert refused.value.maybe_created is False
