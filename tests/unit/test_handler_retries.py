@@ -59,8 +59,13 @@ def test_handling_and_a_retry_of_one_object_take_the_same_lock() -> None:
     lock = retries.object_lock(AGENT)
     assert retries.object_lock(ObjectRef("Agent", "agents", "daily", "team", "uid-1")) is lock
     entered = threading.Event()
+
+    def handle() -> None:
+        with lock:
+            entered.set()
+
     with lock:
-        thread = threading.Thread(target=lambda: (lock.acquire(), entered.set(), lock.release()))
+        thread = threading.Thread(target=handle)
         thread.start()
         assert not entered.wait(0.2)  # waits while the other handling runs
     thread.join(5)
