@@ -90,6 +90,10 @@ class SettledAgents:
             if self._digests is None or self._clock() - self._read_at > self._max_age:
                 self._digests = read_digests(self._database)
                 self._read_at = self._clock()
+                # Dropped once the listing is long over, whether or not asked again.
+                timer = threading.Timer(self._max_age, self.forget)
+                timer.daemon = True
+                timer.start()
             wake = self._digests.pop(digest, None)
         if wake is None:
             return False
@@ -97,9 +101,10 @@ class SettledAgents:
         return wanted is None or wanted == wake
 
     def forget(self) -> None:
-        """Drop the snapshot (the listing is over); the next question reads it again."""
+        """Drop the snapshot (the listing is over); a later question reads it again."""
         with self._lock:
-            self._digests = None
+            if self._digests is not None and self._clock() - self._read_at >= self._max_age:
+                self._digests = None
 
 
 def read_digests(database: Database) -> dict[bytes, bool]:
