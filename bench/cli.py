@@ -178,6 +178,13 @@ def _env_pairs(items: tuple[str, ...]) -> dict[str, str]:
     is_flag=True,
     help="With --memory-probe: also trace the Python heap (slow; for the diagnosis only).",
 )
+@click.option(
+    "--compare-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Restart a second time, nothing changed, with this variable added (repeatable), "
+    "e.g. MALLOC_ARENA_MAX=2.",
+)
 @json_option
 @server_option
 def intake(
@@ -186,6 +193,7 @@ def intake(
     operator_env: tuple[str, ...],
     memory_probe: bool,
     tracemalloc: bool,
+    compare_env: tuple[str, ...],
     json_path: Path | None,
     server_url: str | None,
 ) -> None:
@@ -201,6 +209,7 @@ def intake(
             operator_env=_env_pairs(operator_env),
             memory_probe=memory_probe,
             tracemalloc=tracemalloc,
+            compare_env=_env_pairs(compare_env),
         )
     )
 

@@ -350,10 +350,12 @@ def run(
     operator_env: dict[str, str] | None = None,
     memory_probe: bool = False,
     tracemalloc: bool = False,
+    compare_env: dict[str, str] | None = None,
 ) -> Report:
     """`memory_probe`: sample the operator's memory from inside (bench/memory_probe), and
     after each intake measure what malloc_trim(0) gives back; `tracemalloc` also traces
-    the Python heap (slow: for the diagnosis, not for the timings)."""
+    the Python heap (slow: for the diagnosis, not for the timings); `compare_env`:
+    restart a second time, nothing changed, with these variables added."""
     progress = Progress(NAME)
     report = Report(
         benchmark=NAME,
@@ -369,6 +371,7 @@ def run(
             "operator_env": operator_env or {},
             "memory_probe": memory_probe or tracemalloc,
             "tracemalloc": tracemalloc,
+            "compare_env": compare_env or {},
         },
     )
     owners = math.ceil(size * (1 + ADDED_FRACTION) / AGENTS_PER_OWNER)
@@ -420,6 +423,13 @@ def run(
             }
             _move_on(cluster, population, size, owners, progress)
             _restart(report, cluster, database, population, size, idle_window_s, env, progress)
+            if compare_env:
+                # Again under the same Agents, nothing changed, with other settings.
+                label = "restart with " + " ".join(f"{k}={v}" for k, v in compare_env.items())
+                env = env | compare_env
+                _restart(
+                    report, cluster, database, population, size, idle_window_s, env, progress, label
+                )
         finally:
             database.dispose()
     path = report.write(json_path)
@@ -436,7 +446,11 @@ def _restart(
     idle_window_s: float,
     env: dict[str, str],
     progress: Progress,
+    label: str = "restart",
 ) -> None:
+    """Start the operator under the Agents and measure its intake; figures named
+    `label` (the goals apply to the first restart only)."""
+    goals = label == "restart"
     counters = _database_counters(database)
     requests = operator_request_counts(cluster)
     with running_operator(cluster, progress, runner_command="/bin/true", **env) as op:
@@ -461,57 +475,59 @@ def _restart(
         agents, behind = _all_observed(cluster)
         if agents != len(population.agents) or behind:
             raise RuntimeError(f"{behind} of {agents} Agents not reconciled after the restart")
-        goal = at_most(30, "s") if size <= 10_000 else at_most(300, "s")
+        goal = (at_most(30, "s") if size <= 10_000 else at_most(300, "s")) if goals else None
         total = max(rows_done, drained)
         report.add_value(
-            "restart -> all reconciled",
+            f"{label} -> all reconciled",
             total,
             "s",
             goal=goal,
             note="the later of: every Agent handled and the changes written; CPU idle",
         )
         report.add_value(
-            "restart -> every listed Agent handled, changes in the rows and statuses",
+            f"{label} -> every listed Agent handled, changes in the rows and statuses",
             rows_done,
             "s",
         )
         events = agent_events(op)
-        report.details["Agent events during the restart"] = events
+        report.details[f"Agent events during the {label}"] = events
         for outcome in ("unchanged", "reconciled", "echo"):
             count = events.get(f"listed/{outcome}", 0)
-            report.add_value(f"restart: listed Agents {outcome}", count, "")
+            report.add_value(f"{label}: listed Agents {outcome}", count, "")
         report.add_value(
-            f"restart -> intake drained (CPU <= {IDLE_CORES:g} over {IDLE_PROBE_S:g} s)",
+            f"{label} -> intake drained (CPU <= {IDLE_CORES:g} over {IDLE_PROBE_S:g} s)",
             drained,
             "s",
         )
         for name, value in after_counters.items():
             report.add_value(
-                f"restart: database {name}", value - counters[name], "", note="whole database"
+                f"{label}: database {name}", value - counters[name], "", note="whole database"
             )
         report.add_value(
-            "restart: operator patch requests",
+            f"{label}: operator patch requests",
             round(rates["patch"] * seconds),
             "",
             note="status and spec, all kinds",
         )
-        report.add_value("restart: operator peak RSS", peak, "MiB")
+        report.add_value(f"{label}: operator peak RSS", peak, "MiB")
         cores, rss = op.usage_over(idle_window_s)
-        rss_goal = at_most(256, "MiB") if size <= 10_000 else at_most(512, "MiB")
-        report.add_value(
-            f"operator RSS after the restart, {size:,} Agents", rss, "MiB", goal=rss_goal
+        rss_goal = (
+            (at_most(256, "MiB") if size <= 10_000 else at_most(512, "MiB")) if goals else None
         )
         report.add_value(
-            f"operator CPU idle after the restart, {size:,} Agents",
+            f"operator RSS after the {label}, {size:,} Agents", rss, "MiB", goal=rss_goal
+        )
+        report.add_value(
+            f"operator CPU idle after the {label}, {size:,} Agents",
             cores,
             "cores",
-            goal=at_most(0.05, "cores"),
+            goal=at_most(0.05, "cores") if goals else None,
         )
-        _memory_figures(report, cluster, "after the restart", progress)
-        report.details["operator requests during the restart"] = {
+        _memory_figures(report, cluster, f"after the {label}", progress)
+        report.details[f"operator requests during the {label}"] = {
             verb: round(rate * seconds) for verb, rate in rates.items()
         }
         progress(
-            f"restart: reconciled {rows_done:.1f} s, drained {drained:.1f} s; "
+            f"{label}: reconciled {rows_done:.1f} s, drained {drained:.1f} s; "
             f"RSS {rss:.0f} MiB, CPU {cores:.3f}"
         )
