@@ -65,6 +65,14 @@ def oidc_provider_version(path: Path = _VERSIONS_FILE) -> str:
         ) from error
 
 
+def prometheus_version(path: Path = _VERSIONS_FILE) -> str:
+    """The pinned github.com/prometheus/prometheus module version (promtool's)."""
+    try:
+        return str(tomllib.loads(path.read_text())["prometheus"]["version"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+        raise LocalStackError(f"cannot read Prometheus' version from {path}: {error}") from error
+
+
 def cache_root() -> Path:
     override = os.environ.get("ACHILLES_CACHE_DIR")
     if override:

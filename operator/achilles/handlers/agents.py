@@ -88,9 +88,11 @@ def _apply(
         resources.post_event(ref, posted.kind, posted.reason, posted.message)
     if reconciliation.request_outcome is not None:
         metrics.RUN_REQUESTS.labels(reconciliation.request_outcome).inc()
+    if reconciliation.request_outcome == "refused":
+        metrics.count_refused("manual", reconciliation.refused_locks)
     if reconciliation.enqueued is not None:
         state, reason = reconciliation.enqueued
-        metrics.RUNS_ENQUEUED.labels("manual", state, reason).inc()
+        metrics.count_enqueued("manual", state, reason)
     if reconciliation.wake_dispatcher:
         context.dispatch_wake.set()
     agent_id = reconciliation.agent_id
@@ -100,6 +102,6 @@ def _apply(
     if desired is None:
         return
     if needs_patch(previous, desired):
-        resources.patch_status(ref, desired)
+        metrics.count_status_patch("reconcile", resources.patch_status(ref, desired))
     if agent_id is not None:  # the status writer patches from here on
         context.written_statuses.record(agent_id, journal_view(desired))

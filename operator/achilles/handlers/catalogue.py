@@ -9,6 +9,7 @@ import kopf
 from pydantic import BaseModel, ValidationError
 
 from achilles.domain.vocabulary import ConditionReason, ConditionType
+from achilles.handlers import metrics
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retries import context_of, retried
@@ -61,7 +62,8 @@ class Mirror:
     def write(self, conditions: list[dict[str, Any]], **fields: Any) -> None:
         desired = {"observedGeneration": self.generation, "conditions": conditions, **fields}
         if needs_patch(self.previous, desired):
-            self.context.resources.patch_status(self.ref, desired)
+            patched = self.context.resources.patch_status(self.ref, desired)
+            metrics.count_status_patch("catalogue", patched)
 
 
 def _deleted(type: str, meta: kopf.Meta) -> bool:
@@ -108,7 +110,7 @@ def model_changed(
                 " set spec.default: false on one of them",
             )
         )
-        context.resources.patch_status(
+        patched = context.resources.patch_status(
             ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, other),
             {
                 "conditions": [
@@ -124,6 +126,7 @@ def model_changed(
                 ]
             },
         )
+        metrics.count_status_patch("catalogue", patched)
     mirror.write(conditions, databaseId=mirrored.model_id)
 
 

@@ -60,6 +60,7 @@ class AgentReconciliation:
     # The answer to a new run request, for the metrics: "refused" or the run's state,
     # and the enqueued run's (state, reason) when one was written.
     request_outcome: str | None = None
+    refused_locks: tuple[str, ...] = ()  # a refused request's closed locks
     enqueued: tuple[RunState, str] | None = None
     wake_dispatcher: bool = False
     journal_moved: bool = False  # a run request was answered: the status writer follows
@@ -155,6 +156,7 @@ def _answer_run_request(
     if outcome.result is None:
         refusal = outcome.refusal or "run refused"
         result.request_outcome = "refused"
+        result.refused_locks = outcome.closed_locks
         result.events.append(AgentEventPost(EventType.WARNING, EventReason.RUN_REFUSED, refusal))
         return _Answer(False, outcome.refusal or "")
     run = outcome.result

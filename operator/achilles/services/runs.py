@@ -26,6 +26,7 @@ class RequestOutcome:
     request: str
     result: EnqueueResult | None  # None: refused
     refusal: str | None = None
+    closed_locks: tuple[str, ...] = ()  # a refusal's (LockReason codes)
 
 
 def handle_run_request(database: Database, agent_uid: str, request: str) -> RequestOutcome:
@@ -33,13 +34,17 @@ def handle_run_request(database: Database, agent_uid: str, request: str) -> Requ
         agent_id = agent_id_by_uid(session, agent_uid)
         if agent_id is None:
             return RequestOutcome(
-                request, None, "run refused: " + LOCK_MESSAGES[LockReason.OWNER_MISSING]
+                request,
+                None,
+                "run refused: " + LOCK_MESSAGES[LockReason.OWNER_MISSING],
+                (LockReason.OWNER_MISSING,),
             )
         try:
             result = enqueue_run(session, agent_id, RunTrigger.MANUAL, request_key=request)
         except StartRefused as refused:
             messages = [LOCK_MESSAGES[LockReason(code)] for code in refused.reasons]
-            return RequestOutcome(request, None, "run refused: " + "; ".join(messages))
+            refusal = "run refused: " + "; ".join(messages)
+            return RequestOutcome(request, None, refusal, refused.reasons)
     return RequestOutcome(request, result)
 
 

@@ -31,7 +31,8 @@ FIRST_BATCH = 25
 class TickResult:
     enqueued: list[tuple[int, EnqueueResult]] = field(default_factory=list)
     lateness_seconds: list[float] = field(default_factory=list)
-    refused: list[int] = field(default_factory=list)
+    # Agents whose lock closed since their slot was set: (agent id, the closed locks).
+    refused: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     rescheduled: list[int] = field(default_factory=list)
     # Agents whose owner's zone is not a known zone: no slot can be computed for them.
     unschedulable: list[int] = field(default_factory=list)
@@ -79,10 +80,10 @@ def schedule_due_agents(
                         scheduled_for=agent.next_run_at,
                         settings=settings,
                     )
-                except StartRefused:
+                except StartRefused as refused:
                     # A lock closed since the slot was set: no row, no slot.
                     schedule_rows.set_next_run(session, agent.agent_id, None, None)
-                    result.refused.append(agent.agent_id)
+                    result.refused.append((agent.agent_id, refused.reasons))
                     continue
                 result.enqueued.append((agent.agent_id, outcome))
                 result.lateness_seconds.append((now - agent.next_run_at).total_seconds())

@@ -95,11 +95,12 @@ class RuntimeContext:
     def run_pass(self, loop: str, work: Callable[[], T]) -> T | None:
         """One pass of a loop: its result, or None when it raised (logged and counted).
         An error ends the pass, never the loop."""
+        errors = metrics.LOOP_ERRORS.labels(loop)  # at zero from the first pass on
         started = time.monotonic()
         try:
             result = work()
         except Exception:
-            metrics.LOOP_ERRORS.labels(loop).inc()
+            errors.inc()
             log.exception("%s pass failed", loop)
             return None
         finally:

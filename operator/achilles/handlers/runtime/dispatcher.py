@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from achilles.domain.runs import RunState
+from achilles.domain.gates import closed_locks
+from achilles.domain.runs import RunState, SkipReason
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
 from achilles.handlers.runtime import events
@@ -52,19 +53,21 @@ def dispatch_once(context: RuntimeContext) -> dispatch.DispatchResult:
             metrics.SLOT_TO_JOB.observe(max(0.0, (now - run.scheduled_for).total_seconds()))
     for run in done.skipped:
         # As the same refusal at enqueue: the budget ran out while the run waited.
-        metrics.RUNS_ENQUEUED.labels(run.trigger, RunState.SKIPPED, "budget_exceeded").inc()
+        metrics.count_enqueued(run.trigger, RunState.SKIPPED, SkipReason.BUDGET_EXCEEDED)
         message = f"{run.trigger} run {run.run_id} skipped: budget_exceeded"
         events.on_dispatched(context, run, EventType.NORMAL, EventReason.RUN_SKIPPED, message)
     for withdrawn in done.withdrawn:
         # A closed lock leaves no row: the run is gone, and its request (if it was one)
         # is refused in the status, where `achilles run-now --wait` looks.
         run = withdrawn.run
+        metrics.count_refused(run.trigger, closed_locks(run.locks))
         reason = EventReason.RUN_REFUSED
         events.on_dispatched(context, run, EventType.WARNING, reason, withdrawn.refusal)
         if run.request_key is not None and run.agent_name and run.agent_namespace:
             ref = events.agent_ref(run.agent_name, run.agent_namespace, run.agent_uid)
             refused = {"request": run.request_key, "message": withdrawn.refusal}
-            context.resources.patch_status(ref, {"withdrawnRunRequest": refused})
+            patched = context.resources.patch_status(ref, {"withdrawnRunRequest": refused})
+            metrics.count_status_patch("withdrawn-request", patched)
     context.mark_dirty(run.agent_id for run in [*done.skipped, *(w.run for w in done.withdrawn)])
     metrics.EXECUTING.set(done.executing)
     metrics.QUEUE_DEPTH.set(done.waiting)

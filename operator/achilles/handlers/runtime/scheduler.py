@@ -43,10 +43,14 @@ def run(context: RuntimeContext) -> None:
 def schedule_once(context: RuntimeContext, *, repair: bool) -> scheduler.TickResult:
     tick = scheduler.schedule_due_agents(context.database, repair=repair)
     for agent_id, outcome in tick.enqueued:
-        metrics.RUNS_ENQUEUED.labels("scheduled", outcome.state, outcome.reason or "").inc()
+        metrics.count_enqueued("scheduled", outcome.state, outcome.reason or "")
         if outcome.state is RunState.SKIPPED:
             message = f"scheduled run {outcome.run_id} skipped: {outcome.reason}"
             events.on_agent(context, agent_id, EventType.NORMAL, EventReason.RUN_SKIPPED, message)
+    for late in tick.lateness_seconds:
+        metrics.SLOT_LATENESS.observe(late)
+    for _, closed in tick.refused:
+        metrics.count_refused("scheduled", closed)
     if tick.enqueued:
         context.dispatch_wake.set()
         context.mark_dirty(agent_id for agent_id, _ in tick.enqueued)

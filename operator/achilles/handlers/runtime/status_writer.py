@@ -6,6 +6,7 @@ handlers); patches only what changed since it last wrote (runtime/statuses.py).
 from __future__ import annotations
 
 from achilles.db.journal.status import agent_status_rows, agents_of_owners
+from achilles.handlers import metrics
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.events import agent_ref
 from achilles.services.status import journal_fields
@@ -43,8 +44,12 @@ def _write(context: RuntimeContext, agent_ids: set[int], siblings: set[int]) -> 
             continue
         fields = journal_fields(row)
         if not written.changed(row.agent_id, fields):
+            metrics.STATUS_PATCHES.labels("journal", "unchanged").inc()
             continue
-        if context.resources.patch_status(agent_ref(row.cr_name, row.namespace, row.uid), fields):
+        patched = context.resources.patch_status(
+            agent_ref(row.cr_name, row.namespace, row.uid), fields
+        )
+        if metrics.count_status_patch("journal", patched):
             written.record(row.agent_id, fields)
         else:
             written.forget(row.agent_id)  # the Agent is gone

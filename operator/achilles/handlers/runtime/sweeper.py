@@ -8,6 +8,7 @@ database transactions, so each runs as rarely as what it catches allows.
 - retries: kopf event handlers that failed are handled again (runtime/retries.py);
 - owners: an owner deactivated in `users` switches their agents off (no CR event says so);
 - reply wakes: a reply whose wake was lost gets its run;
+- run metrics: the journal's runs as Prometheus figures (runtime/run_metrics.py);
 - orphans (at start, then every ORPHANS_EVERY): rows of Agents, AgentModels and
   AgentTools deleted while no operator watched (kopf's watch sees every deletion after
   that, so the listing of every Agent is rare).
@@ -27,6 +28,7 @@ from achilles.handlers.runtime import events
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retries import fire_due_retries
+from achilles.handlers.runtime.run_metrics import RUN_METRICS_EVERY, RunMetricsPass
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_TOOL
 from achilles.services import agents, catalogue, outcomes, reply_wakes
 
@@ -52,6 +54,7 @@ def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], obje
         "owners": (OWNERS_EVERY, lambda: follow_owner_deactivation(context)),
         "reply-wakes": (REPLY_WAKES_EVERY, lambda: wake_for_waiting_replies(context)),
         "orphans": (ORPHANS_EVERY, lambda: forget_deleted_objects(context)),
+        "run-metrics": (RUN_METRICS_EVERY, RunMetricsPass(context)),
     }
 
 
@@ -104,7 +107,7 @@ def wake_for_waiting_replies(context: RuntimeContext) -> bool:
         owed, result = wake.owed, wake.result
         if result is None:
             continue  # a lock closed meanwhile: owed again once it opens
-        metrics.RUNS_ENQUEUED.labels("manual", result.state, result.reason or "").inc()
+        metrics.count_enqueued("manual", result.state, result.reason or "")
         if owed.namespace and owed.name:
             message = (
                 f"run {result.run_id} {result.state}"
