@@ -19,8 +19,9 @@ from prometheus_client import Counter, Gauge, Histogram
 from achilles.domain.gates import LockReason
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
 
-# Latencies of a run's way from its slot to its runner: seconds to minutes.
-_LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
+# Latencies of a run's way from its slot to its runner: tenths of a second when all is
+# well, up to an hour when slots were missed (an operator down) or runs wait at the cap.
+_LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600)
 
 # --- what this replica did ---
 RUNS_ENQUEUED = Counter(
