@@ -12,8 +12,9 @@ database transactions, so each runs as rarely as what it catches allows.
 - orphans (at start, then every ORPHANS_EVERY): rows of Agents, AgentModels and
   AgentTools deleted while no operator watched (kopf's watch sees every deletion after
   that, so the listing of every Agent is rare).
-Owns nothing in memory: each pass derives its work from the rows, the API server and
-what the watchers keep of run pods and Jobs (`services/run_objects.py`).
+Owns nothing in memory but where the run-metrics window closed: each pass derives its
+work from the rows, the API server and what the watchers keep of run pods and Jobs
+(`services/run_objects.py`).
 """
 
 from __future__ import annotations
