@@ -54,6 +54,8 @@ def schedule_due_agents(
             now = database_now(session)
             settings = load_settings(session)  # once per batch, not per enqueue
             due = schedule_rows.take_due_agents(session, now, size)
+            # Each agent's next slot, written for the whole batch in one statement.
+            slots: dict[int, tuple[datetime | None, str | None]] = {}
             for agent in due:
                 assert agent.next_run_at is not None
                 try:
@@ -61,7 +63,7 @@ def schedule_due_agents(
                 except UnknownTimezoneError:
                     # The owner's zone is no zone: no slot for this agent, and the others'
                     # slots still run (one bad `users` row must not stop the scheduler).
-                    schedule_rows.set_next_run(session, agent.agent_id, None, None)
+                    slots[agent.agent_id] = (None, None)
                     result.unschedulable.append(agent.agent_id)
                     continue
                 advance = collapse_missed_slots(
@@ -82,12 +84,13 @@ def schedule_due_agents(
                     )
                 except StartRefused as refused:
                     # A lock closed since the slot was set: no row, no slot.
-                    schedule_rows.set_next_run(session, agent.agent_id, None, None)
+                    slots[agent.agent_id] = (None, None)
                     result.refused.append((agent.agent_id, refused.reasons))
                     continue
                 result.enqueued.append((agent.agent_id, outcome))
                 result.lateness_seconds.append((now - agent.next_run_at).total_seconds())
-                schedule_rows.set_next_run(session, agent.agent_id, advance.next_run_at, agent.zone)
+                slots[agent.agent_id] = (advance.next_run_at, agent.zone)
+            schedule_rows.set_next_runs(session, slots)
         if len(due) < size:
             break
         size = min(size * 2, batch)

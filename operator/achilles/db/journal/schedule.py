@@ -7,11 +7,12 @@ so a changed owner or organisation zone is found here, not only on an Agent even
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, and_, func, select, update
+from sqlalchemy import ColumnElement, Select, Table, and_, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, PlatformSettings, User
@@ -143,6 +144,29 @@ def set_next_run(
             | Agent.schedule_zone.is_distinct_from(zone),
         )
         .values(next_run_at=next_run_at, schedule_zone=zone)
+    )
+
+
+def set_next_runs(
+    session: Session, slots: Mapping[int, tuple[datetime | None, str | None]]
+) -> None:
+    """`set_next_run` for many agents in one statement (one round trip: the scheduler's
+    batch), each written only if it changes; `slots` maps an agent to (slot, zone)."""
+    if not slots:
+        return
+    agents = cast(Table, Agent.__table__)
+    session.execute(
+        update(agents)
+        .where(
+            agents.c.id == bindparam("agent"),
+            agents.c.next_run_at.is_distinct_from(bindparam("slot"))
+            | agents.c.schedule_zone.is_distinct_from(bindparam("zone")),
+        )
+        .values(next_run_at=bindparam("slot"), schedule_zone=bindparam("zone")),
+        [
+            {"agent": agent_id, "slot": slot, "zone": zone if slot else None}
+            for agent_id, (slot, zone) in slots.items()
+        ],
     )
 
 
