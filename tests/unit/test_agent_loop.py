@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from achilles.domain.run_trace import Step
 from achilles.domain.runs import FailReason
 from achilles.errors import ModelCallFailed
 from achilles.llm.chat import ChatReply, Message, ToolCall, Usage
@@ -51,6 +52,10 @@ class ScriptedModel:
 class FakeJournal:
     refuse_after: int | None = None  # refuse writes after this many succeeded
     writes: list[tuple[str, object]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+
+    def record_step(self, step: Step) -> None:
+        self.steps.append(step)
 
     def _accept(self, entry: tuple[str, object]) -> bool:
         if self.refuse_after is not None and len(self.writes) >= self.refuse_after:

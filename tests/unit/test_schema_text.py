@@ -38,6 +38,30 @@ SHIPPED = {
     "UNPROCESSED_REPLY_PREDICATE": "handled_at IS NOT NULL AND outcome IS NULL",
     # 0007_user_key_check
     "USER_KEY_CHECK": "key ~ '^[A-Za-z0-9][A-Za-z0-9._@+-]*$' AND length(key) <= 253",
+    # 0012_run_steps
+    "STEP_KIND_CHECK": "kind IN ('model_call', 'tool_call', 'inbox_ask', 'truncated')",
+    "STEP_TOOL_STATUS_CHECK": "status IN ('ok', 'error')",
+    "STEP_SEQ_CHECK": "seq BETWEEN 1 AND 201",
+    "STEP_TRUNCATED_LAST_CHECK": "(kind = 'truncated') = (seq = 201)",
+    "STEP_FIELDS_MATCH_KIND_CHECK": (
+        "(kind = 'model_call' AND model IS NOT NULL AND tool IS NULL AND status IS NULL"
+        " AND argument_bytes IS NULL AND result_bytes IS NULL)"
+        " OR (kind IN ('tool_call', 'inbox_ask') AND tool IS NOT NULL AND status IS NOT NULL"
+        " AND model IS NULL AND input_tokens IS NULL AND output_tokens IS NULL"
+        " AND finish_reason IS NULL)"
+        " OR (kind = 'truncated' AND model IS NULL AND input_tokens IS NULL"
+        " AND output_tokens IS NULL AND finish_reason IS NULL AND tool IS NULL"
+        " AND status IS NULL AND argument_bytes IS NULL AND result_bytes IS NULL"
+        " AND error IS NULL)"
+    ),
+    "STEP_COUNTS_NON_NEGATIVE_CHECK": (
+        "coalesce(latency_ms, 0) >= 0 AND coalesce(input_tokens, 0) >= 0"
+        " AND coalesce(output_tokens, 0) >= 0 AND coalesce(argument_bytes, 0) >= 0"
+        " AND coalesce(result_bytes, 0) >= 0"
+    ),
+    "RUN_USED_PROMPT_SHA256_CHECK": (
+        "used_prompt_sha256 IS NULL OR length(used_prompt_sha256) = 32"
+    ),
 }
 
 

@@ -19,6 +19,7 @@ from achilles.domain.timestamps import iso_utc
 
 if TYPE_CHECKING:
     from achilles.services.journal_queries import RunRecord
+    from achilles.services.run_trace import RunTrace, StepRow
 
 
 @click.group()
@@ -90,23 +91,93 @@ def list_runs(
 @runs.command("show")
 @database_url_option
 @click.argument("run_id", type=WholeNumber(min=1))
+@click.option(
+    "--steps", "with_steps", is_flag=True, help="Also its steps: model calls, tool calls, asks."
+)
 @click.option("--json", "as_json", is_flag=True)
 @reports_errors
-def show_run(database_url: str | None, run_id: int, as_json: bool) -> None:
-    """One run with its output and error."""
+def show_run(database_url: str | None, run_id: int, with_steps: bool, as_json: bool) -> None:
+    """One run with its output and error, and what it used (model, endpoint, prompt
+    digest, tools offered); `--steps` lists its steps as they happened."""
     from achilles.cli.common import open_database
     from achilles.services.journal_queries import get_run
+    from achilles.services.run_trace import run_trace
 
-    record = _as_dict(get_run(open_database(database_url), run_id))
+    database = open_database(database_url)
+    record = _as_dict(get_run(database, run_id))
+    trace = run_trace(database, run_id, steps=with_steps)
     if as_json:
+        record["used"] = _used_dict(trace)
+        if with_steps:
+            record["steps"] = [step._asdict() for step in trace.steps]
         echo_json(record)
         return
     for key, value in record.items():
         if key != "output":
             shown = iso_utc(value) if hasattr(value, "tzinfo") else value
             click.echo(f"{key + ':':14}{'' if shown is None else shown}")
+    for key, value in _used_lines(trace):
+        click.echo(f"{key + ':':14}{value}")
     click.echo("output:")
     click.echo(record["output"] or "")
+    if with_steps:
+        click.echo(f"steps: {len(trace.steps)}")
+        if trace.steps:
+            echo_table(STEP_COLUMNS, [_step_cells(step) for step in trace.steps])
+
+
+def _used_dict(trace: RunTrace) -> dict[str, Any] | None:
+    used = trace.used
+    if used is None:
+        return None
+    return {
+        "model": used.model,
+        "endpoint_host": used.endpoint_host,
+        "provider_model": used.provider_model,
+        "prompt_sha256": used.prompt_digest_hex,
+        "tools": list(used.tools),
+    }
+
+
+def _used_lines(trace: RunTrace) -> list[tuple[str, str]]:
+    used = trace.used
+    if used is None:
+        return [("used model", "")]
+    return [
+        ("used model", f"{used.model} ({used.provider_model} at {used.endpoint_host})"),
+        ("used prompt", f"sha256:{used.prompt_digest_hex}"),
+        ("used tools", ", ".join(used.tools)),
+    ]
+
+
+STEP_COLUMNS = ["seq", "kind", "started", "ms", "model/tool", "in/out", "finish/status", "error"]
+
+
+def _step_cells(step: StepRow) -> list[str]:
+    if step.kind == "model_call":
+        what = step.model or ""
+        sizes = f"{_count(step.input_tokens)}/{_count(step.output_tokens)} tok"
+        outcome = step.finish_reason or ""
+    elif step.kind == "truncated":
+        what, sizes, outcome = "(later steps not kept)", "", ""
+    else:
+        what = step.tool or ""
+        sizes = f"{_count(step.argument_bytes)}/{_count(step.result_bytes)} B"
+        outcome = step.status or ""
+    return [
+        str(step.seq),
+        step.kind,
+        iso_utc(step.started_at) or "",
+        f"{step.latency_ms:.1f}",
+        what,
+        sizes,
+        outcome,
+        (step.error or "").replace("\n", " "),
+    ]
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 @runs.command("enqueue")

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from achilles.domain import users
 from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
+from achilles.domain.run_trace import TRUNCATED_SEQ, StepKind, ToolStatus
 from achilles.domain.runs import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -75,3 +76,36 @@ UNPROCESSED_REPLY_PREDICATE = "handled_at IS NOT NULL AND outcome IS NULL"
 # The key an Agent names its owner by (the CRD's pattern); PostgreSQL's `$`, like the
 # API server's, matches only at the very end.
 USER_KEY_CHECK = f"key ~ '{users.USER_KEY_PATTERN}' AND length(key) <= {users.USER_KEY_MAX_LENGTH}"
+
+# --- agent_run_steps (0012_run_steps) ---
+
+STEP_KIND_CHECK = in_check("kind", StepKind)
+STEP_TOOL_STATUS_CHECK = in_check("status", ToolStatus)
+# Steps are numbered from 1; the cap's marker is the last number a run may hold.
+STEP_SEQ_CHECK = f"seq BETWEEN 1 AND {TRUNCATED_SEQ}"
+STEP_TRUNCATED_LAST_CHECK = f"(kind = '{StepKind.TRUNCATED}') = (seq = {TRUNCATED_SEQ})"
+_MODEL_FIELDS = ("model", "input_tokens", "output_tokens", "finish_reason")
+_TOOL_FIELDS = ("tool", "status", "argument_bytes", "result_bytes")
+
+
+def _all_null(columns: Iterable[str]) -> str:
+    return " AND ".join(f"{column} IS NULL" for column in columns)
+
+
+# A model call carries the model's columns, a tool call or inbox ask the tool's, the
+# marker neither.
+STEP_FIELDS_MATCH_KIND_CHECK = (
+    f"(kind = '{StepKind.MODEL_CALL}' AND model IS NOT NULL AND {_all_null(_TOOL_FIELDS)})"
+    f" OR ({in_check('kind', (StepKind.TOOL_CALL, StepKind.INBOX_ASK))}"
+    f" AND tool IS NOT NULL AND status IS NOT NULL AND {_all_null(_MODEL_FIELDS)})"
+    f" OR (kind = '{StepKind.TRUNCATED}' AND {_all_null((*_MODEL_FIELDS, *_TOOL_FIELDS))}"
+    " AND error IS NULL)"
+)
+STEP_COUNTS_NON_NEGATIVE_CHECK = " AND ".join(
+    f"coalesce({column}, 0) >= 0"
+    for column in ("latency_ms", "input_tokens", "output_tokens", "argument_bytes", "result_bytes")
+)
+
+# --- agent_runs: what the run used (0012_run_steps) ---
+
+RUN_USED_PROMPT_SHA256_CHECK = "used_prompt_sha256 IS NULL OR length(used_prompt_sha256) = 32"

@@ -51,6 +51,7 @@ class ChatReply:
     tool_calls: tuple[ToolCall, ...]
     usage: Usage | None  # None when the server did not report usage
     finish_reason: str
+    model: str | None = None  # the model the server says answered (may name a version)
 
     def as_message(self) -> Message:
         """The assistant message to append to the conversation."""
@@ -154,6 +155,7 @@ def _to_reply(completion: ChatCompletion) -> ChatReply:
         tool_calls=tuple(calls),
         usage=usage,
         finish_reason=choice.finish_reason,
+        model=completion.model or None,
     )
 
 

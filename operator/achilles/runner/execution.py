@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime
 
 from achilles.domain.run_spec import ModelEndpoint, RunSpec
+from achilles.domain.run_trace import RunUsed, endpoint_host
 from achilles.domain.runs import FailReason
 from achilles.domain.timezones import load_timezone
 from achilles.llm.chat import OpenAIChatModel
@@ -29,7 +30,8 @@ from achilles.runner.events import (
     Terminated,
 )
 from achilles.runner.loop import AgentLoop, LoopLimits, timed_out_message
-from achilles.runner.prompt import compose_messages
+from achilles.runner.prompt import compose_messages, composed_prompt_digest
+from achilles.runner.steps import StepJournal
 from achilles.services.run_journal import RunJournal
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
@@ -44,23 +46,6 @@ OWN_DEADLINE_GRACE = 10.0
 # A SIGTERM this close to the Job's deadline is the deadline's (the database's and this
 # host's clocks, and the Job controller's reaction, are not exact).
 DEADLINE_SLACK = 2.0
-
-
-class _Journal:
-    """`RunJournal` for one run id."""
-
-    def __init__(self, database: RunJournal, run_id: int) -> None:
-        self._db = database
-        self._run_id = run_id
-
-    def add_tokens(self, tokens: int) -> bool:
-        return self._db.add_tokens(self._run_id, tokens)
-
-    def succeed(self, output: str) -> bool:
-        return self._db.succeed(self._run_id, output)
-
-    def fail(self, reason: FailReason, error: str) -> bool:
-        return self._db.fail(self._run_id, reason, error)
 
 
 def execute(
@@ -78,7 +63,7 @@ def execute(
 
     `claimed` is the claim's `time.monotonic()`: deadlines count from it, not from
     this module's import. `stop` stops the loop and the heartbeat."""
-    journal = _Journal(database, spec.run_id)
+    journal = StepJournal(database, spec.run_id)
     # In a Job, the run's limit counts from the Job's start, as its activeDeadlineSeconds
     # does, not from this claim: the pod's start-up has already used part of it.
     # Kubernetes enforces it (SIGTERM, then SIGKILL: even a runner that hangs is
@@ -121,10 +106,23 @@ def execute(
             request_timeout=config.model_timeout,
         ),
         stop=stop,
+        model_id=model_endpoint.provider_model,
     )
     notes = [note for hook in selection.run_start_notes if (note := hook(tool_context))]
     messages = compose_messages(spec, datetime.now(UTC), notes)
     log.info("offering tools: %s", ", ".join(selection.toolbox.names))
+    # What the run uses, for the record (a refused write: the loop's first write will
+    # find the row taken too).
+    database.record_used(
+        spec.run_id,
+        RunUsed(
+            model=model_endpoint.name,
+            endpoint_host=endpoint_host(model_endpoint.base_url),
+            provider_model=model_endpoint.provider_model,
+            prompt_sha256=composed_prompt_digest(spec),
+            tools=selection.toolbox.names,
+        ),
+    )
 
     def work() -> None:
         try:
@@ -143,7 +141,9 @@ def execute(
     return _conclude(event, journal, spec, at_deadline=at_deadline)
 
 
-def _conclude(event: Event | None, journal: _Journal, spec: RunSpec, *, at_deadline: bool) -> int:
+def _conclude(
+    event: Event | None, journal: StepJournal, spec: RunSpec, *, at_deadline: bool
+) -> int:
     match event:
         case LoopFinished(result):
             log.info(

@@ -12,7 +12,9 @@ a stop flag), so its rules are testable without a network or a database:
 - a journal write refused (the row is no longer `running`: reaped, or failed by
   the process on SIGTERM) -> stop at once and write nothing more;
 - the stop flag set (SIGTERM, reaping seen by the heartbeat) -> stop between
-  steps; the caller decides what, if anything, to write.
+  steps; the caller decides what, if anything, to write;
+- every model call and tool call is a step of the run (`domain/run_trace.py`), handed
+  to the journal as it ends (`record_step`); the journal keeps them for its next write.
 """
 
 from __future__ import annotations
@@ -22,16 +24,22 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
+from achilles.domain.run_trace import Step, StepKind, ToolStatus, clip_step_error
 from achilles.domain.runs import FailReason
 from achilles.errors import ModelCallFailed
-from achilles.llm.chat import ChatModel, Message
-from achilles.tools.base import ToolContext
+from achilles.llm.chat import ChatModel, ChatReply, Message, ToolCall
+from achilles.tools.base import ToolContext, ToolResult
 from achilles.tools.toolbox import Toolbox
 
 log = logging.getLogger(__name__)
+
+
+# The model names the tool it calls; a made-up name is kept this long in its step.
+MAX_TOOL_NAME_CHARS = 128
 
 
 def timed_out_message(limit_seconds: float) -> str:
@@ -46,6 +54,9 @@ class RunJournal(Protocol):
     def succeed(self, output: str) -> bool: ...
 
     def fail(self, reason: FailReason, error: str) -> bool: ...
+
+    def record_step(self, step: Step) -> None:
+        """Keep a step for the next write (never a write of its own)."""
 
 
 class Outcome(StrEnum):
@@ -82,8 +93,17 @@ class AgentLoop:
         limits: LoopLimits,
         stop: threading.Event,
         clock: Callable[[], float] = time.monotonic,
+        model_id: str = "",
+        timer: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        """`clock` keeps the deadline; `timer` and `wall_clock` time the steps;
+        `model_id` is the model the calls ask for (a step names the one that answered
+        when the server says)."""
         self._model = model
+        self._model_id = model_id
+        self._timer = timer
+        self._wall_clock = wall_clock
         self._toolbox = toolbox
         self._ctx = tool_context
         self._journal = journal
@@ -104,12 +124,15 @@ class AgentLoop:
                     FailReason.ERROR, timed_out_message(self._limits.run_timeout_seconds)
                 )
             self._iterations = iteration
+            started, began = self._wall_clock(), self._timer()
             try:
                 reply = self._model.complete(
                     messages, specs, timeout=min(self._limits.request_timeout, remaining)
                 )
             except ModelCallFailed as exc:
+                self._journal.record_step(self._model_step(started, began, None, str(exc)))
                 return self._fail(FailReason.ERROR, str(exc))
+            self._journal.record_step(self._model_step(started, began, reply, None))
 
             used = reply.usage.total_tokens if reply.usage else 0
             if used:
@@ -132,11 +155,62 @@ class AgentLoop:
             for call in reply.tool_calls:
                 if self._stop.is_set():
                     return self._result(Outcome.STOPPED, "stop requested")
-                result = self._toolbox.invoke(call.name, call.arguments, self._ctx)
-                messages.append({"role": "tool", "tool_call_id": call.call_id, "content": result})
+                result = self._call_tool(call)
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.call_id, "content": result.content}
+                )
         return self._fail(
             FailReason.ITERATION_CAP,
             f"the model was still calling tools after {self._limits.max_iterations} iterations",
+        )
+
+    def _call_tool(self, call: ToolCall) -> ToolResult:
+        started, began = self._wall_clock(), self._timer()
+        try:
+            result = self._toolbox.call(call.name, call.arguments, self._ctx)
+        except Exception as exc:
+            # A bug in a tool: the run fails (the caller writes it); its step says which.
+            self._journal.record_step(
+                self._tool_step(call, started, began, None, f"tool crashed: {type(exc).__name__}")
+            )
+            raise
+        self._journal.record_step(self._tool_step(call, started, began, result, result.error))
+        return result
+
+    def _model_step(
+        self, started: datetime, began: float, reply: ChatReply | None, error: str | None
+    ) -> Step:
+        usage = None if reply is None else reply.usage
+        return Step(
+            kind=StepKind.MODEL_CALL,
+            started_at=started,
+            ended_at=self._wall_clock(),
+            latency_ms=max(0.0, (self._timer() - began) * 1000),
+            model=(reply.model if reply is not None else None) or self._model_id,
+            input_tokens=None if usage is None else usage.prompt_tokens,
+            output_tokens=None if usage is None else usage.completion_tokens,
+            finish_reason=None if reply is None else reply.finish_reason,
+            error=clip_step_error(error),
+        )
+
+    def _tool_step(
+        self,
+        call: ToolCall,
+        started: datetime,
+        began: float,
+        result: ToolResult | None,
+        error: str | None,
+    ) -> Step:
+        return Step(
+            kind=self._toolbox.step_kind(call.name),
+            started_at=started,
+            ended_at=self._wall_clock(),
+            latency_ms=max(0.0, (self._timer() - began) * 1000),
+            tool=call.name[:MAX_TOOL_NAME_CHARS],
+            status=ToolStatus.OK if error is None else ToolStatus.ERROR,
+            argument_bytes=len(call.arguments.encode()),
+            result_bytes=None if result is None else len(result.content.encode()),
+            error=clip_step_error(error),
         )
 
     def _finish(self, content: str | None, finish_reason: str) -> LoopResult:

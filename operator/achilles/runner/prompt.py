@@ -15,6 +15,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from achilles.domain.run_spec import RunSpec
+from achilles.domain.run_trace import prompt_digest
 from achilles.llm.chat import Message
 
 # Used when the organisation has not written a platform prompt of its own.
@@ -37,10 +38,21 @@ def run_facts(spec: RunSpec, now: datetime) -> str:
     )
 
 
+def platform_layer(spec: RunSpec) -> str:
+    """The platform's layer of the run's prompt: the organisation's, else the default."""
+    return spec.platform_prompt.strip() or DEFAULT_PLATFORM_PROMPT
+
+
+def composed_prompt_digest(spec: RunSpec) -> bytes:
+    """SHA-256 of the composed prompt's layers (what `agent_runs.used_prompt_sha256`
+    keeps): the platform's and the owner's, not the run facts or start notes."""
+    return prompt_digest(platform_layer(spec), spec.prompt)
+
+
 def compose_messages(spec: RunSpec, now: datetime, notes: Sequence[str] = ()) -> list[Message]:
     """The conversation a run starts from; `notes` (from toolsets, e.g. inbox replies
     people gave since the last run) follow the owner's prompt as user messages."""
-    platform = spec.platform_prompt.strip() or DEFAULT_PLATFORM_PROMPT
+    platform = platform_layer(spec)
     return [
         {"role": "system", "content": f"{platform}\n\n{run_facts(spec, now)}"},
         {"role": "user", "content": spec.prompt},

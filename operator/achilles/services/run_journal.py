@@ -2,18 +2,26 @@
 
 Each operation is its own short transaction, so a run's progress (tokens,
 heartbeats) is durable as it goes and a crash loses at most the step in
-flight. Every journal write is guarded by state (see `achilles.db.journal.runs`):
-False means the row is no longer `running` (reaped, or finished elsewhere) and
+flight. A run's steps (`domain/run_trace.py`) ride on these writes: the steps recorded
+since the last write go in the same transaction, before its own statement (while the
+row is still `running`), so steps cost no transaction of their own.
+
+Every journal write is guarded by state (see `achilles.db.journal.runs`): False
+means the row is no longer `running` (reaped, or finished elsewhere) and
 the runner must stop writing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from achilles.db.database import Database
+from achilles.db.journal import run_trace
 from achilles.db.journal import runs as journal
 from achilles.db.journal.run_context import claim_and_load
 from achilles.db.knowledge.store import PostgresKnowledgeStore
 from achilles.domain.run_spec import RunSpec
+from achilles.domain.run_trace import NumberedStep, RunUsed
 from achilles.domain.runs import FailReason
 
 # Long enough for a useful traceback summary, short enough for a status column.
@@ -43,14 +51,26 @@ class RunJournal:
         with self.database.transaction() as session:
             return journal.record_heartbeat(session, run_id)
 
-    def add_tokens(self, run_id: int, tokens: int) -> bool:
+    def record_used(self, run_id: int, used: RunUsed) -> bool:
         with self.database.transaction() as session:
+            return run_trace.record_used(session, run_id, used)
+
+    def add_tokens(self, run_id: int, tokens: int, steps: Sequence[NumberedStep] = ()) -> bool:
+        with self.database.transaction() as session:
+            if not run_trace.insert_steps(session, run_id, steps):
+                return False
             return journal.add_tokens(session, run_id, tokens)
 
-    def succeed(self, run_id: int, output: str) -> bool:
+    def succeed(self, run_id: int, output: str, steps: Sequence[NumberedStep] = ()) -> bool:
         with self.database.transaction() as session:
+            if not run_trace.insert_steps(session, run_id, steps):
+                return False
             return journal.succeed_run(session, run_id, output)
 
-    def fail(self, run_id: int, reason: FailReason, error: str) -> bool:
+    def fail(
+        self, run_id: int, reason: FailReason, error: str, steps: Sequence[NumberedStep] = ()
+    ) -> bool:
         with self.database.transaction() as session:
+            if not run_trace.insert_steps(session, run_id, steps):
+                return False
             return journal.fail_run(session, run_id, reason, clip_error(error))

@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from achilles.domain.run_trace import StepKind
 from achilles.errors import ToolError
 from achilles.ks.store import KnowledgeStore
 
@@ -69,6 +70,19 @@ def error_result(message: str) -> str:
     return json.dumps({"error": message}, ensure_ascii=False)
 
 
+@dataclass(frozen=True)
+class ToolResult:
+    """A call's result text for the model, and its error message when it is an error
+    result (what the run's journal keeps of it: the result's size and the error)."""
+
+    content: str
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, message: str) -> ToolResult:
+        return cls(error_result(message), message)
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False):
@@ -87,6 +101,8 @@ class Tool(Generic[ArgsT]):
     args_model: type[ArgsT]
     # Returns anything JSON-serialisable; it becomes the tool message's content.
     handler: Callable[[ArgsT, ToolContext], object]
+    # What a call of it is in the run's steps: an inbox ask is one of its own.
+    step_kind: StepKind = StepKind.TOOL_CALL
 
     def __post_init__(self) -> None:
         if not _TOOL_NAME.match(self.name):
@@ -105,21 +121,29 @@ class Tool(Generic[ArgsT]):
 
     def invoke(self, arguments: str, ctx: ToolContext) -> str:
         """Validate the model's JSON arguments, run the handler, return the result text."""
+        return self.call(arguments, ctx).content
+
+    def call(self, arguments: str, ctx: ToolContext) -> ToolResult:
+        """`invoke`, telling an error result apart."""
         try:
             args = self.args_model.model_validate_json(arguments.strip() or "{}")
         except ValidationError as exc:
-            return error_result(
+            return ToolResult.failed(
                 f"invalid arguments for {self.name}: {describe_validation_error(exc)}"
             )
         try:
             result = self.handler(args, ctx)
         except ToolError as exc:
-            return error_result(str(exc))
-        return json.dumps(result, ensure_ascii=False, default=str)
+            return ToolResult.failed(str(exc))
+        return ToolResult(json.dumps(result, ensure_ascii=False, default=str))
 
 
 def tool(
-    name: str, *, args: type[ArgsT], description: str | None = None
+    name: str,
+    *,
+    args: type[ArgsT],
+    description: str | None = None,
+    step_kind: StepKind = StepKind.TOOL_CALL,
 ) -> Callable[[Callable[[ArgsT, ToolContext], object]], Tool[ArgsT]]:
     """Decorator: turn `handler(args, ctx)` into a `Tool`; the docstring is the description."""
 
@@ -127,6 +151,8 @@ def tool(
         text = description or inspect.getdoc(handler)
         if not text:
             raise ValueError(f"tool {name!r} needs a description (or a docstring)")
-        return Tool(name=name, description=text, args_model=args, handler=handler)
+        return Tool(
+            name=name, description=text, args_model=args, handler=handler, step_kind=step_kind
+        )
 
     return wrap

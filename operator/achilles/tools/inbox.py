@@ -28,6 +28,7 @@ from achilles.domain.inbox import (
     ItemState,
 )
 from achilles.domain.inbox_records import item_record
+from achilles.domain.run_trace import StepKind
 from achilles.errors import (
     AchillesError,
     InboxConflict,
@@ -119,7 +120,7 @@ def _own_item(session: Session, item_id: int, ctx: ToolContext) -> None:
         raise NotFound(f"inbox item {item_id} does not exist")
 
 
-@tool("inbox_ask", args=AskArgs)
+@tool("inbox_ask", args=AskArgs, step_kind=StepKind.INBOX_ASK)
 def inbox_ask(args: AskArgs, ctx: ToolContext) -> dict[str, Any]:
     """Ask a person a question (or update one you asked) on your inbox board.
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from achilles.tools.base import Tool, ToolContext, error_result
+from achilles.domain.run_trace import StepKind
+from achilles.tools.base import Tool, ToolContext, ToolResult
 
 
 class Toolbox:
@@ -26,7 +27,18 @@ class Toolbox:
 
     def invoke(self, name: str, arguments: str, ctx: ToolContext) -> str:
         """Run one tool call; an unknown tool (the model made one up) is an error result."""
+        return self.call(name, arguments, ctx).content
+
+    def call(self, name: str, arguments: str, ctx: ToolContext) -> ToolResult:
+        """`invoke`, telling an error result apart."""
         found = self._tools.get(name)
         if found is None:
-            return error_result(f"unknown tool {name!r}; available tools: {', '.join(self._tools)}")
-        return found.invoke(arguments, ctx)
+            return ToolResult.failed(
+                f"unknown tool {name!r}; available tools: {', '.join(self._tools)}"
+            )
+        return found.call(arguments, ctx)
+
+    def step_kind(self, name: str) -> StepKind:
+        """What a call of `name` is in the run's steps."""
+        found = self._tools.get(name)
+        return StepKind.TOOL_CALL if found is None else found.step_kind

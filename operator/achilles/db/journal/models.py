@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Double,
     ForeignKey,
     Identity,
     Index,
@@ -27,7 +28,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from achilles.db import checks
@@ -180,6 +181,7 @@ class AgentRun(Base):
         CheckConstraint(checks.RUN_SKIPPED_SPENDS_NOTHING_CHECK, name="skipped_spends_nothing"),
         CheckConstraint(checks.RUN_FINISHED_IFF_TERMINAL_CHECK, name="finished_iff_terminal"),
         CheckConstraint(checks.RUN_STARTED_WHEN_RAN_CHECK, name="started_when_ran"),
+        CheckConstraint(checks.RUN_USED_PROMPT_SHA256_CHECK, name="used_prompt_sha256_length"),
         # One active run per agent: the database is the lock (seed 000).
         Index(
             "uq_agent_runs_one_active_per_agent",
@@ -242,6 +244,49 @@ class AgentRun(Base):
     # SHA-256 of the secret the run's Job carries (written at dispatch): what lets the
     # runner role see and write this row, and nothing else (0011_least_privilege).
     runner_secret_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # What the run used, written by its runner at start (0012_run_steps,
+    # `domain/run_trace.py`): the model's name, the endpoint's host and the provider's
+    # model id (no key), the composed prompt's SHA-256, the tool names offered.
+    used_model: Mapped[str | None] = mapped_column(Text)
+    used_endpoint_host: Mapped[str | None] = mapped_column(Text)
+    used_provider_model: Mapped[str | None] = mapped_column(Text)
+    used_prompt_sha256: Mapped[bytes | None] = mapped_column(LargeBinary)
+    used_tools: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+
+
+class AgentRunStep(Base):
+    """A run's steps as they happened (0012_run_steps, `domain/run_trace.py`): model
+    calls, tool calls and inbox asks with their times and sizes, never their content.
+    Written by the run's runner only while the run is running; deleted with the run."""
+
+    __tablename__ = "agent_run_steps"
+    __table_args__ = (
+        CheckConstraint(checks.STEP_KIND_CHECK, name="kind"),
+        CheckConstraint(checks.STEP_TOOL_STATUS_CHECK, name="status"),
+        CheckConstraint(checks.STEP_SEQ_CHECK, name="seq_range"),
+        CheckConstraint(checks.STEP_TRUNCATED_LAST_CHECK, name="truncated_last"),
+        CheckConstraint(checks.STEP_FIELDS_MATCH_KIND_CHECK, name="fields_match_kind"),
+        CheckConstraint(checks.STEP_COUNTS_NON_NEGATIVE_CHECK, name="counts_non_negative"),
+    )
+
+    run_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agent_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    # The runner's clock (the step's own times); latency by its monotonic clock.
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    latency_ms: Mapped[float] = mapped_column(Double, nullable=False)
+    model: Mapped[str | None] = mapped_column(Text)
+    input_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    output_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    finish_reason: Mapped[str | None] = mapped_column(Text)
+    tool: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str | None] = mapped_column(Text)
+    argument_bytes: Mapped[int | None] = mapped_column(Integer)
+    result_bytes: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 class DeletedAgentTokens(Base):
