@@ -15,7 +15,7 @@ from achilles.domain.run_trace import RunUsed
 from achilles.errors import NotFound
 from achilles.services import owner_reads
 
-__all__ = ["RunTrace", "StepRow", "owned_run_trace", "run_trace"]
+__all__ = ["RunTrace", "StepRow", "owned_run_trace", "run_trace", "trace_of_found_run"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,11 @@ def owned_run_trace(
 ) -> RunTrace:
     """`run_trace` of a run in the scope (an owner's key, or None for every owner)."""
     owner_reads.find_run(database, run_id, owner_key)  # NotFound outside the scope
+    return trace_of_found_run(database, run_id, steps=steps)
+
+
+def trace_of_found_run(database: Database, run_id: int, *, steps: bool) -> RunTrace:
+    """`run_trace` of a run the caller has found in its scope already."""
     with database.reads() as connection:
         return RunTrace(
             run_id=run_id,

@@ -1,13 +1,14 @@
-"""`GET /v1/runs` (the caller's runs, newest first, in keyset pages) and
-`GET /v1/runs/{id}` (one run with its output)."""
+"""`GET /v1/runs` (the caller's runs, newest first, in keyset pages),
+`GET /v1/runs/{id}` (one run with its output and what it used) and
+`GET /v1/runs/{id}/steps` (its steps)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import AwareDatetime, BaseModel
+from pydantic import AwareDatetime, BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from achilles.api.dependencies import database
@@ -23,8 +24,9 @@ from achilles.api.pagination import (
 from achilles.api.problems import PROBLEM_RESPONSES, Problem
 from achilles.db.database import Database
 from achilles.domain.runs import RunState
-from achilles.services import owner_reads
+from achilles.services import owner_reads, run_trace
 from achilles.services.owner_reads import OwnedRun, RunFilter
+from achilles.services.run_trace import RunTrace
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=PROBLEM_RESPONSES)
 
@@ -58,8 +60,47 @@ class RunSummary(BaseModel):
     finished_at: datetime | None
 
 
+class RunUsed(BaseModel):
+    """What the run used, recorded by its runner at start."""
+
+    model: str = Field(description="the AgentModel's name")
+    endpoint_host: str = Field(description="the model endpoint's host[:port] (no secret)")
+    provider_model: str = Field(description="the model id sent to the endpoint")
+    prompt_sha256: str = Field(
+        description="hex SHA-256 of the composed prompt (platform layer and owner's)"
+    )
+    tools: list[str] = Field(description="the tool names offered to the model")
+
+
 class RunDocument(RunSummary):
     output: str | None
+    used: RunUsed | None = Field(description="null until the run's runner started it")
+
+
+class RunStep(BaseModel):
+    """One step of a run: a model call, a tool call, an inbox ask, or the `truncated`
+    marker after the 200th (later steps are not kept). Sizes and counts, never content."""
+
+    seq: int
+    kind: Literal["model_call", "tool_call", "inbox_ask", "truncated"]
+    started_at: datetime
+    ended_at: datetime
+    latency_ms: float
+    model: str | None = Field(description="model calls: the model that answered")
+    input_tokens: int | None
+    output_tokens: int | None
+    finish_reason: str | None
+    tool: str | None = Field(description="tool calls and inbox asks: the tool called")
+    status: Literal["ok", "error"] | None
+    argument_bytes: int | None
+    result_bytes: int | None
+    error: str | None
+
+
+class RunSteps(BaseModel):
+    run_id: int
+    items: list[RunStep]
+    truncated: bool = Field(description="true when the run had more steps than it keeps")
 
 
 class RunPage(BaseModel):
@@ -150,7 +191,8 @@ async def get_run(
     caller: Annotated[Caller, Depends(current_caller)],
     database: Annotated[Database, Depends(database)],
 ) -> RunDocument:
-    """One run: state, reason, trigger, output, error, tokens, its times."""
+    """One run: state, reason, trigger, output, error, tokens, its times, and what it
+    used (model, endpoint, prompt digest, tools offered)."""
     return await run_in_threadpool(
         _run_document, database, run_id, None if caller.is_admin else caller.user_key
     )
@@ -158,4 +200,41 @@ async def get_run(
 
 def _run_document(database: Database, run_id: int, owner_key: str | None) -> RunDocument:
     found = owner_reads.find_run(database, run_id, owner_key)
-    return RunDocument.model_validate({**_fields(found), "output": found.run.output})
+    trace = run_trace.trace_of_found_run(database, run_id, steps=False)
+    return RunDocument.model_validate(
+        {**_fields(found), "output": found.run.output, "used": _used(trace)}
+    )
+
+
+def _used(trace: RunTrace) -> RunUsed | None:
+    used = trace.used
+    if used is None:
+        return None
+    return RunUsed(
+        model=used.model,
+        endpoint_host=used.endpoint_host,
+        provider_model=used.provider_model,
+        prompt_sha256=used.prompt_digest_hex,
+        tools=list(used.tools),
+    )
+
+
+@router.get("/runs/{run_id}/steps", response_model=RunSteps)
+async def get_run_steps(
+    run_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+    caller: Annotated[Caller, Depends(current_caller)],
+    database: Annotated[Database, Depends(database)],
+) -> RunSteps:
+    """One run's steps in order (at most 200, then a `truncated` marker). Not mine: 404."""
+    return await run_in_threadpool(
+        _run_steps, database, run_id, None if caller.is_admin else caller.user_key
+    )
+
+
+def _run_steps(database: Database, run_id: int, owner_key: str | None) -> RunSteps:
+    trace = run_trace.owned_run_trace(database, run_id, owner_key, steps=True)
+    return RunSteps(
+        run_id=run_id,
+        items=[RunStep.model_validate(step._asdict()) for step in trace.steps],
+        truncated=any(step.kind == "truncated" for step in trace.steps),
+    )
