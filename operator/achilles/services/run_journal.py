@@ -3,8 +3,8 @@
 Each operation is its own short transaction, so a run's progress (tokens,
 heartbeats) is durable as it goes and a crash loses at most the step in
 flight. A run's steps (`domain/run_trace.py`) ride on these writes: the steps recorded
-since the last write go in the same transaction, before its own statement (while the
-row is still `running`), so steps cost no transaction of their own.
+since the last write go in the same statement as the write (and only if it changed the
+row), so steps cost no transaction nor round trip of their own.
 
 Every journal write is guarded by state (see `achilles.db.journal.runs`): False
 means the row is no longer `running` (reaped, or finished elsewhere) and
@@ -57,20 +57,25 @@ class RunJournal:
 
     def add_tokens(self, run_id: int, tokens: int, steps: Sequence[NumberedStep] = ()) -> bool:
         with self.database.transaction() as session:
-            if not run_trace.insert_steps(session, run_id, steps):
-                return False
+            if steps:
+                return run_trace.write_with_steps(
+                    session, run_id, run_trace.tokens_write(tokens), steps
+                )
             return journal.add_tokens(session, run_id, tokens)
 
     def succeed(self, run_id: int, output: str, steps: Sequence[NumberedStep] = ()) -> bool:
         with self.database.transaction() as session:
-            if not run_trace.insert_steps(session, run_id, steps):
-                return False
+            if steps:
+                return run_trace.write_with_steps(
+                    session, run_id, run_trace.succeed_write(output), steps
+                )
             return journal.succeed_run(session, run_id, output)
 
     def fail(
         self, run_id: int, reason: FailReason, error: str, steps: Sequence[NumberedStep] = ()
     ) -> bool:
         with self.database.transaction() as session:
-            if not run_trace.insert_steps(session, run_id, steps):
-                return False
+            if steps:
+                write = run_trace.fail_write(reason, clip_error(error))
+                return run_trace.write_with_steps(session, run_id, write, steps)
             return journal.fail_run(session, run_id, reason, clip_error(error))

@@ -1,23 +1,26 @@
 """A run's trace (0012_run_steps): its steps, and what it used.
 
-The runner's writes are guarded like its other journal writes: steps go in only while
-the run is `running` (the statement locks the row and inserts nothing otherwise; for a
-runner's login the row-level security of 0012 refuses any other run's or an ended run's
-steps too), and what the run used is written once, while it runs.
+The runner's writes are guarded like its other journal writes: steps go in with one of
+the run's guarded writes of its row (tokens, the outcome), in the same statement, and only
+when that write changed the row, i.e. while the run was `running` (for a runner's login
+the row-level security of 0012 refuses any other run's or an ended run's steps too); what
+the run used is written once, while it runs.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, select, text, update
+from sqlalchemy import Connection, TextClause, select, text, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import AgentRun, AgentRunStep
 from achilles.domain.run_trace import NumberedStep, RunUsed
-from achilles.domain.runs import RunState
+from achilles.domain.runs import FailReason, RunState
 
 _COLUMNS = (
     ("seq", "integer"),
@@ -36,28 +39,66 @@ _COLUMNS = (
     ("error", "text"),
 )
 _NAMES = ", ".join(name for name, _ in _COLUMNS)
-# One statement whatever the number of steps: the row locked while it is running (so no
-# reaper can end it before this transaction commits), then one row per array element.
-_INSERT_STEPS = text(
-    "WITH run AS (SELECT id FROM agent_runs WHERE id = :run_id AND state = 'running'"
-    " FOR UPDATE)"
-    f" INSERT INTO agent_run_steps (run_id, {_NAMES})"
-    f" SELECT run.id, {', '.join(f's.{name}' for name, _ in _COLUMNS)} FROM run,"
-    f" unnest({', '.join(f'CAST(:{name} AS {kind}[])' for name, kind in _COLUMNS)})"
-    f" AS s({_NAMES})"
+_STEPS_FROM_ARRAYS = (
+    f"unnest({', '.join(f'CAST(:{name} AS {kind}[])' for name, kind in _COLUMNS)}) AS s({_NAMES})"
 )
 
 
-def insert_steps(session: Session, run_id: int, steps: Sequence[NumberedStep]) -> bool:
-    """Insert `steps` of the run in one statement; False (nothing written) when the run
-    is no longer running."""
-    if not steps:
-        return True
-    params: dict[str, Any] = {"run_id": run_id}
+@dataclass(frozen=True)
+class RunWrite:
+    """One of the runner's guarded writes of its row, from `running` (the only state a
+    runner writes from once it claimed): the SET list and its parameters."""
+
+    assignments: str
+    params: dict[str, object]
+
+
+def tokens_write(tokens: int) -> RunWrite:
+    if tokens < 0:
+        raise ValueError("tokens must be >= 0")
+    return RunWrite("tokens_used = tokens_used + :tokens", {"tokens": tokens})
+
+
+def succeed_write(output: str) -> RunWrite:
+    return RunWrite(
+        f"state = '{RunState.SUCCEEDED}', output = :output, finished_at = now()",
+        {"output": output},
+    )
+
+
+def fail_write(reason: FailReason, error: str) -> RunWrite:
+    return RunWrite(
+        f"state = '{RunState.FAILED}', reason = :reason, error = :error, finished_at = now()",
+        {"reason": str(reason), "error": error},
+    )
+
+
+@functools.cache
+def _write_with_steps(assignments: str) -> TextClause:
+    # One statement, one round trip: the guarded UPDATE, and the steps inserted only when
+    # it changed the row. Every part of a statement sees the same snapshot, so the
+    # runner's policy (`achilles_run_id()`: its run while running) holds for the steps
+    # even when the UPDATE ends the run.
+    return text(
+        f"WITH run AS (UPDATE agent_runs SET {assignments}"
+        f" WHERE id = :run_id AND state = '{RunState.RUNNING}' RETURNING id),"
+        f" steps AS (INSERT INTO agent_run_steps (run_id, {_NAMES})"
+        f" SELECT run.id, {', '.join(f's.{name}' for name, _ in _COLUMNS)}"
+        f" FROM run, {_STEPS_FROM_ARRAYS})"
+        " SELECT id FROM run"
+    )
+
+
+def write_with_steps(
+    session: Session, run_id: int, write: RunWrite, steps: Sequence[NumberedStep]
+) -> bool:
+    """`write` to the run's row and insert `steps` with it, in one statement; False (and
+    nothing written) when the row is no longer running (reaped, finished elsewhere)."""
+    params: dict[str, Any] = {"run_id": run_id, **write.params}
     for name, _ in _COLUMNS:
         params[name] = [_value(numbered, name) for numbered in steps]
-    inserted = session.execute(_INSERT_STEPS, params)
-    return bool(getattr(inserted, "rowcount", 0))
+    changed = session.execute(_write_with_steps(write.assignments), params).first()
+    return changed is not None
 
 
 def _value(numbered: NumberedStep, name: str) -> object:
