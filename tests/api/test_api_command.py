@@ -116,13 +116,13 @@ def api_process(database_url: str, oidc_provider: OidcProvider, tmp_path: Path) 
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _answers(url) or process.poll() is not None, 30, what="achilles api")
+        wait_for(lambda: _answers(url) or process.poll() is not None, 120, what="achilles api")
         assert process.poll() is None, (tmp_path / "api.log").read_text()
         yield url
     finally:
         process.send_signal(signal.SIGTERM)
         # A graceful stop: uvicorn finishes, then dies of the signal it was sent.
-        assert process.wait(15) in (0, -signal.SIGTERM), (tmp_path / "api.log").read_text()
+        assert process.wait(30) in (0, -signal.SIGTERM), (tmp_path / "api.log").read_text()
         log.close()
 
 

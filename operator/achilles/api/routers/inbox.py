@@ -9,32 +9,37 @@ missing one. docs/api.md#inbox.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import Response
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from achilles.api import dependencies, pagination
 from achilles.api.idempotency import once_for, replayable, response_of, stored_json
 from achilles.api.identity.caller import Caller, current_caller
+from achilles.api.inbox_models import (
+    InboxPage,
+    ItemDetailOut,
+    ReplyIn,
+    ReplyOutcome,
+    WakeOut,
+    etag,
+    item_fields,
+    item_out,
+    listed_out,
+    revision_out,
+    storable,
+)
 from achilles.api.owners import EVERY_OWNER, owner_scope
 from achilles.api.problems import PROBLEM_RESPONSES, TYPE_BASE, Problem
 from achilles.db.database import Database
-from achilles.db.inbox.board import ItemListing
-from achilles.db.inbox.people import QueuePosition, Revision
+from achilles.db.inbox.people import QueuePosition
 from achilles.domain.inbox import (
-    InboxItem,
     ItemState,
-    ReplyChannel,
-    ReplyKind,
     ReplyRefusal,
-    has_unprocessed_reply,
 )
-from achilles.domain.inbox_records import status_label
 from achilles.services import inbox as service
 from achilles.services.idempotency import StoredResponse
 from achilles.services.run_requests import RunRequester
@@ -45,157 +50,6 @@ DEFAULT_LIMIT = pagination.DEFAULT_LIMIT
 MAX_LIMIT = pagination.MAX_LIMIT
 ITEM_ID = Annotated[int, Path(ge=1, le=2**63 - 1, description="The item's id")]
 _REVISION = re.compile(r'^(?:"(\d{1,18})"|(\d{1,18}))$')
-
-
-# --- what the routes answer with ---
-
-
-class ReplyOut(BaseModel):
-    text: str
-    kind: ReplyKind
-    channel: ReplyChannel
-    serial: int
-    handled_at: datetime
-    seen_at: datetime | None
-    outcome: str | None
-    by: str | None = Field(description="Who replied, when known (the API's caller)")
-
-
-class ItemOut(BaseModel):
-    """An item as `achilles inbox show --json` prints it."""
-
-    id: int
-    agent_id: int
-    key: str
-    state: ItemState
-    status: str = Field(description="Whose turn it is, in words")
-    question: str
-    context: str | None
-    revision: int = Field(description="Send it back as If-Match when replying")
-    reply_serial: int
-    unprocessed: bool = Field(description="A reply the agent has not processed yet")
-    reply: ReplyOut | None
-    created_at: datetime
-    updated_at: datetime
-
-
-class ListedItemOut(ItemOut):
-    agent_name: str
-    owner: str
-
-
-class InboxPage(BaseModel):
-    items: list[ListedItemOut]
-    next_cursor: str | None = Field(description="Pass as `cursor` for the next page")
-
-
-class RevisionOut(BaseModel):
-    revision: int
-    change: Literal["asked", "replied", "updated"]
-    state: ItemState
-    at: datetime
-    question: str | None = Field(description="What the item asked (asked, updated)")
-    context: str | None
-    reply: str | None = Field(description="What was replied (replied)")
-    reply_kind: ReplyKind | None
-    reply_channel: ReplyChannel | None
-    reply_serial: int
-    reply_by: str | None = Field(description="Who replied, when known")
-
-
-class ItemDetailOut(ListedItemOut):
-    board_version: int
-    wake_on_reply: bool
-    history: list[RevisionOut]
-
-
-def storable(value: str) -> str:
-    """Text PostgreSQL can store: no NUL character, no lone UTF-16 surrogate (JSON's
-    `\\u0000` and `\\ud800` parse, but are no text)."""
-    if "\x00" in value:
-        raise ValueError("must not contain the NUL character")
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (a lone surrogate is not)") from None
-    return value
-
-
-class ReplyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    kind: ReplyKind = ReplyKind.ANSWER
-    text: Annotated[str, AfterValidator(storable)]
-    channel: ReplyChannel = ReplyChannel.INBOX
-
-
-class WakeOut(BaseModel):
-    requested: bool = Field(description="The owner allows it and the reply unblocked the agent")
-    delivered: bool
-    agent_resource: str | None
-    request: str | None
-    detail: str | None
-
-
-class ReplyOutcome(BaseModel):
-    item: ItemOut
-    board_version: int
-    wake: WakeOut
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
-
-
-def _item_fields(item: InboxItem) -> dict[str, Any]:
-    """`item_record`'s fields (what `achilles inbox show --json` prints) with the instants
-    as UTC datetimes, which pydantic writes as `item_record` does: formatting each as
-    text to parse it back was a third of the list's CPU per item (`achilles bench api`)."""
-    reply = item.reply
-    return {
-        "id": item.id,
-        "agent_id": item.agent_id,
-        "key": item.key,
-        "state": item.state,
-        "status": status_label(item),
-        "question": item.question,
-        "context": item.context,
-        "revision": item.revision,
-        "reply_serial": item.reply_serial,
-        "unprocessed": has_unprocessed_reply(item),
-        "reply": None
-        if reply is None
-        else {
-            "text": reply.text,
-            "kind": reply.kind,
-            "channel": reply.channel,
-            "serial": reply.serial,
-            "handled_at": _utc(reply.handled_at),
-            "seen_at": _utc(reply.seen_at),
-            "outcome": reply.outcome,
-            "by": reply.by,
-        },
-        "created_at": _utc(item.created_at),
-        "updated_at": _utc(item.updated_at),
-    }
-
-
-def _item(item: InboxItem) -> ItemOut:
-    return ItemOut.model_validate(_item_fields(item))
-
-
-def _listed(listing: ItemListing) -> ListedItemOut:
-    return ListedItemOut.model_validate(
-        {**_item_fields(listing.item), "agent_name": listing.agent_name, "owner": listing.owner_key}
-    )
-
-
-def _revision(revision: Revision) -> RevisionOut:
-    return RevisionOut.model_validate(revision, from_attributes=True)
-
-
-def _etag(revision: int) -> str:
-    return f'"{revision}"'
 
 
 # --- the list ---
@@ -280,7 +134,7 @@ def _inbox_page(
         next_cursor = encode_cursor(
             QueuePosition(blocked=last.state is ItemState.BLOCKED, item_id=last.id)
         )
-    return InboxPage(items=[_listed(listing) for listing in listings], next_cursor=next_cursor)
+    return InboxPage(items=[listed_out(listing) for listing in listings], next_cursor=next_cursor)
 
 
 # --- one item ---
@@ -298,7 +152,7 @@ async def get_item(
     detail = await run_in_threadpool(
         _item_detail, database, item_id, None if caller.is_admin else caller.user_key
     )
-    response.headers["ETag"] = _etag(detail.revision)
+    response.headers["ETag"] = etag(detail.revision)
     return detail
 
 
@@ -307,12 +161,12 @@ def _item_detail(database: Database, item_id: int, owner_key: str | None) -> Ite
     listing = found.details.listing
     return ItemDetailOut.model_validate(
         {
-            **_item_fields(listing.item),
+            **item_fields(listing.item),
             "agent_name": listing.agent_name,
             "owner": listing.owner_key,
             "board_version": found.details.board_version,
             "wake_on_reply": found.details.wake_on_reply,
-            "history": [_revision(revision) for revision in found.revisions],
+            "history": [revision_out(revision) for revision in found.revisions],
         }
     )
 
@@ -346,7 +200,7 @@ def _render(receipt: service.ReplyReceipt) -> StoredResponse:
                 " read it again and reply to what it says now",
                 current,
             ),
-            headers={"ETag": _etag(current)},
+            headers={"ETag": etag(current)},
             problem=True,
         )
     if receipt.refusal is ReplyRefusal.CHAT_RULE:
@@ -359,12 +213,12 @@ def _render(receipt: service.ReplyReceipt) -> StoredResponse:
                 " nothing was written (reply through the inbox channel to replace it)",
                 current,
             ),
-            headers={"ETag": _etag(current)},
+            headers={"ETag": etag(current)},
             problem=True,
         )
     wake = receipt.wake
     outcome = ReplyOutcome(
-        item=_item(receipt.item),
+        item=item_out(receipt.item),
         board_version=receipt.board_version,
         wake=WakeOut(
             requested=wake.requested,
@@ -374,7 +228,7 @@ def _render(receipt: service.ReplyReceipt) -> StoredResponse:
             detail=wake.detail,
         ),
     )
-    return stored_json(200, outcome.model_dump(mode="json"), headers={"ETag": _etag(current)})
+    return stored_json(200, outcome.model_dump(mode="json"), headers={"ETag": etag(current)})
 
 
 def _problem(status: int, type_: str, detail: str, revision: int) -> dict[str, object]:
