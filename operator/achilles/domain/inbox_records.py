@@ -6,6 +6,8 @@ tools return, so a person and an agent always read an item alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from achilles.domain.inbox import InboxItem, ItemState, has_unprocessed_reply
@@ -22,8 +24,15 @@ def status_label(item: InboxItem) -> str:
     return "processed" if reply is not None else "agent's"
 
 
-def item_record(item: InboxItem, *, board_version: int | None = None) -> dict[str, Any]:
-    """A JSON-ready record; replies appear under `reply` (null when there is none)."""
+def item_record(
+    item: InboxItem,
+    *,
+    board_version: int | None = None,
+    instant: Callable[[datetime | None], Any] = iso_utc,
+) -> dict[str, Any]:
+    """A JSON-ready record; replies appear under `reply` (null when there is none).
+    `instant` writes each timestamp (ISO 8601 UTC text by default; the HTTP API passes
+    UTC datetimes, which its models write the same way without a parse)."""
     reply = item.reply
     record: dict[str, Any] = {
         "id": item.id,
@@ -37,8 +46,8 @@ def item_record(item: InboxItem, *, board_version: int | None = None) -> dict[st
         "reply_serial": item.reply_serial,
         "unprocessed": has_unprocessed_reply(item),
         "reply": None,
-        "created_at": iso_utc(item.created_at),
-        "updated_at": iso_utc(item.updated_at),
+        "created_at": instant(item.created_at),
+        "updated_at": instant(item.updated_at),
     }
     if reply is not None:
         record["reply"] = {
@@ -46,8 +55,8 @@ def item_record(item: InboxItem, *, board_version: int | None = None) -> dict[st
             "kind": reply.kind.value,
             "channel": reply.channel.value,
             "serial": reply.serial,
-            "handled_at": iso_utc(reply.handled_at),
-            "seen_at": iso_utc(reply.seen_at),
+            "handled_at": instant(reply.handled_at),
+            "seen_at": instant(reply.seen_at),
             "outcome": reply.outcome,
             "by": reply.by,
         }
