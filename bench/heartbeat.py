@@ -137,15 +137,15 @@ def parse_rfc3339_nano(stamp: str) -> float:
 
 
 # What `achilles runner` imports before its claim (the run's first heartbeat), as it
-# does (the collector paused), and everything it imports by the end (the agent loop's
+# does (`permanent_imports`), and everything it imports by the end (the agent loop's
 # stack, imported after the claim).
 BEFORE_CLAIM = (
     "import achilles.cli.main, achilles.cli.runner\n"
-    "from achilles.runner.startup import collector_paused\n"
-    "with collector_paused():\n"
+    "from achilles.runner.startup import permanent_imports\n"
+    "with permanent_imports():\n"
     "    import achilles.runner.main\n"
 )
-WHOLE_RUNNER = BEFORE_CLAIM + "with collector_paused():\n    import achilles.runner.execution\n"
+WHOLE_RUNNER = BEFORE_CLAIM + "with permanent_imports():\n    import achilles.runner.execution\n"
 
 
 def _runner_startup(times: int, imports: str) -> list[float]:

@@ -68,10 +68,10 @@ def runner(
     """
     import os
 
-    from achilles.runner.startup import collector_paused
+    from achilles.runner.startup import permanent_imports
 
     # The claim's stack (SQLAlchemy, psycopg): most of a pod's time to its claim.
-    with collector_paused():
+    with permanent_imports():
         from achilles.db.database import database_url_from_env
         from achilles.domain.run_secret import RUN_SECRET_ENV
         from achilles.errors import AchillesError

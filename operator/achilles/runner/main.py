@@ -49,7 +49,7 @@ from achilles.errors import ConfigurationError, UnknownTimezoneError
 from achilles.runner.config import API_KEY_ENV, RunnerConfig
 from achilles.runner.events import EXIT_CRASH, EXIT_OK, Event, RowLost, Terminated
 from achilles.runner.heartbeat import Heartbeat
-from achilles.runner.startup import collector_paused
+from achilles.runner.startup import permanent_imports
 from achilles.services import db_roles
 from achilles.services.run_journal import RunJournal
 
@@ -165,7 +165,7 @@ def _start(
     try:
         # Here, not at the top: the agent loop's stack (openai alone is most of a
         # second of CPU) would otherwise delay the claim, the run's first heartbeat.
-        with collector_paused():
+        with permanent_imports():
             from achilles.runner.execution import execute
 
         return execute(
