@@ -318,15 +318,17 @@ def test_what_a_run_used_is_written_once(db: Engine, database_url: str) -> None:
     database, runner = _runner_session(database_url, run_id)
     try:
         assert runner.claim(run_id) is not None
-        assert runner.record_used(run_id, used)
-        assert runner.record_used(run_id, used)  # the same record again changes nothing
+        assert runner.add_tokens(run_id, 1, used=used)
+        assert runner.add_tokens(run_id, 1, used=used)  # the same record again changes nothing
+        other = RunUsed("m", "evil.example", "gpt-x", b"\x02" * 32, ())
         with pytest.raises(DBAPIError) as refused:
-            runner.record_used(run_id, RunUsed("m", "evil.example", "gpt-x", b"\x02" * 32, ()))
+            runner.add_tokens(run_id, 1, used=other)
         assert getattr(refused.value.orig, "sqlstate", None) == INSUFFICIENT_PRIVILEGE
         assert "recorded once" in str(refused.value)
     finally:
         database.dispose()
     assert _used(db, run_id) == used
+    assert run_row(db, run_id).tokens_used == 2
 
 
 def test_a_runs_steps_go_with_the_run(db: Engine, database_url: str) -> None:

@@ -63,7 +63,16 @@ def execute(
 
     `claimed` is the claim's `time.monotonic()`: deadlines count from it, not from
     this module's import. `stop` stops the loop and the heartbeat."""
-    journal = StepJournal(database, spec.run_id)
+    selection = select_tools(spec.tool_implementations)
+    # What the run uses, for the record: it rides on the run's first write.
+    used = RunUsed(
+        model=model_endpoint.name,
+        endpoint_host=endpoint_host(model_endpoint.base_url),
+        provider_model=model_endpoint.provider_model,
+        prompt_sha256=composed_prompt_digest(spec),
+        tools=selection.toolbox.names,
+    )
+    journal = StepJournal(database, spec.run_id, used)
     # In a Job, the run's limit counts from the Job's start, as its activeDeadlineSeconds
     # does, not from this claim: the pod's start-up has already used part of it.
     # Kubernetes enforces it (SIGTERM, then SIGKILL: even a runner that hangs is
@@ -75,7 +84,6 @@ def execute(
         job_deadline = claimed + spec.run_timeout_seconds - spec.seconds_since_dispatch
         deadline = job_deadline + OWN_DEADLINE_GRACE
 
-    selection = select_tools(spec.tool_implementations)
     if selection.unknown:
         log.warning("skipping tools unknown to this runner: %s", ", ".join(selection.unknown))
     model = OpenAIChatModel(
@@ -111,18 +119,6 @@ def execute(
     notes = [note for hook in selection.run_start_notes if (note := hook(tool_context))]
     messages = compose_messages(spec, datetime.now(UTC), notes)
     log.info("offering tools: %s", ", ".join(selection.toolbox.names))
-    # What the run uses, for the record (a refused write: the loop's first write will
-    # find the row taken too).
-    database.record_used(
-        spec.run_id,
-        RunUsed(
-            model=model_endpoint.name,
-            endpoint_host=endpoint_host(model_endpoint.base_url),
-            provider_model=model_endpoint.provider_model,
-            prompt_sha256=composed_prompt_digest(spec),
-            tools=selection.toolbox.names,
-        ),
-    )
 
     def work() -> None:
         try:

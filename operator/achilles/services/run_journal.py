@@ -4,7 +4,8 @@ Each operation is its own short transaction, so a run's progress (tokens,
 heartbeats) is durable as it goes and a crash loses at most the step in
 flight. A run's steps (`domain/run_trace.py`) ride on these writes: the steps recorded
 since the last write go in the same statement as the write (and only if it changed the
-row), so steps cost no transaction nor round trip of their own.
+row), so steps cost no transaction nor round trip of their own; what the run used rides
+on its first write the same way.
 
 Every journal write is guarded by state (see `achilles.db.journal.runs`): False
 means the row is no longer `running` (reaped, or finished elsewhere) and
@@ -51,31 +52,46 @@ class RunJournal:
         with self.database.transaction() as session:
             return journal.record_heartbeat(session, run_id)
 
-    def record_used(self, run_id: int, used: RunUsed) -> bool:
+    def add_tokens(
+        self,
+        run_id: int,
+        tokens: int,
+        steps: Sequence[NumberedStep] = (),
+        used: RunUsed | None = None,
+    ) -> bool:
         with self.database.transaction() as session:
-            return run_trace.record_used(session, run_id, used)
-
-    def add_tokens(self, run_id: int, tokens: int, steps: Sequence[NumberedStep] = ()) -> bool:
-        with self.database.transaction() as session:
-            if steps:
-                return run_trace.write_with_steps(
-                    session, run_id, run_trace.tokens_write(tokens), steps
-                )
+            if steps or used is not None:
+                write = _with_used(run_trace.tokens_write(tokens), used)
+                return run_trace.write_with_steps(session, run_id, write, steps)
             return journal.add_tokens(session, run_id, tokens)
 
-    def succeed(self, run_id: int, output: str, steps: Sequence[NumberedStep] = ()) -> bool:
+    def succeed(
+        self,
+        run_id: int,
+        output: str,
+        steps: Sequence[NumberedStep] = (),
+        used: RunUsed | None = None,
+    ) -> bool:
         with self.database.transaction() as session:
-            if steps:
-                return run_trace.write_with_steps(
-                    session, run_id, run_trace.succeed_write(output), steps
-                )
+            if steps or used is not None:
+                write = _with_used(run_trace.succeed_write(output), used)
+                return run_trace.write_with_steps(session, run_id, write, steps)
             return journal.succeed_run(session, run_id, output)
 
     def fail(
-        self, run_id: int, reason: FailReason, error: str, steps: Sequence[NumberedStep] = ()
+        self,
+        run_id: int,
+        reason: FailReason,
+        error: str,
+        steps: Sequence[NumberedStep] = (),
+        used: RunUsed | None = None,
     ) -> bool:
         with self.database.transaction() as session:
-            if steps:
-                write = run_trace.fail_write(reason, clip_error(error))
+            if steps or used is not None:
+                write = _with_used(run_trace.fail_write(reason, clip_error(error)), used)
                 return run_trace.write_with_steps(session, run_id, write, steps)
             return journal.fail_run(session, run_id, reason, clip_error(error))
+
+
+def _with_used(write: run_trace.RunWrite, used: RunUsed | None) -> run_trace.RunWrite:
+    return write if used is None else write.with_used(used)

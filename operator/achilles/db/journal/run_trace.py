@@ -4,7 +4,7 @@ The runner's writes are guarded like its other journal writes: steps go in with 
 the run's guarded writes of its row (tokens, the outcome), in the same statement, and only
 when that write changed the row, i.e. while the run was `running` (for a runner's login
 the row-level security of 0012 refuses any other run's or an ended run's steps too); what
-the run used is written once, while it runs.
+the run used rides on its first such write (a trigger holds a runner to writing it once).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, TextClause, select, text, update
+from sqlalchemy import Connection, TextClause, select, text
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import AgentRun, AgentRunStep
@@ -51,6 +51,23 @@ class RunWrite:
 
     assignments: str
     params: dict[str, object]
+
+    def with_used(self, used: RunUsed) -> RunWrite:
+        """This write and the record of what the run used (the run's first write)."""
+        return RunWrite(
+            f"{self.assignments}, used_model = :used_model,"
+            " used_endpoint_host = :used_endpoint_host,"
+            " used_provider_model = :used_provider_model,"
+            " used_prompt_sha256 = :used_prompt_sha256, used_tools = :used_tools",
+            {
+                **self.params,
+                "used_model": used.model,
+                "used_endpoint_host": used.endpoint_host,
+                "used_provider_model": used.provider_model,
+                "used_prompt_sha256": used.prompt_sha256,
+                "used_tools": list(used.tools),
+            },
+        )
 
 
 def tokens_write(tokens: int) -> RunWrite:
@@ -106,23 +123,6 @@ def _value(numbered: NumberedStep, name: str) -> object:
         return numbered.seq
     value = getattr(numbered.step, name)
     return None if value is None else str(value) if name in ("kind", "status") else value
-
-
-def record_used(session: Session, run_id: int, used: RunUsed) -> bool:
-    """What the run used, written while it is running; False when it no longer is."""
-    changed = session.execute(
-        update(AgentRun)
-        .where(AgentRun.id == run_id, AgentRun.state == RunState.RUNNING)
-        .values(
-            used_model=used.model,
-            used_endpoint_host=used.endpoint_host,
-            used_provider_model=used.provider_model,
-            used_prompt_sha256=used.prompt_sha256,
-            used_tools=list(used.tools),
-        )
-        .returning(AgentRun.id)
-    ).first()
-    return changed is not None
 
 
 def run_exists(session: Session | Connection, run_id: int) -> bool:
