@@ -78,6 +78,17 @@ def journal(size: int, json_path: Path | None, server_url: str | None, as_owner:
     _show(benchmark.run(size, json_path, server_url, as_owner=as_owner))
 
 
+@bench.command(name="run-steps")
+@_size_option(40, "runs, each of 25 rounds of tokens writes (as before, none, 2 steps)")
+@json_option
+@server_option
+def run_steps(size: int, json_path: Path | None, server_url: str | None) -> None:
+    """A run's steps in the journal: cost per step, writes of a 50-step run."""
+    from bench import run_steps as benchmark
+
+    _show(benchmark.run(size, json_path, server_url))
+
+
 @bench.command()
 @_size_option(
     10_000_000, "agent_runs rows (owners = size/1000, agents = size/100, inbox items = size/10)"
@@ -244,9 +255,11 @@ def _benchmarks() -> dict[str, Callable[[], Report]]:
     """Every benchmark at its default size, in the order `all` runs them."""
     from bench import burst, heartbeat, steady
     from bench import journal as journal_bench
+    from bench import run_steps as run_steps_bench
 
     return {
         "journal": lambda: journal_bench.run(journal_bench.DEFAULT_SIZE, None),
+        "run-steps": lambda: run_steps_bench.run(run_steps_bench.DEFAULT_SIZE, None),
         "burst-vs-cronjob": lambda: burst.run(burst.DEFAULT_SIZE, None),
         "steady-state": lambda: steady.run(steady.DEFAULT_SIZE, None),
         "slot-to-heartbeat": lambda: heartbeat.run(heartbeat.DEFAULT_SIZE, None),

@@ -1,0 +1,36 @@
+"""`achilles bench run-steps` at a tiny size, so the benchmark cannot rot: it replays runs
+as the runner's login on the real PostgreSQL, writes its JSON and markdown, and drops its
+database. No time is asserted (wall-clock numbers belong to docs/performance.md); the
+write counts are exact, so they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+
+from achilles_dev.postgres import LocalPostgres
+from bench import run_steps
+
+
+def test_run_steps_benchmark_runs_reports_and_cleans_up(
+    postgres_server: LocalPostgres, tmp_path: Path
+) -> None:
+    out = tmp_path / "run-steps.json"
+    run_steps.run(2, out, server_url=postgres_server.url())
+
+    result = json.loads(out.read_text())
+    figures = {figure["name"]: figure for figure in result["figures"]}
+    assert figures["cost per step recorded"]["goal"]["text"] == "<= 2 ms"
+    assert figures["tokens write carrying 2 steps"]["series"]["count"] == 2 * 25
+    # A 50-step run: the claim, 25 tokens writes and the outcome, with steps or without.
+    assert figures["write transactions per run, without steps"]["value"] == 27
+    assert figures["write transactions per run, with steps"]["value"] == 27
+    assert (
+        figures["WAL per run, with steps"]["value"] > figures["WAL per run, without steps"]["value"]
+    )
+    assert "| cost per step recorded |" in out.with_suffix(".md").read_text()
+    with psycopg.connect(postgres_server.libpq_dsn(), autocommit=True) as conn:
+        left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'achilles_bench%'")
+        assert left.fetchall() == []
