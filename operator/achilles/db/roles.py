@@ -39,7 +39,8 @@ PRIVILEGES = {
     ),
     Component.RUNNER: (
         "only the run whose id and secret its session carries (ACHILLES_RUN_SECRET, one per"
-        " Job): claim it, beat, add tokens, finish it; read its agent, owner, model, tools,"
+        " Job): claim it, beat, add tokens, finish it, record its steps and what it used;"
+        " read its agent, owner, model, tools,"
         " settings and its owner's documents; ask and move its agent's inbox items;"
         " nothing once the run ended"
     ),
