@@ -9,6 +9,7 @@ database transactions, so each runs as rarely as what it catches allows.
 - owners: an owner deactivated in `users` switches their agents off (no CR event says so);
 - reply wakes: a reply whose wake was lost gets its run;
 - run metrics: the journal's runs as Prometheus figures (runtime/run_metrics.py);
+- memory: the heaps' free pages given back to the system (runtime/memory.py);
 - orphans (at start, then every ORPHANS_EVERY): rows of Agents, AgentModels and
   AgentTools deleted while no operator watched (kopf's watch sees every deletion after
   that, so the listing of every Agent is rare).
@@ -27,6 +28,7 @@ from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
 from achilles.handlers.runtime import events
 from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.memory import TRIM_EVERY, release_free_memory
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retries import fire_due_retries
 from achilles.handlers.runtime.run_metrics import RUN_METRICS_EVERY, RunMetricsPass
@@ -56,6 +58,7 @@ def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], obje
         "reply-wakes": (REPLY_WAKES_EVERY, lambda: wake_for_waiting_replies(context)),
         "orphans": (ORPHANS_EVERY, lambda: forget_deleted_objects(context)),
         "run-metrics": (RUN_METRICS_EVERY, RunMetricsPass(context)),
+        "memory": (TRIM_EVERY, release_free_memory),
     }
 
 
