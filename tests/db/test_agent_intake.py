@@ -144,6 +144,19 @@ def test_a_listed_agent_that_agrees_costs_no_statement(
     assert statements.count > 5
 
 
+def test_a_snapshot_read_at_start_leaves_the_first_listed_agent_no_statement(
+    db: Engine, database: Database, cluster: Cluster
+) -> None:
+    cluster.create("agent-0")
+    _reconcile_all(database, cluster)
+    settled = SettledAgents(database)
+    settled.preload().join(timeout=60)  # the operator's start: kopf lists next
+    statements = Statements(database)
+    answer = reconcile_agent_event(database, cluster.event("agent-0"), settled)
+    assert answer.unchanged
+    assert statements.count == 0
+
+
 def test_what_a_reconcile_would_change_is_reconciled(
     db: Engine, database: Database, cluster: Cluster
 ) -> None:

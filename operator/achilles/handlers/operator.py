@@ -72,6 +72,8 @@ def configure(
         jobs=RunJobs(api, config.job_template.namespace),
         settled_agents=SettledAgents(database),
     )
+    if context.settled_agents is not None:
+        context.settled_agents.preload()  # kopf lists every Agent next
     memo[CONTEXT_KEY] = context
     memo[RUNTIME_KEY] = runtime = Runtime(context)
     runtime.start()

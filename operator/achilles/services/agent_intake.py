@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
@@ -40,6 +41,8 @@ from achilles.domain.vocabulary import ConditionType
 from achilles.errors import UnknownTimezoneError
 from achilles.services.agents import AgentObject
 from achilles.services.status import agent_status, journal_fields
+
+log = logging.getLogger("achilles.operator")
 
 PAGE = 1000
 # A snapshot older than this is read again before it answers (a later listing: kopf
@@ -87,18 +90,42 @@ class SettledAgents:
         if digest is None:
             return False
         with self._lock:
-            if self._digests is None or self._clock() - self._read_at > self._max_age:
-                self._digests = read_digests(self._database)
-                self._read_at = self._clock()
-                # Dropped once the listing is long over, whether or not asked again.
-                timer = threading.Timer(self._max_age, self.forget)
-                timer.daemon = True
-                timer.start()
-            wake = self._digests.pop(digest, None)
+            digests = self._current()
+            wake = digests.pop(digest, None)
         if wake is None:
             return False
         wanted = agent.spec.wake_on_reply
         return wanted is None or wanted == wake
+
+    def preload(self) -> threading.Thread:
+        """Read the snapshot now, in a thread of its own: the operator's start, so that
+        the read overlaps kopf's start and listing rather than holding the first listed
+        Agents (every handler thread waits for it). A failed read is logged; the first
+        question reads again."""
+
+        def read() -> None:
+            try:
+                with self._lock:
+                    self._current()
+            except Exception:
+                log.exception(
+                    "the intake snapshot could not be read; the first listed Agent reads it"
+                )
+
+        thread = threading.Thread(target=read, name="achilles-intake-snapshot", daemon=True)
+        thread.start()
+        return thread
+
+    def _current(self) -> dict[bytes, bool]:
+        """The snapshot, read when there is none or it is too old (the lock held)."""
+        if self._digests is None or self._clock() - self._read_at > self._max_age:
+            self._digests = read_digests(self._database)
+            self._read_at = self._clock()
+            # Dropped once the listing is long over, whether or not asked again.
+            timer = threading.Timer(self._max_age, self.forget)
+            timer.daemon = True
+            timer.start()
+        return self._digests
 
     def forget(self) -> None:
         """Drop the snapshot (the listing is over); a later question reads it again."""
