@@ -1,19 +1,25 @@
 """The journal's run figures behind the operator's metrics (services/run_metrics.py): the
 active runs by phase and the oldest waiting one, the runs that ended and the claims made
-in the window since the last pass (and none counted twice), on the real schema.
+in the window since the last pass (and none counted twice), on the real schema; and the
+sweeper's pass that exports them (handlers/runtime/run_metrics.py).
 Timestamps are the database's clock moved back, as the runner and the reaper write them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
 from achilles.db.journal.run_metrics import EndedRuns
 from achilles.db.roles import Component
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.run_metrics import RunMetricsPass
 from achilles.services.run_metrics import SETTLE, read_run_figures
 from tests.db.factories import make_agent, set_settings
 from tests.db.logins import login_url
@@ -107,3 +113,38 @@ def test_a_window_counts_what_ended_and_what_was_claimed_once(
     again = read_run_figures(operator_db, later.until, settle=timedelta(0))
     assert _ended(again.ended) == {}
     assert again.claim_delays == []
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_the_sweepers_pass_exports_the_figures_and_counts_each_run_once(
+    db: Engine, operator_db: Database
+) -> None:
+    """The pass (handlers/runtime/run_metrics.py) on the operator's login: gauges set,
+    each ended run counted and each claim observed once, the window moved on."""
+    context = cast(RuntimeContext, SimpleNamespace(database=operator_db))
+    metrics_pass = RunMetricsPass(context)
+    first = metrics_pass()
+    assert metrics_pass.since == first.until
+    metrics_pass.since = first.until - timedelta(seconds=60)  # as if the last pass were then
+    _run(db, "queued", {"created_at": 90})
+    _run(db, "succeeded", {"created_at": 50, "dispatched_at": 45, "started_at": 40,
+                           "heartbeat_at": 31, "finished_at": 30})  # fmt: skip
+    ended = ("achilles_runs_ended_total", {"trigger": "manual", "state": "succeeded", "reason": ""})
+    before = _sample(ended[0], **ended[1]), _sample("achilles_job_to_heartbeat_seconds_count")
+    claims_sum = _sample("achilles_job_to_heartbeat_seconds_sum")
+
+    metrics_pass()
+    assert _sample(ended[0], **ended[1]) == before[0] + 1
+    assert _sample("achilles_job_to_heartbeat_seconds_count") == before[1] + 1
+    assert round(_sample("achilles_job_to_heartbeat_seconds_sum") - claims_sum, 3) == 5.0
+    assert _sample("achilles_runs_active", phase="waiting") == 1
+    assert _sample("achilles_runs_active", phase="running") == 0
+    assert 90 <= _sample("achilles_oldest_waiting_run_seconds") < 100
+    assert _sample("achilles_max_concurrency") >= 1
+
+    metrics_pass()  # the next window: nothing counted twice
+    assert _sample(ended[0], **ended[1]) == before[0] + 1
+    assert _sample("achilles_job_to_heartbeat_seconds_count") == before[1] + 1
