@@ -337,10 +337,12 @@ def test_a_runs_steps_go_with_the_run(db: Engine, database_url: str) -> None:
     try:
         assert runner.claim(run_id) is not None
         steps = [NumberedStep(n, _step()) for n in range(1, 4)]
-        assert runner.succeed(run_id, "done", steps)
+        assert runner.fail(run_id, FailReason.ERROR, "the model gave up", steps)
     finally:
         database.dispose()
     assert len(_steps(db, run_id)) == 3
+    row = run_row(db, run_id)  # the write's own values beside the steps' arrays
+    assert (row.state, row.reason, row.error) == ("failed", "error", "the model gave up")
     with Session(db) as session, session.begin():
         agent_id = session.execute(
             select(AgentRun.agent_id).where(AgentRun.id == run_id)

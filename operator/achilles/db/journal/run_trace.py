@@ -39,9 +39,8 @@ _COLUMNS = (
     ("error", "text"),
 )
 _NAMES = ", ".join(name for name, _ in _COLUMNS)
-_STEPS_FROM_ARRAYS = (
-    f"unnest({', '.join(f'CAST(:{name} AS {kind}[])' for name, kind in _COLUMNS)}) AS s({_NAMES})"
-)
+_ARRAYS = ", ".join(f"CAST(:step_{name} AS {kind}[])" for name, kind in _COLUMNS)
+_STEPS_FROM_ARRAYS = f"unnest({_ARRAYS}) AS s({_NAMES})"
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,8 @@ def write_with_steps(
     nothing written) when the row is no longer running (reaped, finished elsewhere)."""
     params: dict[str, Any] = {"run_id": run_id, **write.params}
     for name, _ in _COLUMNS:
-        params[name] = [_value(numbered, name) for numbered in steps]
+        # Prefixed: the write's own parameters (`error`, ...) share the statement.
+        params[f"step_{name}"] = [_value(numbered, name) for numbered in steps]
     changed = session.execute(_write_with_steps(write.assignments), params).first()
     return changed is not None
 
