@@ -251,6 +251,32 @@ def slot_to_heartbeat(
     _show(heartbeat.run(size, json_path, server_url, node=node))
 
 
+@bench.command(name="kept-jobs")
+@_size_option(1000, "Finished run Jobs kept (each with its pod), made by really running them")
+@click.option(
+    "--window",
+    type=click.FloatRange(min=10),
+    default=300.0,
+    show_default=True,
+    help="Seconds over which the idle operator's transactions are counted.",
+)
+@click.option(
+    "--before",
+    metavar="REF",
+    default=None,
+    help="Also measure the operator of this commit (a git worktree), on the same Jobs.",
+)
+@json_option
+@server_option
+def kept_jobs(
+    size: int, window: float, before: str | None, json_path: Path | None, server_url: str | None
+) -> None:
+    """Database transactions per 5 min of an idle operator with N finished Jobs kept."""
+    from bench import kept_jobs as benchmark
+
+    _show(benchmark.run(size, json_path, server_url, window_s=window, before=before))
+
+
 def _benchmarks() -> dict[str, Callable[[], Report]]:
     """Every benchmark at its default size, in the order `all` runs them."""
     from bench import burst, heartbeat, steady
