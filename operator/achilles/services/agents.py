@@ -116,7 +116,7 @@ def reconcile_agent(
             # The owner's consent, as the portal writes it: the spec wins over the CLI's.
             inbox_settings.mirror_wake_on_reply(session, agent_id, agent.spec.wake_on_reply)
         refresh_next_run(session, agent_id, now, reset=schedule_changed)
-        rows = agent_status_rows(session, [agent_id])
+        rows = agent_status_rows(session, [agent_id], now)
     status = agent_status(
         rows[0],
         owner_missing=False,

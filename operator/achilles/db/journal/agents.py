@@ -129,11 +129,13 @@ def upsert_agent(
     existing = session.execute(
         select(Agent.id, Agent.schedule).where(Agent.cr_uid == definition.uid).with_for_update()
     ).first()
-    model_id = None
+    # The model by name inside the write itself (NULL when no model of that name exists):
+    # one round trip fewer per reconcile.
+    model_id: Any = None
     if definition.model_name is not None:
-        model_id = session.execute(
-            select(AgentModel.id).where(AgentModel.name == definition.model_name)
-        ).scalar_one_or_none()
+        model_id = (
+            select(AgentModel.id).where(AgentModel.name == definition.model_name).scalar_subquery()
+        )
     values: dict[str, Any] = {
         "user_id": user_id,
         "name": definition.name,
@@ -163,8 +165,14 @@ def upsert_agent(
 
 def link_tools(session: Session, agent_id: int, tool_names: tuple[str, ...]) -> tuple[str, ...]:
     """Make the agent's optional tools exactly `tool_names`; return the unknown names."""
-    known = dict(
-        session.execute(select(Tool.name, Tool.id).where(Tool.name.in_(tool_names))).tuples().all()
+    known = (
+        dict(
+            session.execute(select(Tool.name, Tool.id).where(Tool.name.in_(tool_names)))
+            .tuples()
+            .all()
+        )
+        if tool_names
+        else {}  # most agents: no round trip to learn that no name is known
     )
     wanted = set(known.values())
     session.execute(

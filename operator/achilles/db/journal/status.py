@@ -62,18 +62,25 @@ STATUS_COLUMNS = (
 )
 
 
-def agent_status_rows(session: Session, agent_ids: Iterable[int]) -> list[AgentStatusRow]:
+def agent_status_rows(
+    session: Session, agent_ids: Iterable[int], now: datetime | None = None
+) -> list[AgentStatusRow]:
+    """`now`: the transaction's database clock when the caller read it already."""
     ids = sorted(set(agent_ids))
     if not ids:
         return []
     agents = session.execute(
         select(*STATUS_COLUMNS).join(User, User.id == Agent.user_id).where(Agent.id.in_(ids))
     ).all()
-    return status_rows_of(session, agents)
+    return status_rows_of(session, agents, now=now)
 
 
 def status_rows_of(
-    session: Session, agents: Sequence[Any], used_by_owner: Mapping[int, int] | None = None
+    session: Session,
+    agents: Sequence[Any],
+    used_by_owner: Mapping[int, int] | None = None,
+    *,
+    now: datetime | None = None,
 ) -> list[AgentStatusRow]:
     """The status rows of `agents`, rows of a query that selected STATUS_COLUMNS: their
     last runs and their owners' weekly tokens in one statement each (`used_by_owner`
@@ -82,7 +89,7 @@ def status_rows_of(
     if not agents:
         return []
     settings = load_settings(session)
-    window = week_window(database_now(session), settings.zone)
+    window = week_window(now or database_now(session), settings.zone)
     ids = bindparam("ids", [agent.id for agent in agents], type_=ARRAY(BigInteger))
     last_ids = (
         select(AgentRun.id)
