@@ -1,0 +1,182 @@
+"""The run watchers' list-then-watch on the real API server (k8s/watching.py,
+services/run_objects.py; issue 20): a watch that ends resumes from its resourceVersion
+without sending the objects again, the view the sweeper reads follows Jobs created and
+deleted, and a real pod's exit is folded once. Each test's watches are made to end after
+a second (`timeout_seconds`), as every watch ends after its timeout.
+
+Not here: a 410 Gone. This API server (v1.37, its watch cache) could not be made to
+refuse what it had forgotten: a watch from resourceVersion "1", before or after
+compacting etcd's history, replayed the namespace's history; a listing's continue token
+was still served after a compaction. So `ListWatch`'s 410 paths (forget the version,
+list again) are not run against a real server."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+from achilles.db.database import Database
+from achilles.db.journal import runs as journal
+from achilles.domain.pod_outcome import JobObservation
+from achilles.domain.runs import RunTrigger
+from achilles.k8s.jobs import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    RUN_ID_LABEL,
+    RUNNER_CONTAINER,
+    RunJobs,
+    job_name,
+)
+from achilles.k8s.run_watch import job_watch
+from achilles.k8s.watching import Change, Page
+from achilles.services.outcomes import FailedRun
+from achilles.services.run_objects import RunObjects
+from tests.cluster.conftest import Cluster
+from tests.cluster.kube import create_job, python_command
+from tests.db.factories import make_agent
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+TIMEOUT = 60.0
+
+
+def _run_job(run_id: int, command: list[str] | None = None) -> dict[str, Any]:
+    """A run Job as the operator labels it; without a command it stays suspended (no pod)."""
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, RUN_ID_LABEL: str(run_id)}
+    container = {
+        "name": RUNNER_CONTAINER,
+        "image": "ignored.local/runner",
+        "command": command or ["true"],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(run_id), "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "suspend": command is None,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [container]},
+            },
+        },
+    }
+
+
+def _create(jobs: RunJobs, run_id: int, command: list[str] | None = None) -> None:
+    create_job(jobs.batch, jobs.namespace, _run_job(run_id, command))
+
+
+def _delete(jobs: RunJobs, run_id: int) -> None:
+    jobs.batch.delete_namespaced_job(
+        job_name(run_id), jobs.namespace, propagation_policy="Background"
+    )
+
+
+def _unlabelled(jobs: RunJobs, name: str) -> None:
+    """A Job in the namespace that is not the operator's: the server's selector drops it."""
+    manifest = _run_job(999_999)
+    manifest["metadata"] = {"name": name}
+    manifest["spec"]["template"]["metadata"] = {}
+    create_job(jobs.batch, jobs.namespace, manifest)
+
+
+def _one_pass(stream: Any) -> list[Page[JobObservation] | Change[JobObservation]]:
+    return list(stream)
+
+
+def test_a_watch_that_ends_resumes_without_sending_the_objects_again(
+    cluster: Cluster, namespace: str
+) -> None:
+    jobs = RunJobs(cluster.api, namespace)
+    for run_id in (1, 2, 3):
+        _create(jobs, run_id)
+    _unlabelled(jobs, "not-ours")
+    watch = job_watch(jobs, timeout_seconds=1)
+    watch.page_size = 2  # three Jobs: two pages
+
+    first = _one_pass(watch.follow())
+    pages = [item for item in first if isinstance(item, Page)]
+    assert [(page.first, page.last) for page in pages] == [(True, False), (False, True)]
+    assert sorted(job.run_id for page in pages for job in page.items) == [1, 2, 3]
+    assert watch.resource_version is not None
+
+    _create(jobs, 4)
+    seen: list[Change[JobObservation]] = []
+
+    def four_added() -> bool:
+        """One more pass (a second long); the Job controller may still touch the first
+        Jobs (MODIFIED), Job 4 comes ADDED."""
+        again = _one_pass(watch.follow())
+        assert not any(isinstance(item, Page) for item in again), "a resumed watch listed"
+        seen.extend(item for item in again if isinstance(item, Change))
+        return any(change.type == "ADDED" and change.item.run_id == 4 for change in seen)
+
+    wait_for(four_added, TIMEOUT, what="Job 4 to come as ADDED")
+    added = [change.item.run_id for change in seen if change.type == "ADDED"]
+    assert added == [4]  # nothing already known comes again as ADDED
+    assert (watch.counts.lists, watch.counts.expired) == (1, 0)
+    assert watch.counts.watches >= 2
+
+
+def test_the_synced_view_follows_jobs_created_and_deleted(
+    cluster: Cluster, namespace: str, database_url: str
+) -> None:
+    jobs = RunJobs(cluster.api, namespace)
+    _create(jobs, 21)
+    database = Database(database_url, pool_size=1)
+    objects = RunObjects(database, jobs, watch_timeout_seconds=1)
+    stop = threading.Event()
+    assert objects.existing_run_ids() is None  # not synced: the sweeper judges no run
+    assert objects.pending_pods() is None
+    try:
+        objects.follow_jobs(stop, lambda failed: None)
+        assert objects.existing_run_ids() == {21}
+        _create(jobs, 22)
+        _delete(jobs, 21)
+
+        def followed() -> bool:
+            objects.follow_jobs(stop, lambda failed: None)
+            return objects.existing_run_ids() == {22}
+
+        wait_for(followed, TIMEOUT, what="the view to see Job 22 created and 21 deleted")
+        assert objects.job_watch.counts.lists == 1
+    finally:
+        database.dispose()
+
+
+def test_the_pod_watcher_folds_a_real_pods_exit_once(
+    cluster: Cluster, namespace: str, database_url: str, db: Engine
+) -> None:
+    """End to end on real pod JSON: a run's pod exits 3, the pod watcher fails the run
+    with the runner's exit code; passes after it write nothing more."""
+    with Session(db) as session, session.begin():
+        run_id = journal.enqueue_run(session, make_agent(db), RunTrigger.MANUAL).run_id
+        assert journal.claim_run(session, run_id)
+    jobs = RunJobs(cluster.api, namespace)
+    _create(jobs, run_id, python_command("import sys; sys.exit(3)"))
+    database = Database(database_url, pool_size=1)
+    objects = RunObjects(database, jobs, watch_timeout_seconds=1)
+    stop = threading.Event()
+    failed: list[FailedRun] = []
+    try:
+
+        def folded() -> bool:
+            objects.follow_pods(stop, failed.extend)
+            return bool(failed)
+
+        wait_for(folded, TIMEOUT, what="the pod watcher to fold the pod's exit")
+        objects.follow_pods(stop, failed.extend)
+        assert objects.pod_watch.counts.lists == 1
+    finally:
+        database.dispose()
+    assert [run.run_id for run in failed] == [run_id]
+    assert "exited with code 3" in failed[0].error
+    with db.connect() as conn:
+        state = conn.execute(text("SELECT state FROM agent_runs WHERE id = :r"), {"r": run_id})
+        assert state.scalar_one() == "failed"
