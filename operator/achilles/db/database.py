@@ -126,9 +126,17 @@ class Database:
         pool_size: int = 5,
         application_name: str = "achilles",
         session_settings: Mapping[str, str] | None = None,
+        pre_ping: bool = True,
     ):
         """`session_settings`: server settings every connection starts with (libpq's
-        `options`, so they are set before any statement and never appear in one)."""
+        `options`, so they are set before any statement and never appear in one).
+
+        `pre_ping`: test a pooled connection before each use (it may have died with a
+        database restart). The test is a round trip and a transaction of its own, half
+        of an idle operator's transactions (`achilles bench kept-jobs`); a process whose
+        every unit of work is retried can go without it: the first statement on a dead
+        connection fails, SQLAlchemy then invalidates the whole pool, and the retry
+        connects afresh."""
         parsed = parse_url(with_connect_timeout(url))
         if "application_name" not in parsed.query:
             parsed = parsed.update_query_dict({"application_name": application_name})
@@ -146,8 +154,7 @@ class Database:
             parsed,
             pool_size=pool_size,
             max_overflow=pool_size,
-            # A pooled connection may have died with a database restart; test it first.
-            pool_pre_ping=True,
+            pool_pre_ping=pre_ping,
             connect_args=connect_args,
         )
         self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)

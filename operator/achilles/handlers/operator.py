@@ -63,7 +63,12 @@ def configure(
     settings.peering.mandatory = False
 
     config = OperatorConfig.from_env()
-    database = Database(config.database_url, pool_size=10, application_name="achilles-operator")
+    # No pre-ping: every loop pass and every handling is retried after a failure, so a
+    # connection that died with a database restart costs one failed pass, not a round
+    # trip before every transaction (docs/performance.md, idle transactions).
+    database = Database(
+        config.database_url, pool_size=10, application_name="achilles-operator", pre_ping=False
+    )
     api = api_client()
     context = RuntimeContext(
         config=config,
