@@ -201,7 +201,9 @@ def sweep(
                 error = f"Job achilles-run-{active.run_id} disappeared while the run was running"
                 if fail_run(session, active.run_id, FailReason.ERROR, error, now=now):
                     result.failed.append(FailedRun(active.run_id, error))
-            queue.release_dispatch(session, lost_queued)
+            # Only marks older than the grace: a run undone and marked again since this
+            # read (its Job perhaps being made now) keeps its new mark and secret.
+            queue.release_dispatch(session, lost_queued, dispatched_before=now - MISSING_JOB_GRACE)
             result.requeued = lost_queued
     for run in reaped:
         jobs.delete(run.run_id)
