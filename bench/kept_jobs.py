@@ -110,8 +110,13 @@ def _finished_job(run_id: int) -> dict[str, Any]:
     }
 
 
-def _completed_jobs(cluster: BenchCluster) -> int:
-    """Jobs in the runs namespace whose Complete condition is True (read as JSON, paged)."""
+FINISHED = ("Complete", "Failed")
+
+
+def _finished_jobs(cluster: BenchCluster) -> int:
+    """Jobs in the runs namespace that finished, Complete or Failed (read as JSON, paged):
+    a Job whose pod the node lost (ContainerStatusUnknown) is kept as finished too, and
+    waiting for it to complete waited forever."""
     done, token = 0, None
     while True:
         response: Any = cluster.batch.list_namespaced_job(
@@ -120,9 +125,7 @@ def _completed_jobs(cluster: BenchCluster) -> int:
         listing = json.loads(response.data)
         for job in listing.get("items") or []:
             conditions = (job.get("status") or {}).get("conditions") or []
-            done += any(
-                c.get("type") == "Complete" and c.get("status") == "True" for c in conditions
-            )
+            done += any(c.get("type") in FINISHED and c.get("status") == "True" for c in conditions)
         token = (listing.get("metadata") or {}).get("continue")
         if not token:
             return done
@@ -241,9 +244,9 @@ def run(
             "run Jobs",
         )
         wait_until(
-            lambda: _completed_jobs(cluster) >= size,
+            lambda: _finished_jobs(cluster) >= size,
             6 * 3600,
-            f"{size:,} Jobs to complete",
+            f"{size:,} Jobs to finish",
             progress,
             every=10,
         )
