@@ -44,24 +44,20 @@ from achilles.k8s.jobs import (
 )
 from achilles.services.dispatch import PARALLEL_CREATES
 from achilles_dev.processes import running_from_pidfile
-from bench.cluster import (
-    RUNS_NAMESPACE,
-    BenchCluster,
+from bench.apiserver_counts import operator_request_counts
+from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster, ensure_namespace
+from bench.jobwatch import JobWatch, SeenJob
+from bench.operator_process import proc_usage, running_operator
+from bench.report import Progress, Report, Series, at_least, at_most
+from bench.workload import (
     agent_manifest,
-    bench_cluster,
     create_agent,
     create_all,
     create_model,
-    ensure_namespace,
     insert_owners,
-    operator_request_counts,
-    proc_usage,
     report_timeline,
-    running_operator,
     wait_until,
 )
-from bench.jobwatch import JobWatch, SeenJob
-from bench.report import Progress, Report, Series, at_least, at_most
 
 NAME = "burst-vs-cronjob"
 DEFAULT_SIZE = 1000

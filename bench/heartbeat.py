@@ -1,7 +1,7 @@
 """`achilles bench slot-to-heartbeat`: from a slot to the runner's first heartbeat, the
 latency a user feels, with the real runner and the offline model server.
 
-N agents (default 60), each due once, `SPACING_S` apart (`bench.cluster.fast_forward`
+N agents (default 60), each due once, `SPACING_S` apart (`bench.workload.fast_forward`
 writes the slots). Each run is the whole path: scheduler -> enqueue -> dispatcher ->
 Job -> the Job controller's pod -> kube-scheduler binds it -> the kubelet has containerd
 and runc start the pod's sandbox and the runner image's container (`achilles runner`,
@@ -40,24 +40,21 @@ from achilles.domain.runs import TERMINAL_STATES
 from achilles.k8s.jobs import RUN_ID_LABEL, RUN_SELECTOR
 from achilles_dev.config import LOOPBACK, NodeKind
 from achilles_dev.images import RUNNER_IMAGE
-from bench.cluster import (
-    RUNS_NAMESPACE,
-    BenchCluster,
+from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster, ensure_namespace
+from bench.jobwatch import JobWatch
+from bench.operator_process import running_operator
+from bench.report import Progress, Report, at_most
+from bench.workload import (
     agent_manifest,
-    bench_cluster,
     create_agent,
     create_all,
     create_model,
-    ensure_namespace,
     fast_forward,
     insert_owners,
     run_states,
-    running_operator,
     scheduled_agent_ids,
     wait_until,
 )
-from bench.jobwatch import JobWatch
-from bench.report import Progress, Report, at_most
 
 NAME = "slot-to-heartbeat"
 DEFAULT_SIZE = 60

@@ -40,29 +40,31 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 
 from achilles.db.database import Database
+from bench.apiserver_counts import (
+    etcd_sizes,
+    mean_object_bytes,
+    operator_request_counts,
+    request_rates,
+)
 from bench.cluster import (
     GROUP,
     RUNS_NAMESPACE,
     VERSION,
     BenchCluster,
-    OperatorUnderTest,
-    Usage,
-    agent_manifest,
     bench_cluster,
+    ensure_namespace,
+)
+from bench.operator_process import OperatorUnderTest, Usage, running_operator
+from bench.report import Progress, Report, at_most
+from bench.steady import AGENTS_PER_OWNER, MODEL, _namespace, _schedule
+from bench.workload import (
+    agent_manifest,
     create_all,
     create_model,
-    ensure_namespace,
-    etcd_sizes,
     insert_owners,
-    mean_object_bytes,
-    operator_request_counts,
-    request_rates,
-    running_operator,
     scheduled_agent_ids,
     wait_until,
 )
-from bench.report import Progress, Report, at_most
-from bench.steady import AGENTS_PER_OWNER, MODEL, _namespace, _schedule
 
 NAME = "intake"
 DEFAULT_SIZE = 10_000

@@ -31,18 +31,11 @@ from typing import Any, cast
 import psycopg
 
 from achilles.k8s.jobs import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL, RUNNER_CONTAINER, job_name
-from bench.cluster import (
-    RUNS_NAMESPACE,
-    BenchCluster,
-    OperatorUnderTest,
-    bench_cluster,
-    create_all,
-    operator_request_counts,
-    request_rates,
-    running_operator,
-    wait_until,
-)
+from bench.apiserver_counts import operator_request_counts, request_rates
+from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster
+from bench.operator_process import OperatorUnderTest, running_operator
 from bench.report import Progress, Report, at_most
+from bench.workload import create_all, wait_until
 
 NAME = "kept-jobs"
 REPOSITORY = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ RSS and CPU are sampled from /proc for `IDLE_WINDOW_S` and its API requests coun
 ServiceAccount, counted by the API server's flow-control metrics).
 
 Then the steady load: `--rate` slots per second for `--duration` seconds, written into
-`next_run_at` (`bench.cluster.fast_forward`; the CRs' own slots are minutes or hours
+`next_run_at` (`bench.workload.fast_forward`; the CRs' own slots are minutes or hours
 apart). Each run's pod runs a stand-in runner (two guarded UPDATEs through psql: claim,
 succeed), so runs finish and the operator folds real pod and Job outcomes. Measured:
 slot -> Job (the ADDED watch event; the slot is the Job's scheduled-for annotation),
@@ -26,30 +26,28 @@ from pathlib import Path
 from achilles.db.database import Database
 from achilles.k8s.jobs import RUN_SELECTOR, SLOT_ANNOTATION
 from achilles_dev.postgres import pg_bin_dir
-from bench.cluster import (
-    RUNS_NAMESPACE,
-    BenchCluster,
-    OperatorUnderTest,
+from bench.apiserver_counts import (
+    etcd_sizes,
+    mean_object_bytes,
+    operator_request_counts,
+    request_rates,
+)
+from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster, ensure_namespace
+from bench.jobwatch import JobWatch
+from bench.operator_process import OperatorUnderTest, running_operator
+from bench.report import Progress, Report, at_most
+from bench.workload import (
     agent_manifest,
-    bench_cluster,
     create_agent,
     create_all,
     create_model,
-    ensure_namespace,
-    etcd_sizes,
     fast_forward,
     insert_owners,
-    mean_object_bytes,
-    operator_request_counts,
     report_timeline,
-    request_rates,
     run_states,
-    running_operator,
     scheduled_agent_ids,
     wait_until,
 )
-from bench.jobwatch import JobWatch
-from bench.report import Progress, Report, at_most
 
 NAME = "steady-state"
 DEFAULT_SIZE = 10_000
