@@ -122,7 +122,7 @@ def test_every_documented_metric_is_served_with_its_labels_after_a_run(
             )
 
             def ended_and_claimed() -> tuple[dict[str, str], list[Sample]] | None:
-                # The run-metrics pass counts a run once its window closed (15 s passes,
+                # The run-metrics pass counts a run once its window closed (30 s passes,
                 # 10 s behind the database's clock).
                 scraped = _scrape(port)
                 samples = scraped[1]
@@ -137,7 +137,7 @@ def test_every_documented_metric_is_served_with_its_labels_after_a_run(
                 return scraped if ended >= 1 and claimed >= 1 else None
 
             families, samples = wait_for(
-                ended_and_claimed, 90, what="the run in the journal's figures"
+                ended_and_claimed, 150, what="the run in the journal's figures"
             )
     finally:
         admin_api.delete("AgentModel", model)
