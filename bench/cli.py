@@ -226,7 +226,15 @@ def intake(
 
 
 @bench.command(name="slot-to-heartbeat")
-@_size_option(60, "Runs (one per agent, slots 2 s apart)")
+@_size_option(60, "Runs (one per agent, slots --spacing apart)")
+@click.option(
+    "--spacing",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between two slots: 2 s overlaps runs on a small node (the node's load); "
+    "a spacing longer than a run measures one run's path alone.",
+)
 @click.option(
     "--node",
     type=click.Choice(NODE_KINDS),
@@ -238,7 +246,7 @@ def intake(
 @json_option
 @server_option
 def slot_to_heartbeat(
-    size: int, node: NodeKind, json_path: Path | None, server_url: str | None
+    size: int, spacing: float, node: NodeKind, json_path: Path | None, server_url: str | None
 ) -> None:
     """From a slot to the real runner's first heartbeat, with the model server."""
     from bench import heartbeat
@@ -248,7 +256,7 @@ def slot_to_heartbeat(
             "--server-url needs --node process: the real node's pods reach a database "
             "server of the benchmark's own"
         )
-    _show(heartbeat.run(size, json_path, server_url, node=node))
+    _show(heartbeat.run(size, json_path, server_url, node=node, spacing_s=spacing))
 
 
 @bench.command(name="kept-jobs")

@@ -1,17 +1,17 @@
 """`achilles bench slot-to-heartbeat`: from a slot to the runner's first heartbeat, the
 latency a user feels, with the real runner and the offline model server.
 
-N agents (default 60), each due once, `SPACING_S` apart (`bench.workload.fast_forward`
-writes the slots). Each run is the whole path: scheduler -> enqueue -> dispatcher ->
-Job -> the Job controller's pod -> kube-scheduler binds it -> the kubelet has containerd
-and runc start the pod's sandbox and the runner image's container (`achilles runner`,
-the locally built image, as `achilles dev up` runs it) -> the runner claims the run,
-which writes its first heartbeat; then it asks the model server (on the host's end of
-the node's network) and finishes. Measured from the journal (`scheduled_for`,
-`started_at` = the claim's `heartbeat_at`) and split at the Job's and the pod's ADDED
-watch events and the container's start as the runtime recorded it (nanoseconds, from
-`crictl inspect`): slot -> Job, Job -> container started, container started -> first
-heartbeat.
+N agents (default 60), each due once, `--spacing` apart (default `SPACING_S`;
+`bench.workload.fast_forward` writes the slots). Each run is the whole path: scheduler
+-> enqueue -> dispatcher -> Job -> the Job controller's pod -> kube-scheduler binds it
+-> the kubelet has containerd and runc start the pod's sandbox and the runner image's
+container (`achilles runner`, the locally built image, as `achilles dev up` runs it) ->
+the runner claims the run, which writes its first heartbeat; then it asks the model
+server (on the host's end of the node's network) and finishes. Measured from the journal
+(`scheduled_for`, `started_at` = the claim's `heartbeat_at`) and split at the Job's and
+the pod's ADDED watch events and the container's start as the runtime recorded it
+(nanoseconds, from `crictl inspect`): slot -> Job, Job -> container started, container
+started -> first heartbeat.
 
 The real node needs root. `--node process` runs it on the kubelet stand-in instead (the
 runner as a host process: no sandbox, no image, no runc), which shows the same path
@@ -167,10 +167,11 @@ def run(
     json_path: Path | None,
     server_url: str | None = None,
     node: NodeKind = "containerd",
+    spacing_s: float = SPACING_S,
 ) -> Report:
     progress = Progress(NAME)
     real = node == "containerd"
-    parameters: dict[str, object] = {"runs": size, "spacing_s": SPACING_S, "node": NODE_NAMES[node]}
+    parameters: dict[str, object] = {"runs": size, "spacing_s": spacing_s, "node": NODE_NAMES[node]}
     if real:
         parameters["runner image"] = RUNNER_IMAGE
     report = Report(benchmark=NAME, size=size, parameters=parameters)
@@ -219,11 +220,11 @@ def run(
                 fast_forward(
                     database,
                     {
-                        agent: first + timedelta(seconds=k * SPACING_S)
+                        agent: first + timedelta(seconds=k * spacing_s)
                         for k, agent in enumerate(agents)
                     },
                 )
-                progress(f"{size} slots, {SPACING_S:g} s apart, from {first:%H:%M:%S} UTC")
+                progress(f"{size} slots, {spacing_s:g} s apart, from {first:%H:%M:%S} UTC")
 
                 # A run whose pod never started (the node full, a start deadline) ends
                 # unclaimed: it is counted in "runs by state", not waited for.
@@ -232,7 +233,7 @@ def run(
                     return _slot_runs(database).settled >= size
 
                 wait_until(
-                    all_claimed_or_over, size * SPACING_S + 300, f"{size} runs claimed", progress
+                    all_claimed_or_over, size * spacing_s + 300, f"{size} runs claimed", progress
                 )
                 jobs = {int(job.labels[RUN_ID_LABEL]): job.seen_at for job in watcher.snapshot()}
                 pods = {
