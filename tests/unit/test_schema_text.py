@@ -16,7 +16,7 @@ SHIPPED = {
     # 0001_engine
     "RUN_TRIGGER_CHECK": "trigger IN ('manual', 'scheduled')",
     "RUN_STATE_CHECK": "state IN ('queued', 'running', 'succeeded', 'failed', 'skipped')",
-    "RUN_REASON_MATCHES_STATE_CHECK": (
+    "RUN_REASON_MATCHES_STATE_CHECK_0001": (
         "(state = 'skipped' AND reason IS NOT NULL"
         " AND reason IN ('budget_exceeded', 'already_running'))"
         " OR (state = 'failed' AND reason IS NOT NULL"
@@ -61,6 +61,14 @@ SHIPPED = {
     ),
     "RUN_USED_PROMPT_SHA256_CHECK": (
         "used_prompt_sha256 IS NULL OR length(used_prompt_sha256) = 32"
+    ),
+    # 0013_run_controls
+    "RUN_REASON_MATCHES_STATE_CHECK": (
+        "(state = 'skipped' AND reason IS NOT NULL"
+        " AND reason IN ('budget_exceeded', 'already_running'))"
+        " OR (state = 'failed' AND reason IS NOT NULL"
+        " AND reason IN ('iteration_cap', 'error', 'stale', 'token_cap', 'cancelled'))"
+        " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)"
     ),
 }
 

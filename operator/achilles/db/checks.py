@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from achilles.domain import users
 from achilles.domain.inbox import ItemState, ReplyChannel, ReplyKind
+from achilles.domain.notifications import BUDGET_THRESHOLDS, DeliveryState, NotificationKind
 from achilles.domain.run_trace import TRUNCATED_SEQ, StepKind, ToolStatus
 from achilles.domain.runs import (
     ACTIVE_STATES,
@@ -44,14 +45,26 @@ def not_in_check(column: str, values: Iterable[str]) -> str:
 TERMINAL_RUN_STATES = sql_values(in_definition_order(TERMINAL_STATES))
 RUN_TRIGGER_CHECK = in_check("trigger", RunTrigger)
 RUN_STATE_CHECK = in_check("state", RunState)
-# A reason is a machine code that belongs to its state, and only there. IS NOT NULL:
-# `NULL IN (...)` is NULL, which a CHECK would let pass.
-RUN_REASON_MATCHES_STATE_CHECK = (
-    f"(state = '{RunState.SKIPPED}' AND reason IS NOT NULL AND {in_check('reason', SkipReason)})"
-    f" OR (state = '{RunState.FAILED}' AND reason IS NOT NULL"
-    f" AND {in_check('reason', FailReason)})"
-    f" OR ({not_in_check('state', (RunState.SKIPPED, RunState.FAILED))} AND reason IS NULL)"
+
+
+def _reason_matches_state(fail_reasons: Iterable[str]) -> str:
+    # A reason is a machine code that belongs to its state, and only there. IS NOT NULL:
+    # `NULL IN (...)` is NULL, which a CHECK would let pass.
+    return (
+        f"(state = '{RunState.SKIPPED}' AND reason IS NOT NULL"
+        f" AND {in_check('reason', SkipReason)})"
+        f" OR (state = '{RunState.FAILED}' AND reason IS NOT NULL"
+        f" AND {in_check('reason', fail_reasons)})"
+        f" OR ({not_in_check('state', (RunState.SKIPPED, RunState.FAILED))} AND reason IS NULL)"
+    )
+
+
+# 0001_engine's failure reasons, as it shipped them; 0013_run_controls replaced the
+# constraint with the enum's whole list (token_cap, cancelled).
+RUN_REASON_MATCHES_STATE_CHECK_0001 = _reason_matches_state(
+    (FailReason.ITERATION_CAP, FailReason.ERROR, FailReason.STALE)
 )
+RUN_REASON_MATCHES_STATE_CHECK = _reason_matches_state(FailReason)
 RUN_SKIPPED_SPENDS_NOTHING_CHECK = f"state <> '{RunState.SKIPPED}' OR tokens_used = 0"
 RUN_FINISHED_IFF_TERMINAL_CHECK = f"(state IN ({TERMINAL_RUN_STATES})) = (finished_at IS NOT NULL)"
 # Only `running` and what it leads to normally carry a start time: a queued run can fail
@@ -109,3 +122,11 @@ STEP_COUNTS_NON_NEGATIVE_CHECK = " AND ".join(
 # --- agent_runs: what the run used (0012_run_steps) ---
 
 RUN_USED_PROMPT_SHA256_CHECK = "used_prompt_sha256 IS NULL OR length(used_prompt_sha256) = 32"
+
+# --- notification_outbox, budget_warnings (0014_notifications) ---
+
+NOTIFICATION_KIND_CHECK = in_check("kind", NotificationKind)
+DELIVERY_STATE_CHECK = in_check("state", DeliveryState)
+PENDING_DELIVERY_PREDICATE = f"state = '{DeliveryState.PENDING}'"
+DELIVERED_WHEN_DONE_CHECK = f"(state = '{DeliveryState.DELIVERED}') = (delivered_at IS NOT NULL)"
+BUDGET_THRESHOLD_CHECK = f"threshold IN ({', '.join(map(str, BUDGET_THRESHOLDS))})"

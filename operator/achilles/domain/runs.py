@@ -38,6 +38,10 @@ class FailReason(StrEnum):
     ITERATION_CAP = "iteration_cap"
     ERROR = "error"
     STALE = "stale"
+    # 0013_run_controls: the run's tokens reached its cap (the call that crossed it
+    # counted); an owner or admin cancelled the run (queued or running).
+    TOKEN_CAP = "token_cap"  # noqa: S105 - a reason code, not a secret
+    CANCELLED = "cancelled"
 
 
 # States covered by the one-active-run lock (partial unique index on agent_runs).

@@ -114,6 +114,25 @@ class PlatformSettings(Base):
         CheckConstraint("agent_max_iterations >= 1", name="iterations_positive"),
         CheckConstraint("agent_max_concurrency >= 1", name="concurrency_positive"),
         CheckConstraint("agent_run_timeout_seconds >= 1", name="timeout_positive"),
+        # 0013_run_controls
+        CheckConstraint(
+            "agent_max_run_tokens IS NULL OR agent_max_run_tokens >= 1",
+            name="max_run_tokens_positive",
+        ),
+        CheckConstraint(
+            "agent_suspend_after_failures IS NULL OR agent_suspend_after_failures >= 1",
+            name="suspend_after_failures_positive",
+        ),
+        # 0014_notifications
+        CheckConstraint(
+            "agent_run_retention_days IS NULL OR agent_run_retention_days >= 1",
+            name="retention_positive",
+        ),
+        CheckConstraint(
+            "agent_webhook_url IS NOT NULL"
+            " OR (agent_webhook_secret_name IS NULL AND agent_webhook_secret_key IS NULL)",
+            name="webhook_secret_with_url",
+        ),
     )
 
     id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, server_default=text("1"))
@@ -133,6 +152,18 @@ class PlatformSettings(Base):
     agent_platform_prompt: Mapped[str] = mapped_column(
         Text, nullable=False, server_default=text("''")
     )
+    # The organisation's defaults of an agent's run controls (0013_run_controls): the
+    # tokens one run may spend (NULL: no cap), the failed runs in a row after which the
+    # scheduler stops scheduling the agent (NULL: never).
+    agent_max_run_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    agent_suspend_after_failures: Mapped[int | None] = mapped_column(Integer)
+    # Notifications and retention (0014_notifications): the webhook's URL and the Secret
+    # (runs namespace) with its signing key (NULL URL: no notifications); the days a
+    # finished run is kept (NULL: for ever).
+    agent_webhook_url: Mapped[str | None] = mapped_column(Text)
+    agent_webhook_secret_name: Mapped[str | None] = mapped_column(Text)
+    agent_webhook_secret_key: Mapped[str | None] = mapped_column(Text)
+    agent_run_retention_days: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[datetime] = timestamp_column()
 
 
@@ -141,6 +172,16 @@ class PlatformSettings(Base):
 
 class Agent(Base):
     __tablename__ = "agents"
+    __table_args__ = (
+        # 0013_run_controls
+        CheckConstraint(
+            "max_run_tokens IS NULL OR max_run_tokens >= 1", name="max_run_tokens_positive"
+        ),
+        CheckConstraint(
+            "suspend_after_failures IS NULL OR suspend_after_failures >= 0",
+            name="suspend_after_failures_non_negative",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     user_id: Mapped[int] = mapped_column(
@@ -168,6 +209,13 @@ class Agent(Base):
     schedule_zone: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = timestamp_column()
     updated_at: Mapped[datetime] = timestamp_column()
+    # The Agent's run controls (0013_run_controls; NULL: the platform's): the tokens one
+    # run may spend, and the failed runs in a row that suspend its schedule (0: never).
+    max_run_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    suspend_after_failures: Mapped[int | None] = mapped_column(Integer)
+    # When the scheduler stopped scheduling it after that many failures (NULL: it did
+    # not); an edit of the agent clears it (`db/journal/agents.py`, `upsert_agent`).
+    suspended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AgentRun(Base):

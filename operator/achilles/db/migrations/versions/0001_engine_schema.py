@@ -183,7 +183,8 @@ def upgrade() -> None:
         sa.CheckConstraint(checks.RUN_TRIGGER_CHECK, name=op.f("ck_agent_runs_trigger")),
         sa.CheckConstraint(checks.RUN_STATE_CHECK, name=op.f("ck_agent_runs_state")),
         sa.CheckConstraint(
-            checks.RUN_REASON_MATCHES_STATE_CHECK, name=op.f("ck_agent_runs_reason_matches_state")
+            checks.RUN_REASON_MATCHES_STATE_CHECK_0001,
+            name=op.f("ck_agent_runs_reason_matches_state"),
         ),
         sa.CheckConstraint("tokens_used >= 0", name=op.f("ck_agent_runs_tokens_non_negative")),
         sa.CheckConstraint(
