@@ -35,6 +35,10 @@ DISPLAY_NAME_MAX_LENGTH = 200
 DESCRIPTION_MAX_LENGTH = 2000
 PROMPT_MAX_LENGTH = 65536
 MAX_TOOLS = 32
+# The run controls' bounds (0013_run_controls): a week's budget at most, a streak a
+# person would still read.
+MAX_RUN_TOKENS = 10**12
+MAX_SUSPEND_AFTER_FAILURES = 1000
 
 # The schedule union itself is exact per type (the generator derives those rules from
 # the union); what the union cannot say is the domain's weekday rule. A daily schedule's
@@ -111,6 +115,22 @@ class AgentSpec(SpecModel):
         description="The owner's consent that a human's reply to the agent's blocked inbox "
         "question requests a run (absent: the setting of `achilles inbox wake-on-reply`, "
         "off unless set there).",
+    )
+    max_run_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RUN_TOKENS,
+        description="Tokens one run may spend: the runner stops the run when its tokens "
+        "reach this (the model call that crossed it counts) and it fails with reason "
+        "token_cap (absent: the AgentPlatform's maxRunTokens; no cap if neither is set).",
+    )
+    suspend_after_failures: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SUSPEND_AFTER_FAILURES,
+        description="After this many failed runs in a row the scheduler stops scheduling "
+        "the agent (manual runs still allowed); any change of the spec resumes it. "
+        "0 = never; absent = the AgentPlatform's suspendAfterFailures.",
     )
 
     @field_validator("schedule", mode="before")
@@ -197,6 +217,17 @@ class AgentStatus(RowStatus):
         description="The achilles.io/run-requested-at value last turned into a run request.",
     )
     withdrawn_run_request: WithdrawnRunRequest | None = None
+    last_handled_cancel_request: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The achilles.io/cancel-run value last handled (the run it named was "
+        "cancelled, or had ended already).",
+    )
+    suspended_at: datetime | None = Field(
+        default=None,
+        description="When the scheduler stopped scheduling the agent after "
+        "suspendAfterFailures failed runs in a row (absent: not suspended).",
+    )
 
 
 class AgentResource(CustomResource):

@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 from achilles.domain.schedule import load_timezone
 from achilles.domain.timezones import iana_timezones
 from achilles.errors import UnknownTimezoneError
+from achilles.k8s.resources.agent import MAX_RUN_TOKENS, MAX_SUSPEND_AFTER_FAILURES
 from achilles.k8s.resources.cel import PATH, CelRule, cel_rules, cel_string
 from achilles.k8s.resources.common import (
     CustomResource,
@@ -84,6 +85,21 @@ class AgentPlatformSpec(SpecModel):
         default="",
         max_length=PLATFORM_PROMPT_MAX_LENGTH,
         description="Prompt every agent's own prompt is composed under.",
+    )
+    max_run_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RUN_TOKENS,
+        description="Tokens one run may spend, unless its Agent sets spec.maxRunTokens: "
+        "the run fails with reason token_cap when its tokens reach this (absent: no cap).",
+    )
+    suspend_after_failures: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SUSPEND_AFTER_FAILURES,
+        description="Failed runs in a row after which an agent is no longer scheduled "
+        "(manual runs still allowed; a change of its spec resumes it), unless the Agent "
+        "sets spec.suspendAfterFailures (absent: never).",
     )
 
     @field_validator("timezone", mode="after")

@@ -70,6 +70,13 @@ AGENT = CustomResourceKind(
         PrinterColumn("Next-Run", ".status.nextRunAt", description="Next slot (UTC)"),
         PrinterColumn("Last-State", ".status.lastRun.state", description="Last run's state"),
         PrinterColumn("Phase", ".status.phase", description="Why it can(not) run"),
+        PrinterColumn(
+            "Run-Token-Cap",
+            ".spec.maxRunTokens",
+            type="integer",
+            description="Tokens one run may spend (absent: the platform's)",
+            priority=1,
+        ),
         AGE,
     ),
 )
@@ -121,6 +128,20 @@ AGENT_PLATFORM = CustomResourceKind(
         ),
         PrinterColumn(
             "Max-Concurrency", ".spec.maxConcurrency", type="integer", description="Runs at once"
+        ),
+        PrinterColumn(
+            "Run-Token-Cap",
+            ".spec.maxRunTokens",
+            type="integer",
+            description="Tokens one run may spend",
+            priority=1,
+        ),
+        PrinterColumn(
+            "Suspend-After",
+            ".spec.suspendAfterFailures",
+            type="integer",
+            description="Failed runs in a row that stop an agent's schedule",
+            priority=1,
         ),
         AGE,
     ),
