@@ -1,0 +1,1 @@
+"""The notification outbox and the budget warnings (0014_notifications)."""
