@@ -56,6 +56,10 @@ class Step:
     argument_bytes: int | None = None
     result_bytes: int | None = None
     error: str | None = None
+    # For the run's trace (OpenTelemetry), not the journal: the model's id of a tool
+    # call, and a low-cardinality class of a step's error (an exception's class name).
+    call_id: str | None = None
+    error_type: str | None = None
 
 
 @dataclass(frozen=True)

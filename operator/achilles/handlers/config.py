@@ -14,6 +14,7 @@ from achilles.domain.runs import STALE_AFTER
 from achilles.errors import ConfigurationError, InvalidInputError
 from achilles.k8s.jobs import JobTemplate, SecretKey
 from achilles.services.db_roles import ALLOW_SUPERUSER_ENV, allow_superuser
+from achilles.telemetry.settings import exporter_env
 
 
 def _env(name: str, default: str | None = None) -> str:
@@ -75,7 +76,9 @@ class OperatorConfig:
     @classmethod
     def from_env(cls) -> OperatorConfig:
         command = os.environ.get("ACHILLES_RUNNER_COMMAND")
-        extra_env = _json_object("ACHILLES_RUNNER_ENV")
+        # The operator's OTLP exporter settings, if any, go to the runs too (so a run's
+        # trace joins its dispatch span in the same collector); ACHILLES_RUNNER_ENV wins.
+        extra_env = {**exporter_env(os.environ), **_json_object("ACHILLES_RUNNER_ENV")}
         if allow_superuser():  # a first try with one superuser URL: the runs may use it too
             extra_env.setdefault(ALLOW_SUPERUSER_ENV, "true")
         resources = _json_object("ACHILLES_RUNNER_RESOURCES")

@@ -20,6 +20,10 @@ from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.k8s.resources.common import API_GROUP
 from achilles.services.agent_intake import SettledAgents
+from achilles.telemetry.spans import operator_spans
+
+# The operator's last spans may take this long to leave at its shutdown.
+SPANS_FLUSH_SECONDS = 5.0
 
 RUNTIME_KEY = "achilles-runtime"
 
@@ -76,6 +80,7 @@ def configure(
         resources=Resources(api),
         jobs=RunJobs(api, config.job_template.namespace),
         settled_agents=SettledAgents(database),
+        spans=operator_spans(),
     )
     if context.settled_agents is not None:
         context.settled_agents.preload()  # kopf lists every Agent next
@@ -91,6 +96,7 @@ def shutdown(memo: kopf.Memo, **_: Any) -> None:
     if isinstance(runtime, Runtime):
         runtime.shutdown()
         runtime.context.database.dispose()
+        runtime.context.spans.close(SPANS_FLUSH_SECONDS)
 
 
 @kopf.on.probe(id="loops")

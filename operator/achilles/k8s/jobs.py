@@ -21,6 +21,7 @@ from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError
 from achilles.domain.pod_outcome import ContainerObservation, PodObservation
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.timestamps import iso_utc
+from achilles.domain.trace_context import TRACEPARENT_ENV
 from achilles.k8s.resources.common import API_GROUP
 
 JOB_NAME_PREFIX = "achilles-run-"
@@ -78,6 +79,9 @@ class RunJobSpec:
     model_secret: SecretKey | None
     # What lets the runner's shared login act for this run only (domain/run_secret.py).
     run_secret: RunSecret | None = None
+    # The W3C traceparent of the run's dispatch span (tracing on): the runner's trace
+    # continues it (the OpenTelemetry convention for a context in the environment).
+    traceparent: str | None = None
 
 
 def _label_safe(value: str | None) -> str:
@@ -124,6 +128,8 @@ def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
             }
         )
     env += [{"name": name, "value": value} for name, value in template.extra_env]
+    if run.traceparent is not None:
+        env.append({"name": TRACEPARENT_ENV, "value": run.traceparent})
     container: dict[str, Any] = {
         "name": RUNNER_CONTAINER,
         "image": template.image,

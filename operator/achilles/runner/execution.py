@@ -32,6 +32,7 @@ from achilles.runner.events import (
 from achilles.runner.loop import AgentLoop, LoopLimits, timed_out_message
 from achilles.runner.prompt import compose_messages, composed_prompt_digest
 from achilles.runner.steps import StepJournal
+from achilles.runner.tracing import RunTrace, close_run_trace, start_run_trace
 from achilles.services.run_journal import RunJournal
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
@@ -63,6 +64,24 @@ def execute(
 
     `claimed` is the claim's `time.monotonic()`: deadlines count from it, not from
     this module's import. `stop` stops the loop and the heartbeat."""
+    trace = start_run_trace(spec, model_endpoint, claimed=claimed)
+    try:
+        return _execute(spec, config, database, events, model_endpoint, claimed, stop, trace=trace)
+    finally:
+        close_run_trace(trace, spec.run_id)
+
+
+def _execute(
+    spec: RunSpec,
+    config: RunnerConfig,
+    database: RunJournal,
+    events: queue.SimpleQueue[Event],
+    model_endpoint: ModelEndpoint,
+    claimed: float,
+    stop: threading.Event,
+    *,
+    trace: RunTrace | None,
+) -> int:
     selection = select_tools(spec.tool_implementations)
     # What the run uses, for the record: it rides on the run's first write.
     used = RunUsed(
@@ -72,7 +91,7 @@ def execute(
         prompt_sha256=composed_prompt_digest(spec),
         tools=selection.toolbox.names,
     )
-    journal = StepJournal(database, spec.run_id, used)
+    journal = StepJournal(database, spec.run_id, used, observer=trace)
     # In a Job, the run's limit counts from the Job's start, as its activeDeadlineSeconds
     # does, not from this claim: the pod's start-up has already used part of it.
     # Kubernetes enforces it (SIGTERM, then SIGKILL: even a runner that hangs is

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
@@ -130,7 +130,9 @@ class AgentLoop:
                     messages, specs, timeout=min(self._limits.request_timeout, remaining)
                 )
             except ModelCallFailed as exc:
-                self._journal.record_step(self._model_step(started, began, None, str(exc)))
+                step = self._model_step(started, began, None, str(exc))
+                cause = exc.__cause__ or exc
+                self._journal.record_step(replace(step, error_type=type(cause).__name__))
                 return self._fail(FailReason.ERROR, str(exc))
             self._journal.record_step(self._model_step(started, began, reply, None))
 
@@ -170,9 +172,10 @@ class AgentLoop:
             result = self._toolbox.call(call.name, call.arguments, self._ctx)
         except Exception as exc:
             # A bug in a tool: the run fails (the caller writes it); its step says which.
-            self._journal.record_step(
-                self._tool_step(call, started, began, None, f"tool crashed: {type(exc).__name__}")
+            step = self._tool_step(
+                call, started, began, None, f"tool crashed: {type(exc).__name__}"
             )
+            self._journal.record_step(replace(step, error_type=type(exc).__name__))
             raise
         self._journal.record_step(self._tool_step(call, started, began, result, result.error))
         return result
@@ -211,6 +214,7 @@ class AgentLoop:
             argument_bytes=len(call.arguments.encode()),
             result_bytes=None if result is None else len(result.content.encode()),
             error=clip_step_error(error),
+            call_id=call.call_id or None,
         )
 
     def _finish(self, content: str | None, finish_reason: str) -> LoopResult:

@@ -9,22 +9,43 @@ calls' steps with the next model call's, the last ones with the outcome; what th
 used (`RunUsed`) goes with the first write. The loop's
 thread and the main thread (a SIGTERM's failure) both write: a lock keeps the numbering
 and the hand-over whole.
+
+It is also the one place that sees every step and the run's end, so the run's trace
+(OpenTelemetry, when on: `runner/tracing.py`) is told here too: each step kept, and the
+terminal write that went in.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
 from achilles.domain.run_trace import NumberedStep, RunUsed, Step, StepNumbering
-from achilles.domain.runs import FailReason
+from achilles.domain.runs import FailReason, RunState
 from achilles.services.run_journal import RunJournal
+
+
+class StepObserver(Protocol):
+    """Told of each step the journal keeps (the cap's marker included) and of the run's
+    terminal write once it went in."""
+
+    def on_step(self, step: Step) -> None: ...
+
+    def on_end(self, state: RunState, reason: str | None) -> None: ...
 
 
 class StepJournal:
     """`runner.loop.RunJournal` for one run id, steps included."""
 
-    def __init__(self, database: RunJournal, run_id: int, used: RunUsed | None = None) -> None:
+    def __init__(
+        self,
+        database: RunJournal,
+        run_id: int,
+        used: RunUsed | None = None,
+        observer: StepObserver | None = None,
+    ) -> None:
         self._db = database
+        self._observer = observer
         self._run_id = run_id
         self._lock = threading.Lock()
         self._numbering = StepNumbering()
@@ -36,6 +57,8 @@ class StepJournal:
             numbered = self._numbering.number(step)
             if numbered is not None:
                 self._pending.append(numbered)
+        if numbered is not None and self._observer is not None:
+            self._observer.on_step(numbered.step)
 
     def add_tokens(self, tokens: int) -> bool:
         with self._lock:
@@ -43,11 +66,17 @@ class StepJournal:
 
     def succeed(self, output: str) -> bool:
         with self._lock:
-            return self._db.succeed(self._run_id, output, *self._take())
+            written = self._db.succeed(self._run_id, output, *self._take())
+        if written and self._observer is not None:
+            self._observer.on_end(RunState.SUCCEEDED, None)
+        return written
 
     def fail(self, reason: FailReason, error: str) -> bool:
         with self._lock:
-            return self._db.fail(self._run_id, reason, error, *self._take())
+            written = self._db.fail(self._run_id, reason, error, *self._take())
+        if written and self._observer is not None:
+            self._observer.on_end(RunState.FAILED, str(reason))
+        return written
 
     def _take(self) -> tuple[list[NumberedStep], RunUsed | None]:
         # Taken for good: a write refused (the run ended) or failed (the database gone;

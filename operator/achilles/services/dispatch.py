@@ -57,8 +57,10 @@ from achilles.k8s.jobs import (
     RunJobSpec,
     SecretKey,
     build_run_job,
+    job_name,
 )
 from achilles.services.status import LOCK_MESSAGES
+from achilles.telemetry.spans import NO_SPANS, Spans
 
 BATCH = 200
 PARALLEL_CREATES = 8
@@ -96,7 +98,9 @@ def refusal_message(closed: tuple[LockReason, ...]) -> str:
     return "run refused: " + "; ".join(LOCK_MESSAGES[lock] for lock in closed)
 
 
-def _spec(run: queue.DispatchableRun, timeout: int, run_secret: RunSecret) -> RunJobSpec:
+def _spec(
+    run: queue.DispatchableRun, timeout: int, run_secret: RunSecret, traceparent: str | None
+) -> RunJobSpec:
     secret = None
     if run.model_secret_name:
         secret = SecretKey(run.model_secret_name, run.model_secret_key or "api-key")
@@ -111,6 +115,7 @@ def _spec(run: queue.DispatchableRun, timeout: int, run_secret: RunSecret) -> Ru
         run_timeout_seconds=timeout,
         model_secret=secret,
         run_secret=run_secret,
+        traceparent=traceparent,
     )
 
 
@@ -139,8 +144,15 @@ class _Outcome(Enum):
 
 
 def dispatch_queued_runs(
-    database: Database, jobs: RunJobs, template: JobTemplate, *, batch: int = BATCH
+    database: Database,
+    jobs: RunJobs,
+    template: JobTemplate,
+    *,
+    batch: int = BATCH,
+    spans: Spans = NO_SPANS,
 ) -> DispatchResult:
+    """One pass (see the module's note). Each Job's create is a `dispatch` span, the root
+    of its run's trace: the Job carries it (`TRACEPARENT`) to the runner."""
     began = time.monotonic()
     result = DispatchResult()
     marked, timeout = _choose(database, batch, result)
@@ -150,7 +162,13 @@ def dispatch_queued_runs(
     def create(mark: _Marked) -> tuple[_Outcome, str | None]:
         if time.monotonic() - began > CREATE_DEADLINE:
             return _Outcome.LATE, None
-        spec = _spec(mark.run, timeout, mark.secret)
+        with spans.span("dispatch", _span_attributes(mark.run)) as span:
+            outcome, why = _create(mark, span.traceparent)
+            span.set_attribute("achilles.dispatch.outcome", outcome.value)
+        return outcome, why
+
+    def _create(mark: _Marked, traceparent: str | None) -> tuple[_Outcome, str | None]:
+        spec = _spec(mark.run, timeout, mark.secret, traceparent)
         try:
             if jobs.create(build_run_job(spec, template)):
                 return _Outcome.CREATED, None
@@ -174,6 +192,20 @@ def dispatch_queued_runs(
         result.executing -= undone
         result.waiting += undone
     return result
+
+
+def _span_attributes(run: queue.DispatchableRun) -> dict[str, str | int]:
+    attributes: dict[str, str | int] = {
+        "achilles.run.id": run.run_id,
+        "achilles.run.trigger": run.trigger,
+        "achilles.agent.id": run.agent_id,
+        "k8s.job.name": job_name(run.run_id),
+    }
+    if run.agent_name:
+        attributes["gen_ai.agent.name"] = run.agent_name
+    if run.agent_namespace:
+        attributes["achilles.agent.namespace"] = run.agent_namespace
+    return attributes
 
 
 def _choose(database: Database, batch: int, result: DispatchResult) -> tuple[list[_Marked], int]:

@@ -25,11 +25,18 @@ from datetime import timedelta
 from typing import TypeVar
 
 from achilles.db.database import Database
-from achilles.domain.pod_outcome import START_DEADLINE, JobObservation, PodObservation
+from achilles.domain.pod_outcome import (
+    START_DEADLINE,
+    JobObservation,
+    PodObservation,
+    job_verdict,
+    may_fail,
+)
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.run_watch import job_watch, pod_watch
 from achilles.k8s.watching import Change, ListWatch, Page
 from achilles.services import outcomes
+from achilles.telemetry.spans import NO_SPANS, Spans
 
 T = TypeVar("T")
 Report = Callable[[list[outcomes.FailedRun]], None]
@@ -45,8 +52,10 @@ class RunObjects:
         *,
         start_deadline: timedelta = START_DEADLINE,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        spans: Spans = NO_SPANS,
     ) -> None:
         self.database = database
+        self.spans = spans
         self.jobs = jobs
         self.start_deadline = start_deadline
         self.pod_watch = pod_watch(jobs, watch_timeout_seconds)
@@ -160,9 +169,14 @@ class RunObjects:
     def _fold_pods(self, pods: Sequence[PodObservation]) -> list[outcomes.FailedRun]:
         with self._lock:
             fresh = [pod for pod in pods if pod.name not in self._settled_pods]
-        folded = outcomes.fold_pods(
-            self.database, self.jobs, fresh, start_deadline=self.start_deadline
-        )
+        # A span for a fold that may write (most events cost nothing and are not traced).
+        judged = sum(may_fail(pod, self.start_deadline) for pod in fresh)
+        spans = self.spans if judged else NO_SPANS
+        with spans.span("fold pods", {"achilles.fold.judged": judged}) as span:
+            folded = outcomes.fold_pods(
+                self.database, self.jobs, fresh, start_deadline=self.start_deadline
+            )
+            span.set_attribute("achilles.fold.failed_runs", len(folded.failed))
         with self._lock:
             self._settled_pods |= folded.settled
         return folded.failed
@@ -194,9 +208,13 @@ class RunObjects:
     def _fold_jobs(self, observed: Sequence[JobObservation]) -> list[outcomes.FailedRun]:
         with self._lock:
             fresh = [job for job in observed if job.name not in self._settled_jobs]
-        folded = outcomes.fold_jobs(
-            self.database, self.jobs, fresh, start_deadline=self.start_deadline
-        )
+        judged = sum(job_verdict(job) is not None for job in fresh)
+        spans = self.spans if judged else NO_SPANS
+        with spans.span("fold jobs", {"achilles.fold.judged": judged}) as span:
+            folded = outcomes.fold_jobs(
+                self.database, self.jobs, fresh, start_deadline=self.start_deadline
+            )
+            span.set_attribute("achilles.fold.failed_runs", len(folded.failed))
         with self._lock:
             self._settled_jobs |= folded.settled
         return folded.failed

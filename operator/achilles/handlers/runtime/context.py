@@ -24,6 +24,7 @@ from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.services.agent_intake import SettledAgents
 from achilles.services.run_objects import RunObjects
+from achilles.telemetry.spans import NO_SPANS, Spans
 
 log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
@@ -71,12 +72,14 @@ class RuntimeContext:
     # The rows' digests a listed Agent is checked against (the start-up intake: an Agent
     # that agrees with its row and status costs nothing). None: reconcile every one.
     settled_agents: SettledAgents | None = None
+    # The operator's spans (OpenTelemetry, when an OTLP endpoint is configured).
+    spans: Spans = NO_SPANS
     # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
     run_objects: RunObjects = field(init=False)
 
     def __post_init__(self) -> None:
         self.run_objects = RunObjects(
-            self.database, self.jobs, start_deadline=self.config.start_deadline
+            self.database, self.jobs, start_deadline=self.config.start_deadline, spans=self.spans
         )
 
     def mark_dirty(self, agent_ids: Iterable[int]) -> None:

@@ -44,7 +44,7 @@ def run(context: RuntimeContext) -> None:
 
 def dispatch_once(context: RuntimeContext) -> dispatch.DispatchResult:
     done = dispatch.dispatch_queued_runs(
-        context.database, context.jobs, context.config.job_template
+        context.database, context.jobs, context.config.job_template, spans=context.spans
     )
     now = datetime.now(UTC)
     for run in done.created:

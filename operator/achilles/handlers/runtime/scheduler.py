@@ -41,7 +41,9 @@ def run(context: RuntimeContext) -> None:
 
 
 def schedule_once(context: RuntimeContext, *, repair: bool) -> scheduler.TickResult:
-    tick = scheduler.schedule_due_agents(context.database, repair=repair)
+    with context.spans.span("scheduler pass", {"achilles.scheduler.repair": repair}) as span:
+        tick = scheduler.schedule_due_agents(context.database, repair=repair)
+        span.set_attribute("achilles.scheduler.enqueued", len(tick.enqueued))
     for agent_id, outcome in tick.enqueued:
         metrics.count_enqueued("scheduled", outcome.state, outcome.reason or "")
         if outcome.state is RunState.SKIPPED:
