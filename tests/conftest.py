@@ -22,8 +22,9 @@ from achilles.db import migrate
 from achilles.db.database import Database
 from achilles_dev import postgres
 
-# The real OpenID Provider (`oidc_provider` session fixture), for every tier.
-pytest_plugins = ["tests.oidc_provider"]
+# The real OpenID Provider (`oidc_provider` session fixture) and the real trace collector
+# (`jaeger`), for every tier.
+pytest_plugins = ["tests.oidc_provider", "tests.jaeger_collector"]
 
 
 @pytest.fixture(scope="session")

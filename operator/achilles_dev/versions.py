@@ -73,6 +73,14 @@ def prometheus_version(path: Path = _VERSIONS_FILE) -> str:
         raise LocalStackError(f"cannot read Prometheus' version from {path}: {error}") from error
 
 
+def jaeger_version(path: Path = _VERSIONS_FILE) -> str:
+    """The pinned github.com/jaegertracing/jaeger module version (the trace tests')."""
+    try:
+        return str(tomllib.loads(path.read_text())["jaeger"]["version"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+        raise LocalStackError(f"cannot read Jaeger's version from {path}: {error}") from error
+
+
 def cache_root() -> Path:
     override = os.environ.get("ACHILLES_CACHE_DIR")
     if override:

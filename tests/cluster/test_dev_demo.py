@@ -2,7 +2,9 @@
 would (the operator and the API as their Deployments, from the engine image, under their
 ServiceAccounts and RBAC), the demo applied, and one run of the demo agent through a real
 Job whose container runs as non-root with no service-account token; the API reached from
-the host at the URL `achilles dev env` exports, with a token `achilles dev token` gets."""
+the host at the URL `achilles dev env` exports, with a token `achilles dev token` gets.
+With `tracing.otlpEndpoint` set on the release, as a user would, the run's trace reaches a
+real collector (Jaeger v2) on the host: the operator's dispatch span, then the runner's."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -21,7 +25,13 @@ from kubernetes import client
 from achilles.cli.main import cli
 from achilles.k8s.client import api_client
 from achilles.k8s.jobs import RUN_SELECTOR
-from achilles_dev.chart import install_into_stack
+from achilles_dev.chart import (
+    ChartInstall,
+    install_chart,
+    install_into_stack,
+    merged_values,
+    user_values,
+)
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.demo import (
     DEMO_AGENT,
@@ -32,8 +42,10 @@ from achilles_dev.demo import (
     run_demo,
 )
 from achilles_dev.health import stack_checks
+from achilles_dev.jaeger import RunningJaeger, Span, start_jaeger
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
+from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import external_kubeconfig
 from tests.waiting import wait_for
 
@@ -63,7 +75,32 @@ def dev_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         shutil.rmtree(postgres_dir, ignore_errors=True)
 
 
-def test_the_demo_agent_runs_through_the_operator_deployment(dev_stack: LocalStack) -> None:
+@pytest.fixture(scope="module")
+def demo_jaeger(
+    dev_stack: LocalStack, jaeger_binary: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningJaeger]:
+    """A collector on the address pods reach the host at, and the release told to export
+    to it (`helm upgrade` with `tracing.otlpEndpoint`, the user's values kept)."""
+    jaeger = start_jaeger(
+        tmp_path_factory.mktemp("jaeger"), otlp_host=dev_stack.config.apiserver_host
+    )
+    try:
+        install = ChartInstall(kubeconfig=dev_stack.config.kubeconfig, bin_dir=bin_dir())
+        traced = {"tracing": {"otlpEndpoint": jaeger.otlp_endpoint}}
+        install = replace(install, values=merged_values(user_values(install), traced))
+        install_chart(install, extra_args=("--force-conflicts",))
+        namespace, name = OPERATOR_DEPLOYMENT
+        install.kubectl(
+            "-n", namespace, "rollout", "status", f"deployment/{name}", "--timeout=300s"
+        )
+        yield jaeger
+    finally:
+        jaeger.stop()
+
+
+def test_the_demo_agent_runs_through_the_operator_deployment(
+    dev_stack: LocalStack, demo_jaeger: RunningJaeger
+) -> None:
     assert run_demo(dev_stack, timeout=300) == 0
     namespace, name = DEMO_AGENT
     with api_client(dev_stack.config.kubeconfig) as api:
@@ -108,6 +145,56 @@ def test_the_demo_agent_runs_through_the_operator_deployment(dev_stack: LocalSta
 
     ended = wait_for(runner_exit_code, 60, what="the run pod's container to end")
     assert ended == ("exit code", 0)
+
+
+def _demo_trace(jaeger: RunningJaeger, trace_id: str) -> list[Span] | None:
+    """The run's whole trace: the operator's dispatch span and the runner's spans."""
+    spans = jaeger.trace(trace_id)
+    names = {span.name.split(" ")[0] for span in spans or []}
+    return spans if {"dispatch", "invoke_agent", "chat", "execute_tool"} <= names else None
+
+
+def test_the_demo_runs_trace_joins_the_dispatch_span_in_a_real_collector(
+    dev_stack: LocalStack, demo_jaeger: RunningJaeger
+) -> None:
+    """The operator (the chart's Deployment) and the run's pod on the real node both
+    export to the collector; the Job's TRACEPARENT makes them one trace."""
+    with api_client(dev_stack.config.kubeconfig) as api:
+        jobs: Any = client.BatchV1Api(api).list_namespaced_job(
+            "achilles-runs", label_selector=RUN_SELECTOR
+        )
+    if not jobs.items:  # this test alone: the run is its own
+        assert run_demo(dev_stack, timeout=300) == 0
+        with api_client(dev_stack.config.kubeconfig) as api:
+            jobs = client.BatchV1Api(api).list_namespaced_job(
+                "achilles-runs", label_selector=RUN_SELECTOR
+            )
+    job = jobs.items[-1]
+    env = {e.name: e.value for e in job.spec.template.spec.containers[0].env}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == demo_jaeger.otlp_endpoint
+    _, trace_id, dispatch_id, _ = env["TRACEPARENT"].split("-")
+
+    spans = wait_for(lambda: _demo_trace(demo_jaeger, trace_id), 60, what="the run's trace")
+    (dispatch,) = [s for s in spans if s.name == "dispatch"]
+    assert dispatch.span_id == dispatch_id
+    assert dispatch.service == "achilles-operator"
+    assert dispatch.parent_id is None
+    assert dispatch.attributes["k8s.job.name"] == job.metadata.name
+    assert dispatch.attributes["achilles.dispatch.outcome"] == "created"
+    (root,) = [s for s in spans if s.name.startswith("invoke_agent ")]
+    assert root.service == "achilles-runner"
+    assert root.parent_id == dispatch.span_id
+    assert root.attributes["achilles.run.id"] == dispatch.attributes["achilles.run.id"]
+    assert root.attributes["achilles.run.state"] == "succeeded"
+    steps = [s for s in spans if s not in (dispatch, root)]
+    assert {s.parent_id for s in steps} == {root.span_id}
+    for chat in [s for s in steps if s.name.startswith("chat ")]:
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.usage.input_tokens"] > 0
+        assert chat.attributes["gen_ai.usage.output_tokens"] > 0
+    for tool in [s for s in steps if s.name.startswith("execute_tool ")]:
+        assert tool.name == f"execute_tool {tool.attributes['gen_ai.tool.name']}"
+        assert tool.attributes["gen_ai.tool.call.id"]
 
 
 def test_dev_status_finds_every_part_healthy(dev_stack: LocalStack) -> None:

@@ -145,7 +145,12 @@ class RunnerProcess:
         run_secret: str | None = None,
         extra_env: dict[str, str] | None = None,
     ) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ACHILLES_")}
+        # Only what the test gives: no ACHILLES_* setting, no trace export, of its own.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("ACHILLES_", "OTEL_")) and k not in ("TRACEPARENT", "TRACESTATE")
+        }
         env["ACHILLES_DATABASE_URL"] = database_url
         if as_runner:
             env["ACHILLES_DATABASE_URL"] = runner_login_url(database_url)

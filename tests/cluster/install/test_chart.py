@@ -142,6 +142,21 @@ def test_operator_deployment_is_restricted_and_probed() -> None:
     ]
 
 
+def test_tracing_is_off_unless_an_otlp_endpoint_is_set() -> None:
+    """The operator exports spans, and gives its runs the same settings, only with
+    `tracing.otlpEndpoint` (docs/observability.md, "Traces")."""
+
+    def env(*settings: str) -> dict[str, Any]:
+        (container,) = one(render(*settings), "Deployment", "operator")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        return {item["name"]: item.get("value") for item in container["env"]}
+
+    assert not [name for name in env() if name.startswith("OTEL_")]
+    traced = env("tracing.otlpEndpoint=http://otel-collector.observability:4318")
+    assert traced["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+
+
 def test_operator_rbac_is_exactly_what_it_does() -> None:
     documents = render("operator.rbac.secretNames={llm-key}")
     cluster_rules = one(documents, "ClusterRole", "operator")["rules"]
@@ -249,6 +264,7 @@ def test_each_component_needs_a_database_secret_of_its_own(component: str) -> No
         ("runsNamespace.name=Runs_NS", "at '/runsNamespace/name'"),
         ("adminGroups=null", "missing property 'adminGroups'"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        ("tracing.otlpEndpoint=collector:4318", "at '/tracing/otlpEndpoint'"),
     ],
 )
 def test_values_schema_refuses_bad_values(setting: str, complaint: str) -> None:

@@ -1,0 +1,85 @@
+"""When traces are exported (the standard OTEL_* variables), what the operator passes to
+its runs' Jobs, and the Job's context carrier (issue 21, docs/observability.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from achilles.k8s.jobs import JobTemplate, RunJobSpec, SecretKey, build_run_job
+from achilles.telemetry.settings import exporter_env, tracing_enabled
+
+ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+
+
+@pytest.mark.parametrize(
+    ("environ", "enabled"),
+    [
+        ({}, False),
+        ({"TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, False),
+        (ENDPOINT, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "  "}, False),
+        ({**ENDPOINT, "OTEL_SDK_DISABLED": "true"}, False),
+        ({**ENDPOINT, "OTEL_SDK_DISABLED": "TRUE"}, False),
+        ({**ENDPOINT, "OTEL_SDK_DISABLED": "false"}, True),
+        ({**ENDPOINT, "OTEL_TRACES_EXPORTER": "none"}, False),
+        ({**ENDPOINT, "OTEL_TRACES_EXPORTER": "console"}, False),
+        ({**ENDPOINT, "OTEL_TRACES_EXPORTER": "otlp"}, True),
+        ({**ENDPOINT, "OTEL_TRACES_EXPORTER": "console, otlp"}, True),
+    ],
+)
+def test_traces_are_exported_only_to_a_configured_otlp_endpoint(
+    environ: dict[str, str], enabled: bool
+) -> None:
+    assert tracing_enabled(environ) is enabled
+
+
+def test_the_runs_get_the_operators_exporter_settings_but_not_its_name() -> None:
+    environ = {
+        **ENDPOINT,
+        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=a",
+        "OTEL_SERVICE_NAME": "achilles-operator",
+        "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+        "ACHILLES_DATABASE_URL": "postgresql://operator@db/achilles",
+        "TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    }
+    assert exporter_env(environ) == {
+        **ENDPOINT,
+        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=a",
+        "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+    }
+    assert exporter_env({**environ, "OTEL_SDK_DISABLED": "true"}) == {}
+
+
+def _job_env(traceparent: str | None) -> dict[str, Any]:
+    run = RunJobSpec(
+        run_id=42,
+        agent_id=7,
+        agent_uid=None,
+        agent_namespace="team-a",
+        agent_name="digest",
+        trigger="scheduled",
+        scheduled_for=datetime(2026, 12, 1, 9, 0, tzinfo=UTC),
+        run_timeout_seconds=900,
+        model_secret=None,
+        traceparent=traceparent,
+    )
+    template = JobTemplate(
+        namespace="achilles-runs",
+        image="achilles-runner:1.0",
+        database_secret=SecretKey("achilles-runner-database", "url"),
+        extra_env=tuple(sorted(ENDPOINT.items())),
+    )
+    (container,) = build_run_job(run, template)["spec"]["template"]["spec"]["containers"]
+    return {item["name"]: item.get("value") for item in container["env"]}
+
+
+def test_a_jobs_environment_carries_its_dispatch_span() -> None:
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    env = _job_env(parent)
+    assert env["TRACEPARENT"] == parent
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318"
+    assert "TRACEPARENT" not in _job_env(None)
