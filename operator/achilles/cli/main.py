@@ -33,6 +33,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "inbox": "achilles.cli.inbox:inbox",
     "ks": "achilles.cli.ks:ks",
     "model-server": "achilles.cli.model_server:model_server",
+    "notifications": "achilles.cli.notifications:notifications",
     "operator": "achilles.cli.operator:operator",
     "run-now": "achilles.cli.run_now:run_now",
     "runner": "achilles.cli.runner:runner",

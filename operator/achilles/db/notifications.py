@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 
 RUNS_CHANNEL = "achilles_runs"
 SCHEDULE_CHANNEL = "achilles_schedule"
+# A row inserted into the notification outbox (0014).
+OUTBOX_CHANNEL = "achilles_notifications"
 
 
 def libpq_dsn(url: URL) -> str:
@@ -34,6 +36,7 @@ def listen(
             with psycopg.connect(libpq_dsn(url), autocommit=True, connect_timeout=10) as conn:
                 conn.execute(f"LISTEN {RUNS_CHANNEL}")
                 conn.execute(f"LISTEN {SCHEDULE_CHANNEL}")
+                conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
                 on_connected()
                 while not stop.is_set():
                     for note in conn.notifies(timeout=1.0):

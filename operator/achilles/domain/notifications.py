@@ -42,7 +42,8 @@ MAX_ATTEMPTS = 12
 def retry_delay(attempts: int) -> timedelta:
     """How long to wait after the `attempts`-th failed attempt (1-based)."""
     exponent = max(0, min(attempts - 1, 20))
-    return min(FIRST_RETRY * (2**exponent), MAX_RETRY)
+    delay: timedelta = FIRST_RETRY * (2**exponent)
+    return min(delay, MAX_RETRY)
 
 
 def crossed_thresholds(used: int, limit: int) -> tuple[int, ...]:
@@ -51,3 +52,17 @@ def crossed_thresholds(used: int, limit: int) -> tuple[int, ...]:
     if limit <= 0:
         return ()
     return tuple(t for t in BUDGET_THRESHOLDS if used * 100 >= t * limit)
+
+
+def budget_warning(used: int, limit: int) -> tuple[int, str] | None:
+    """The highest threshold reached and the `BudgetWarning` condition's message; None
+    below the first. The message names no figure that moves with every run, so a status
+    written again stays the same."""
+    crossed = crossed_thresholds(used, limit)
+    if not crossed:
+        return None
+    top = crossed[-1]
+    return top, (
+        f"the owner's agents used {top} % or more of the weekly token budget ({limit});"
+        " runs are skipped once it is spent, until the budget week ends"
+    )

@@ -20,6 +20,8 @@ class ConditionType(StrEnum):
     SCHEDULED = "Scheduled"
     RUN_REQUEST_ACCEPTED = "RunRequestAccepted"
     DEFAULT_CONFLICT = "DefaultConflict"
+    # The owner's weekly tokens reached a warning threshold (issue 22); absent below it.
+    BUDGET_WARNING = "BudgetWarning"
 
 
 class ConditionReason(StrEnum):
@@ -35,6 +37,8 @@ class ConditionReason(StrEnum):
     REFUSED = "Refused"
     MIRRORED = "Mirrored"
     TWO_DEFAULTS = "TwoDefaults"
+    BUDGET_AT_80 = "BudgetAt80Percent"
+    BUDGET_AT_95 = "BudgetAt95Percent"
 
 
 class EventReason(StrEnum):
@@ -48,6 +52,9 @@ class EventReason(StrEnum):
     OWNER_DEACTIVATED = "OwnerDeactivated"
     DEFAULT_MODEL = "DefaultModel"
     MODEL_WITHDRAWN = "ModelWithdrawn"
+    BUDGET_THRESHOLD_CROSSED = "BudgetThresholdCrossed"
+    # On the AgentPlatform: a notification was given up after its last attempt.
+    NOTIFICATION_DEAD = "NotificationDead"
 
 
 # The phase an Agent shows when nothing closes it.

@@ -62,6 +62,8 @@ class RuntimeContext:
     schedule_wake: Wake = field(default_factory=Wake)
     dispatch_wake: Wake = field(default_factory=Wake)
     status_wake: Wake = field(default_factory=Wake)
+    # A notification written to the outbox (NOTIFY) wakes the notifier.
+    notify_wake: Wake = field(default_factory=Wake)
     statuses: StatusQueue = field(
         default_factory=lambda: StatusQueue(SIBLING_REFRESH_SECONDS, SIBLING_BATCH)
     )

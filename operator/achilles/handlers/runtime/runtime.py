@@ -16,6 +16,7 @@ from collections.abc import Callable
 from achilles.handlers.runtime import (
     dispatcher,
     listener,
+    notifier,
     scheduler,
     status_writer,
     sweeper,
@@ -35,6 +36,7 @@ LOOPS: dict[str, Callable[[RuntimeContext], None]] = {
     "job-watch": watchers.run_jobs,
     "sweeper": sweeper.run,
     "status": status_writer.run,
+    "notifier": notifier.run,
 }
 # A watch stream wakes only at its next event and holds nothing between events: not
 # waited for at shutdown (the next leader lists before it watches).
@@ -59,7 +61,8 @@ class Runtime:
         within SHUTDOWN_SECONDS in all; the threads are daemons and end with the process."""
         context = self.context
         context.stop.set()
-        for wake in (context.schedule_wake, context.dispatch_wake, context.status_wake):
+        wakes = (context.schedule_wake, context.dispatch_wake, context.status_wake)
+        for wake in (*wakes, context.notify_wake):
             wake.set()
         deadline = time.monotonic() + SHUTDOWN_SECONDS
         for name, thread in self.threads.items():

@@ -10,10 +10,15 @@ database transactions, so each runs as rarely as what it catches allows.
 - reply wakes: a reply whose wake was lost gets its run;
 - run metrics: the journal's runs as Prometheus figures (runtime/run_metrics.py);
 - memory: the heaps' free pages given back to the system (runtime/memory.py);
+- budget warnings: owners past 80 % / 95 % of the weekly budget are warned, once per
+  threshold per week (runtime/budget_warnings.py);
+- retention: finished runs older than `runRetentionDays` deleted in small batches
+  (runtime/retention.py);
 - orphans (at start, then every ORPHANS_EVERY): rows of Agents, AgentModels and
   AgentTools deleted while no operator watched (kopf's watch sees every deletion after
   that, so the listing of every Agent is rare).
-Owns nothing in memory but where the run-metrics window closed: each pass derives its
+Owns nothing in memory but where the run-metrics window closed, where the budget warnings
+last looked and when retention is next due: each pass derives its
 work from the rows, the API server and what the watchers keep of run pods and Jobs
 (`services/run_objects.py`).
 """
@@ -27,9 +32,11 @@ from collections.abc import Callable
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
 from achilles.handlers.runtime import events
+from achilles.handlers.runtime.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.memory import TRIM_EVERY, release_free_memory
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
+from achilles.handlers.runtime.retention import RETENTION_BUSY_EVERY, RetentionPass
 from achilles.handlers.runtime.retries import fire_due_retries
 from achilles.handlers.runtime.run_metrics import RUN_METRICS_EVERY, RunMetricsPass
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_TOOL
@@ -59,6 +66,8 @@ def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], obje
         "orphans": (ORPHANS_EVERY, lambda: forget_deleted_objects(context)),
         "run-metrics": (RUN_METRICS_EVERY, RunMetricsPass(context)),
         "memory": (TRIM_EVERY, release_free_memory),
+        "budget-warnings": (BUDGET_WARNINGS_EVERY, BudgetWarningsPass(context)),
+        "retention": (RETENTION_BUSY_EVERY, RetentionPass(context)),
     }
 
 

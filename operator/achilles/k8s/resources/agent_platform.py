@@ -22,6 +22,7 @@ from achilles.k8s.resources.common import (
     ResourceStatus,
     SpecModel,
 )
+from achilles.k8s.resources.notifications import MAX_RUN_RETENTION_DAYS, NotificationsSpec
 
 SINGLETON_NAME = "default"
 # IANA zone names ("UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+3").
@@ -100,6 +101,17 @@ class AgentPlatformSpec(SpecModel):
         description="Failed runs in a row after which an agent is no longer scheduled "
         "(manual runs still allowed; a change of its spec resumes it), unless the Agent "
         "sets spec.suspendAfterFailures (absent: never).",
+    )
+    notifications: NotificationsSpec | None = Field(
+        default=None,
+        description="The webhook notifications are POSTed to, signed (absent: none are sent).",
+    )
+    run_retention_days: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RUN_RETENTION_DAYS,
+        description="Finished runs older than this many days are deleted (never one the "
+        "current budget week counts); absent: every run is kept.",
     )
 
     @field_validator("timezone", mode="after")

@@ -1,0 +1,65 @@
+"""The budget-warnings pass (one of the sweeper's): owners whose weekly tokens crossed
+80 % or 95 % of the limit get, once per threshold per week, an Event and the
+`BudgetWarning` condition on each of their Agents, and a notification through the
+outbox (services/budget_warnings.py writes it with the threshold's row).
+
+Keeps in memory only where the last pass looked from; a restarted operator looks at the
+whole budget week again, and the thresholds already recorded are not warned again.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from achilles.db.outbox.budget_warnings import CrossedThreshold
+from achilles.domain.timestamps import iso_utc
+from achilles.domain.vocabulary import EventReason, EventType
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.events import agent_ref
+from achilles.k8s.objects import ObjectRef
+from achilles.services import budget_warnings
+from achilles.services.budget_condition import budget_condition, with_condition
+
+# A threshold is crossed when a run ends; a minute late is soon enough for a warning,
+# for 5 transactions per 5 min of an idle operator.
+BUDGET_WARNINGS_EVERY = 60.0
+
+
+class BudgetWarningsPass:
+    def __init__(self, context: RuntimeContext) -> None:
+        self.context = context
+        self.since: datetime | None = None
+
+    def __call__(self) -> budget_warnings.WarningPass:
+        done = budget_warnings.warn_crossed_thresholds(self.context.database, self.since)
+        highest: dict[int, CrossedThreshold] = {}
+        for crossed in done.crossed:
+            highest[crossed.user_id] = crossed  # ordered by threshold
+            message = (
+                f"owner {crossed.owner} used {crossed.used} of {crossed.budget} weekly tokens:"
+                f" {crossed.threshold} % of the budget (week from"
+                f" {iso_utc(crossed.window.start)}); runs are skipped once it is spent"
+            )
+            for agent in done.agents.get(crossed.user_id, []):
+                if agent.name and agent.namespace:
+                    ref = agent_ref(agent.name, agent.namespace, agent.uid)
+                    self.context.resources.post_event(
+                        ref, EventType.WARNING, EventReason.BUDGET_THRESHOLD_CROSSED, message
+                    )
+        for user_id, crossed in highest.items():
+            for agent in done.agents.get(user_id, []):
+                if agent.name and agent.namespace:
+                    self._set_condition(agent_ref(agent.name, agent.namespace, agent.uid), crossed)
+        self.since = done.next_since  # only once warned: a failed pass looks again
+        return done
+
+    def _set_condition(self, ref: ObjectRef, crossed: CrossedThreshold) -> None:
+        """The condition now, not at the Agent's next reconcile (which keeps it)."""
+        body = self.context.resources.read_object(ref)
+        if body is None:
+            return
+        conditions = (body.get("status") or {}).get("conditions")
+        warning = budget_condition(crossed.used, crossed.budget, conditions, datetime.now(UTC))
+        if warning is not None:
+            status = {"conditions": with_condition(conditions, warning)}
+            self.context.resources.patch_status(ref, status)

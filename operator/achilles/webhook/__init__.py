@@ -1,0 +1,1 @@
+"""The adapter to the platform's notification webhook (an outbound HTTP POST)."""
