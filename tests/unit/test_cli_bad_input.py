@@ -56,6 +56,7 @@ WORKING_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "ks read": ("1", "--as", "alice"),
     "ks search": ("deploy", "--as", "alice"),
     "runner": ("--run-id", "1"),
+    "runs cancel": ("1",),
     "runs enqueue": ("helper",),
     "runs list": (),
     "runs show": ("1",),

@@ -3,7 +3,7 @@
 It writes a new `achilles.io/run-requested-at` value; with `--wait` it follows the
 run the operator makes of it. Exit codes: 0 succeeded (or, without --wait, request
 written); 1 failed or skipped (or the Agent is missing); 3 refused by a closed lock;
-2 bad input.
+4 cancelled (by its owner or an admin, while it waited or ran); 2 bad input.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from pathlib import Path
 import click
 
 from achilles.cli.common import CommandFailed, kubeconfig_option, reports_errors
+from achilles.domain.runs import FailReason
 
 EXIT_REFUSED = 3
+EXIT_CANCELLED = 4
 POLL_SECONDS = 0.5
 
 
@@ -45,7 +47,10 @@ def _split(ref: str, namespace: str | None) -> tuple[str, str]:
 def run_now(
     agent: str, namespace: str | None, wait: bool, timeout: float, kubeconfig: Path | None
 ) -> None:
-    """Request a manual run of AGENT ([NAMESPACE/]NAME)."""
+    """Request a manual run of AGENT ([NAMESPACE/]NAME).
+
+    With --wait, exit 0 succeeded, 1 failed or skipped, 3 refused by a closed lock,
+    4 cancelled (achilles.io/cancel-run, achilles runs cancel)."""
     from achilles.k8s.agent_status import read_agent_status
     from achilles.services.run_requests import KubernetesRunRequester
     from achilles.services.runs import progress_of
@@ -69,6 +74,9 @@ def run_now(
                 click.echo(line)
                 shown = line
             if progress.finished:
+                if progress.reason == FailReason.CANCELLED:
+                    click.echo(f"cancelled: run {progress.run_id} was cancelled", err=True)
+                    raise SystemExit(EXIT_CANCELLED)
                 raise SystemExit(0 if progress.state == "succeeded" else 1)
         time.sleep(POLL_SECONDS)  # polling the API server, not synchronising a test
     raise CommandFailed(f"timed out after {timeout:.0f} s waiting for the run of {ns}/{name}")

@@ -1,4 +1,4 @@
-"""`achilles runs`: read the run journal, and enqueue a run directly in the database."""
+"""`achilles runs`: read the run journal; enqueue or cancel a run directly in the database."""
 
 from __future__ import annotations
 
@@ -209,3 +209,38 @@ def enqueue(database_url: str | None, agent_ref: str, trigger: str, as_json: boo
     else:
         suffix = f" ({result.reason})" if result.reason else ""
         click.echo(f"run {result.run_id}: {result.state}{suffix}")
+
+
+@runs.command("cancel")
+@database_url_option
+@click.argument("run_id", metavar="RUN", type=WholeNumber(min=1))
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def cancel(database_url: str | None, run_id: int, as_json: bool) -> None:
+    """Cancel RUN (queued or running): it ends failed/cancelled, its runner stops
+    writing, and the operator deletes its Job and pod (at its next sweep, within 30 s).
+
+    Idempotent: a run that ended already is left as it is, and this says how it ended
+    (exit 0 either way). A run that does not exist exits 1. Owners cancel through their
+    Agent's `achilles.io/cancel-run` annotation (the portal) or the HTTP API.
+    """
+    import getpass
+
+    from achilles.cli.common import open_database
+    from achilles.services import run_cancel
+
+    outcome = run_cancel.cancel_run(
+        open_database(database_url),
+        run_cancel.CancelRequest(run_id, f"{getpass.getuser()} (achilles runs cancel)"),
+    )
+    if as_json:
+        echo_json(
+            {
+                "run_id": outcome.run_id,
+                "cancelled": outcome.cancelled,
+                "state": outcome.state,
+                "reason": outcome.reason,
+            }
+        )
+    else:
+        click.echo(run_cancel.describe(outcome))

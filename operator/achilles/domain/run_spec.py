@@ -42,3 +42,6 @@ class RunSpec:
     # activeDeadlineSeconds (= run_timeout_seconds) counts from its start, so the run's
     # deadline is this much nearer than run_timeout_seconds.
     seconds_since_dispatch: float | None = None
+    # The tokens this run may spend (the Agent's maxRunTokens, else the platform's);
+    # None: no cap. The runner fails the run with `token_cap` when its tokens reach it.
+    max_run_tokens: int | None = None

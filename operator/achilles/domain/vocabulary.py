@@ -20,8 +20,6 @@ class ConditionType(StrEnum):
     SCHEDULED = "Scheduled"
     RUN_REQUEST_ACCEPTED = "RunRequestAccepted"
     DEFAULT_CONFLICT = "DefaultConflict"
-    # The owner's weekly tokens reached a warning threshold (issue 22); absent below it.
-    BUDGET_WARNING = "BudgetWarning"
 
 
 class ConditionReason(StrEnum):
@@ -37,8 +35,7 @@ class ConditionReason(StrEnum):
     REFUSED = "Refused"
     MIRRORED = "Mirrored"
     TWO_DEFAULTS = "TwoDefaults"
-    BUDGET_AT_80 = "BudgetAt80Percent"
-    BUDGET_AT_95 = "BudgetAt95Percent"
+    SUSPENDED_AFTER_FAILURES = "SuspendedAfterFailures"
 
 
 class EventReason(StrEnum):
@@ -52,11 +49,14 @@ class EventReason(StrEnum):
     OWNER_DEACTIVATED = "OwnerDeactivated"
     DEFAULT_MODEL = "DefaultModel"
     MODEL_WITHDRAWN = "ModelWithdrawn"
-    BUDGET_THRESHOLD_CROSSED = "BudgetThresholdCrossed"
-    # On the AgentPlatform: a notification was given up after its last attempt.
-    NOTIFICATION_DEAD = "NotificationDead"
+    # Run controls (issue 22): a run cancelled (or a cancel that found it ended), an
+    # agent no longer scheduled after failed runs in a row.
+    RUN_CANCELLED = "RunCancelled"
+    AGENT_SUSPENDED = "AgentSuspended"
 
 
 # The phase an Agent shows when nothing closes it.
 READY_PHASE = "Ready"
 INVALID_PHASE = "Invalid"
+# No durable lock closed, but the scheduler stopped scheduling it (run controls).
+SUSPENDED_PHASE = "Suspended"

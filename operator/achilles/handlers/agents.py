@@ -93,6 +93,9 @@ def _apply(
     if reconciliation.enqueued is not None:
         state, reason = reconciliation.enqueued
         metrics.count_enqueued("manual", state, reason)
+    if reconciliation.delete_job_of is not None:
+        # A cancelled run's Job, and its pod with it (background propagation).
+        context.jobs.delete(reconciliation.delete_job_of)
     if reconciliation.wake_dispatcher:
         context.dispatch_wake.set()
     agent_id = reconciliation.agent_id

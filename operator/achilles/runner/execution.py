@@ -131,6 +131,7 @@ def _execute(
             run_timeout_seconds=spec.run_timeout_seconds,
             deadline=deadline,
             request_timeout=config.model_timeout,
+            max_run_tokens=spec.max_run_tokens,
         ),
         stop=stop,
         model_id=model_endpoint.provider_model,

@@ -9,6 +9,9 @@ a stop flag), so its rules are testable without a network or a database:
 - the model still calling tools after `max_iterations` calls -> `failed/iteration_cap`;
 - a model API failure (after the client's retries) -> `failed/error` with its detail;
 - the run's deadline passing -> `failed/error`;
+- the run's tokens reaching its cap (`max_run_tokens`, the call that reached it
+  counted) while the model still calls tools -> `failed/token_cap`; a final answer
+  that reaches it is still the answer (nothing more would be spent);
 - a journal write refused (the row is no longer `running`: reaped, or failed by
   the process on SIGTERM) -> stop at once and write nothing more;
 - the stop flag set (SIGTERM, reaping seen by the heartbeat) -> stop between
@@ -28,6 +31,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
+from achilles.domain.run_controls import is_token_cap_reached, token_cap_message
 from achilles.domain.run_trace import Step, StepKind, ToolStatus, clip_step_error
 from achilles.domain.runs import FailReason
 from achilles.errors import ModelCallFailed
@@ -80,6 +84,7 @@ class LoopLimits:
     run_timeout_seconds: float
     deadline: float  # on the loop's clock (monotonic seconds)
     request_timeout: float  # per model call, capped by the time left
+    max_run_tokens: int | None = None  # the run's token cap (None: none)
 
 
 class AgentLoop:
@@ -146,6 +151,11 @@ class AgentLoop:
 
             if not reply.tool_calls:
                 return self._finish(reply.content, reply.finish_reason)
+            cap = self._limits.max_run_tokens
+            if cap is not None and is_token_cap_reached(self._tokens, cap):
+                # The call that reached the cap is counted (above); the tools it asks
+                # for and the calls after them would spend more.
+                return self._fail(FailReason.TOKEN_CAP, token_cap_message(self._tokens, cap))
             log.info(
                 "iteration %d: model called %s",
                 iteration,

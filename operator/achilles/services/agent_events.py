@@ -21,9 +21,16 @@ from achilles.domain.vocabulary import (
     EventReason,
     EventType,
 )
-from achilles.k8s.annotations import RUN_REQUESTED_AT, parse_run_request
+from achilles.errors import NotFound
+from achilles.k8s.annotations import (
+    CANCEL_RUN,
+    RUN_REQUESTED_AT,
+    cancel_run_id,
+    parse_cancel_request,
+    parse_run_request,
+)
 from achilles.k8s.resources.agent import AgentSpec
-from achilles.services import agents, runs
+from achilles.services import agents, run_cancel, runs
 from achilles.services.agent_intake import SettledAgents, kept_status
 from achilles.services.status import condition, invalid_spec_message
 
@@ -64,6 +71,7 @@ class AgentReconciliation:
     enqueued: tuple[RunState, str] | None = None
     wake_dispatcher: bool = False
     journal_moved: bool = False  # a run request was answered: the status writer follows
+    delete_job_of: int | None = None  # a run cancelled here: its Job (and pod) must go
     unchanged: bool = False  # the row and status already agreed: nothing was written
 
 
@@ -138,8 +146,45 @@ def reconcile_agent_event(
             c for c in previous["conditions"] if c.get("type") == ConditionType.RUN_REQUEST_ACCEPTED
         ]
         desired["conditions"] = [*desired["conditions"], *kept]
+    cancel = parse_cancel_request(event.annotations.get(CANCEL_RUN))
+    if (
+        cancel is not None
+        and cancel != previous.get("lastHandledCancelRequest")
+        and reconciled.agent_id is not None
+    ):
+        desired["lastHandledCancelRequest"] = cancel
+        _answer_cancel_request(database, reconciled.agent_id, cancel, result)
     result.status = desired
     return result
+
+
+def _answer_cancel_request(
+    database: Database, agent_id: int, request: str, result: AgentReconciliation
+) -> None:
+    """A cancel request not handled yet: the run it names ends `failed/cancelled` (if it
+    still was queued or running) and its Job goes; the answer is an Event either way."""
+    run_id = cancel_run_id(request)
+    if run_id is None:
+        message = f"{CANCEL_RUN}: {request!r} is not a run id; nothing was cancelled"
+        result.events.append(AgentEventPost(EventType.WARNING, EventReason.RUN_CANCELLED, message))
+        return
+    try:
+        outcome = run_cancel.cancel_run(
+            database,
+            run_cancel.CancelRequest(run_id, f"a request on the Agent ({CANCEL_RUN})", agent_id),
+        )
+    except NotFound:
+        message = f"{CANCEL_RUN}: this agent has no run {run_id}; nothing was cancelled"
+        result.events.append(AgentEventPost(EventType.WARNING, EventReason.RUN_CANCELLED, message))
+        return
+    result.events.append(
+        AgentEventPost(EventType.NORMAL, EventReason.RUN_CANCELLED, run_cancel.describe(outcome))
+    )
+    if outcome.cancelled:
+        result.journal_moved = True
+        result.wake_dispatcher = True  # its slot is free
+        if outcome.dispatched:
+            result.delete_job_of = run_id
 
 
 @dataclass(frozen=True)

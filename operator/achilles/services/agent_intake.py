@@ -161,6 +161,8 @@ def row_digest(row: IntakeRow, now: datetime) -> bytes | None:
         return None
     if row.enabled and not row.status.locks.owner_active:
         return None  # the owner's deactivation is still to be written onto the CR
+    if row.status.suspended_at is not None:
+        return None  # suspended after failures: rare, and its status says so in full
     status = {
         **_settled_status(row.status, row.schedule, now),
         "databaseId": row.agent_id,
@@ -179,6 +181,8 @@ def row_digest(row: IntakeRow, now: datetime) -> bytes | None:
         row.enabled,
         row.admin_paused,
         row.owner_key,
+        row.max_run_tokens,
+        row.suspend_after_failures,
     ]
     return _digest(definition, _status_view(status))
 
@@ -213,6 +217,8 @@ def cr_digest(agent: AgentObject) -> bytes | None:
         spec.enabled,
         spec.admin_paused,
         spec.owner,
+        spec.max_run_tokens,
+        spec.suspend_after_failures,
     ]
     return _digest(definition, _status_view(status))
 

@@ -60,6 +60,8 @@ def definition_of(agent: AgentObject, model_name: str | None) -> agent_rows.Agen
         tool_names=tuple(spec.tools),
         enabled=spec.enabled,
         admin_paused=spec.admin_paused,
+        max_run_tokens=spec.max_run_tokens,
+        suspend_after_failures=spec.suspend_after_failures,
     )
 
 

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
+from achilles.db.journal.cancel import cancelled_among
 from achilles.db.journal.runs import ReapedRun, fail_run, fail_unclaimed_run, reap_stale_runs
 from achilles.db.journal.settings import database_now, database_started_at
 from achilles.domain.pod_outcome import (
@@ -46,6 +47,9 @@ class SweepResult:
     failed: list[FailedRun] = field(default_factory=list)
     reaped: list[int] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
+    # Cancelled runs whose Job still existed (cancelled by the CLI, or while the
+    # dispatcher made the Job): their Jobs were deleted.
+    cancelled_jobs: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -172,7 +176,8 @@ def sweep(
     *,
     stale_after: timedelta = STALE_AFTER,
 ) -> SweepResult:
-    """Reap stale runs, then repair runs whose Job is missing, in one transaction.
+    """Reap stale runs, then repair runs whose Job is missing and find the cancelled runs
+    whose Job still exists (deleted after the transaction), in one transaction.
 
     Silence counts only while the database is up: a runner cannot beat while PostgreSQL
     is down, so for `stale_after` after the server (re)starts nothing is reaped, and the
@@ -205,7 +210,10 @@ def sweep(
             # read (its Job perhaps being made now) keeps its new mark and secret.
             queue.release_dispatch(session, lost_queued, dispatched_before=now - MISSING_JOB_GRACE)
             result.requeued = lost_queued
+            result.cancelled_jobs = cancelled_among(session, set(existing_run_ids))
     for run in reaped:
         jobs.delete(run.run_id)
         result.reaped.append(run.run_id)
+    for run_id in result.cancelled_jobs:
+        jobs.delete(run_id)  # its pod goes with it (background propagation)
     return result

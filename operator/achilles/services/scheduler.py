@@ -18,6 +18,7 @@ from achilles.db.journal.settings import database_now, load_settings
 from achilles.domain.runs import RunTrigger
 from achilles.domain.schedule import collapse_missed_slots, load_timezone, parse_schedule
 from achilles.errors import StartRefused, UnknownTimezoneError
+from achilles.services.suspension import Suspension, suspend_if_failing
 
 BATCH = 500
 # A pass's first batch is small and each next one twice the last, up to BATCH: the
@@ -36,6 +37,8 @@ class TickResult:
     rescheduled: list[int] = field(default_factory=list)
     # Agents whose owner's zone is not a known zone: no slot can be computed for them.
     unschedulable: list[int] = field(default_factory=list)
+    # Agents whose last N runs failed: suspended instead of run (services/suspension.py).
+    suspended: list[Suspension] = field(default_factory=list)
     nearest_next_run: datetime | None = None
     now: datetime | None = None
 
@@ -65,6 +68,11 @@ def schedule_due_agents(
                     # slots still run (one bad `users` row must not stop the scheduler).
                     slots[agent.agent_id] = (None, None)
                     result.unschedulable.append(agent.agent_id)
+                    continue
+                suspension = suspend_if_failing(session, agent, settings, now)
+                if suspension is not None:
+                    slots[agent.agent_id] = (None, None)
+                    result.suspended.append(suspension)
                     continue
                 advance = collapse_missed_slots(
                     parse_schedule(agent.schedule),

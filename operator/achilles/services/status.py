@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from achilles.db.journal.status import AgentStatusRow
 from achilles.domain.gates import LockReason, closed_locks
-from achilles.domain.notifications import budget_warning
+from achilles.domain.run_controls import RESUME_HINT
 from achilles.domain.schedule import (
     CalendarSchedule,
     IntervalSchedule,
@@ -22,13 +22,21 @@ from achilles.domain.schedule import (
     parse_schedule,
 )
 from achilles.domain.timestamps import iso_utc
-from achilles.domain.vocabulary import READY_PHASE, ConditionReason, ConditionType
+from achilles.domain.vocabulary import (
+    READY_PHASE,
+    SUSPENDED_PHASE,
+    ConditionReason,
+    ConditionType,
+)
 from achilles.errors import InvalidInputError, UnknownTimezoneError
-from achilles.k8s.annotations import RUN_REQUESTED_AT, parse_run_request
+from achilles.k8s.annotations import (
+    CANCEL_RUN,
+    RUN_REQUESTED_AT,
+    parse_cancel_request,
+    parse_run_request,
+)
 
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-# The BudgetWarning condition's reason for the highest threshold reached.
-BUDGET_REASONS = {80: ConditionReason.BUDGET_AT_80, 95: ConditionReason.BUDGET_AT_95}
 
 # Condition reasons (CamelCase, as kubectl shows them) for each closed durable lock.
 LOCK_REASONS = {
@@ -152,8 +160,12 @@ def agent_status(
         generation,
     )
     conditions = [ready, tools]
+    suspended_at = row.suspended_at if row is not None else None
     if schedule is not None and row is not None:
-        conditions.append(_scheduled(row.zone, old_conditions, now, generation))
+        if suspended_at is not None:
+            conditions.append(_suspended(suspended_at, old_conditions, now, generation))
+        else:
+            conditions.append(_scheduled(row.zone, old_conditions, now, generation))
     if refusal is not None:
         conditions.append(
             condition(
@@ -165,14 +177,8 @@ def agent_status(
                 now,
             )
         )
-    warning = budget_warning(row.tokens_used, row.token_limit) if row is not None else None
-    if warning is not None:
-        threshold, message = warning
-        reason = BUDGET_REASONS[threshold]
-        kind = ConditionType.BUDGET_WARNING
-        conditions.append(condition(kind, True, reason, message, old_conditions, now))
     status: dict[str, Any] = {
-        "phase": phase_of(closed),
+        "phase": SUSPENDED_PHASE if suspended_at is not None and not closed else phase_of(closed),
         "conditions": conditions,
         "scheduleSummary": schedule_summary(schedule, row.zone if row else None),
         "observedGeneration": generation,
@@ -180,6 +186,7 @@ def agent_status(
         "nextRunAt": None,
         "lastRun": None,
         "weeklyTokens": None,
+        "suspendedAt": iso_utc(suspended_at) if suspended_at is not None else None,
     }
     if row is not None:
         status.update(journal_fields(row))
@@ -212,6 +219,26 @@ def _scheduled(
         True,
         ConditionReason.ON_SCHEDULE,
         "",
+        old_conditions,
+        now,
+        generation,
+    )
+
+
+def _suspended(
+    since: datetime,
+    old_conditions: list[dict[str, Any]] | None,
+    now: datetime,
+    generation: int | None,
+) -> dict[str, Any]:
+    """The scheduler suspended the agent after failed runs in a row (its Event names
+    them): why, since when, and how to resume."""
+    return condition(
+        ConditionType.SCHEDULED,
+        False,
+        ConditionReason.SUSPENDED_AFTER_FAILURES,
+        f"suspended at {iso_utc(since)} after spec.suspendAfterFailures (or the platform's)"
+        f" failed runs in a row: the agent is no longer scheduled; {RESUME_HINT}",
         old_conditions,
         now,
         generation,
@@ -281,5 +308,9 @@ def is_own_status_echo(
         return False
     if status.get("observedGeneration") != meta.get("generation"):
         return False
-    request = parse_run_request((meta.get("annotations") or {}).get(RUN_REQUESTED_AT))
-    return request is None or request == status.get("lastHandledRunRequest")
+    annotations = meta.get("annotations") or {}
+    request = parse_run_request(annotations.get(RUN_REQUESTED_AT))
+    if request is not None and request != status.get("lastHandledRunRequest"):
+        return False
+    cancel = parse_cancel_request(annotations.get(CANCEL_RUN))
+    return cancel is None or cancel == status.get("lastHandledCancelRequest")

@@ -105,6 +105,9 @@ class AgentDefinition:
     tool_names: tuple[str, ...]
     enabled: bool
     admin_paused: bool
+    # The run controls (0013_run_controls); None: the platform's.
+    max_run_tokens: int | None = None
+    suspend_after_failures: int | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ def upsert_agent(
         "model_id": model_id,
         "enabled": definition.enabled,
         "admin_paused": definition.admin_paused,
+        "max_run_tokens": definition.max_run_tokens,
+        "suspend_after_failures": definition.suspend_after_failures,
         "cr_namespace": definition.namespace,
         "cr_name": definition.cr_name,
     }
@@ -159,7 +164,12 @@ def upsert_agent(
     changed = or_(
         *(getattr(Agent, column).is_distinct_from(value) for column, value in values.items())
     )
-    session.execute(update(Agent).where(Agent.id == existing.id, changed).values(**values))
+    # A change of the spec resumes an agent suspended after failed runs in a row
+    # (docs/operator.md, "Run controls"): the owner fixed something, or switched it off
+    # and on. Its `updated_at` moves with the edit, so the runs before no longer count.
+    session.execute(
+        update(Agent).where(Agent.id == existing.id, changed).values(**values, suspended_at=None)
+    )
     return int(existing.id), False, existing.schedule != definition.schedule
 
 

@@ -145,6 +145,8 @@ class PlatformRow:
     max_concurrency: int
     run_timeout_seconds: int
     platform_prompt: str
+    max_run_tokens: int | None = None
+    suspend_after_failures: int | None = None
 
 
 def write_platform_settings(session: Session, platform: PlatformRow) -> None:
@@ -158,5 +160,7 @@ def write_platform_settings(session: Session, platform: PlatformRow) -> None:
             agent_max_concurrency=platform.max_concurrency,
             agent_run_timeout_seconds=platform.run_timeout_seconds,
             agent_platform_prompt=platform.platform_prompt,
+            agent_max_run_tokens=platform.max_run_tokens,
+            agent_suspend_after_failures=platform.suspend_after_failures,
         )
     )

@@ -40,6 +40,8 @@ class IntakeRow(NamedTuple):
     next_run_at: datetime | None
     schedule_zone: str | None
     status: AgentStatusRow
+    max_run_tokens: int | None = None
+    suspend_after_failures: int | None = None
 
 
 def intake_tokens(session: Session) -> dict[int, int]:
@@ -63,6 +65,8 @@ def intake_page(
             User.key.label("owner_key"),
             Agent.meta,
             Agent.schedule_zone,
+            Agent.max_run_tokens,
+            Agent.suspend_after_failures,
         )
         .join(User, User.id == Agent.user_id)
         .outerjoin(AgentModel, AgentModel.id == Agent.model_id)
@@ -100,6 +104,8 @@ def intake_page(
             next_run_at=row.next_run_at,
             schedule_zone=row.schedule_zone,
             status=statuses[row.id],
+            max_run_tokens=row.max_run_tokens,
+            suspend_after_failures=row.suspend_after_failures,
         )
         for row in rows
         if row.id in statuses

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, AgentToolLink, Tool, User
 from achilles.db.journal.runs import claim_run
 from achilles.db.journal.settings import load_settings
+from achilles.domain.run_controls import effective_max_run_tokens
 from achilles.domain.run_spec import ModelEndpoint, RunSpec
 from achilles.domain.runs import RunTrigger
 
@@ -36,6 +37,7 @@ def claim_and_load(session: Session, run_id: int) -> RunSpec | None:
             AgentModel.base_url,
             AgentModel.provider_model,
             AgentModel.api_key_secret_name,
+            Agent.max_run_tokens,
             func.extract("epoch", func.now() - AgentRun.dispatched_at).label("since_dispatch"),
         )
         .join(Agent, Agent.id == AgentRun.agent_id)
@@ -75,4 +77,5 @@ def claim_and_load(session: Session, run_id: int) -> RunSpec | None:
         seconds_since_dispatch=(
             None if row.since_dispatch is None else max(0.0, float(row.since_dispatch))
         ),
+        max_run_tokens=effective_max_run_tokens(row.max_run_tokens, settings.max_run_tokens),
     )

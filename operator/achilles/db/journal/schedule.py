@@ -27,14 +27,21 @@ class ScheduledAgent:
     next_run_at: datetime | None
     zone: str
     schedule_zone: str | None
+    # Auto-suspend's inputs (0013_run_controls): the agent's own threshold (None: the
+    # platform's) and its last edit (runs before it do not count).
+    suspend_after_failures: int | None = None
+    updated_at: datetime | None = None
 
 
 def _startable() -> ColumnElement[bool]:
+    """Open durable locks, and not suspended after failed runs in a row (which stops only
+    the schedule: manual runs pass the start gates, `start_gates.py`)."""
     return and_(
         Agent.enabled.is_(True),
         Agent.admin_paused.is_(False),
         Agent.model_id.is_not(None),
         User.active.is_(True),
+        Agent.suspended_at.is_(None),
     )
 
 
@@ -50,6 +57,8 @@ def _select_scheduled() -> Select[Any]:
             Agent.next_run_at,
             _effective_zone().label("zone"),
             Agent.schedule_zone,
+            Agent.suspend_after_failures,
+            Agent.updated_at,
         )
         .join(User, User.id == Agent.user_id)
         .join(PlatformSettings, PlatformSettings.id == 1)
@@ -64,6 +73,8 @@ def _rows(rows: Any) -> list[ScheduledAgent]:
             next_run_at=row.next_run_at,
             zone=row.zone,
             schedule_zone=row.schedule_zone,
+            suspend_after_failures=row.suspend_after_failures,
+            updated_at=row.updated_at,
         )
         for row in rows
     ]

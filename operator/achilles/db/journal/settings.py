@@ -20,6 +20,9 @@ class Settings:
     max_concurrency: int
     run_timeout_seconds: int
     platform_prompt: str
+    # The run controls' defaults (0013_run_controls); None: no cap, never suspend.
+    max_run_tokens: int | None = None
+    suspend_after_failures: int | None = None
 
     @property
     def zone(self) -> ZoneInfo:
@@ -35,6 +38,8 @@ def load_settings(session: Session) -> Settings:
         max_concurrency=row.agent_max_concurrency,
         run_timeout_seconds=row.agent_run_timeout_seconds,
         platform_prompt=row.agent_platform_prompt,
+        max_run_tokens=row.agent_max_run_tokens,
+        suspend_after_failures=row.agent_suspend_after_failures,
     )
 
 

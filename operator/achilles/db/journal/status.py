@@ -43,6 +43,8 @@ class AgentStatusRow:
     tokens_used: int
     token_limit: int
     window_start: datetime
+    # When the scheduler suspended the agent after failed runs in a row (0013).
+    suspended_at: datetime | None = None
 
 
 # The columns a status row is built from (`status_rows_of`); a query may select more.
@@ -59,6 +61,7 @@ STATUS_COLUMNS = (
     Agent.model_id,
     User.active,
     User.timezone,
+    Agent.suspended_at,
 )
 
 
@@ -147,6 +150,7 @@ def status_rows_of(
                 tokens_used=used_by_owner.get(agent.user_id, 0),
                 token_limit=settings.weekly_token_budget,
                 window_start=window.start,
+                suspended_at=agent.suspended_at,
             )
         )
     return rows

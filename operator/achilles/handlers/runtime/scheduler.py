@@ -53,9 +53,20 @@ def schedule_once(context: RuntimeContext, *, repair: bool) -> scheduler.TickRes
         metrics.SLOT_LATENESS.observe(late)
     for _, closed in tick.refused:
         metrics.count_refused("scheduled", closed)
+    for suspension in tick.suspended:
+        events.on_agent(
+            context,
+            suspension.agent_id,
+            EventType.WARNING,
+            EventReason.AGENT_SUSPENDED,
+            suspension.message,
+        )
     if tick.enqueued:
         context.dispatch_wake.set()
         context.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
     # A zone changed: nextRunAt moved, and the Scheduled condition may have too.
-    context.want_reconcile([*tick.rescheduled, *tick.unschedulable])
+    # ... and a suspended agent's phase and Scheduled condition say why and how to resume.
+    context.want_reconcile(
+        [*tick.rescheduled, *tick.unschedulable, *(s.agent_id for s in tick.suspended)]
+    )
     return tick

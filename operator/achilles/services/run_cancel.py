@@ -1,0 +1,49 @@
+"""Cancelling a run (issue 22): the one place a run ends `failed/cancelled`.
+
+Who asks: an owner through the portal (the Agent's `achilles.io/cancel-run` annotation,
+which the operator honours: `services/agent_events.py`), `achilles runs cancel RUN` (an
+admin, or any login that may write runs), and the HTTP API through the same annotation.
+Each goes through `cancel_run`, which ends the row in its own transaction (idempotent: a
+run that ended already is left as it is and the answer says how it ended). The run's Job
+is the operator's to delete: at once when the operator itself cancelled, otherwise at
+its sweeper's next pass (`outcomes.sweep`, every 30 s), which also catches a Job the
+dispatcher made while the cancel landed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from achilles.db.database import Database
+from achilles.db.journal import cancel as journal
+from achilles.db.journal.cancel import CancelledRun
+
+__all__ = ["CancelRequest", "CancelledRun", "cancel_run", "describe"]
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    run_id: int
+    requested_by: str  # who asked, in words ("alice via achilles.io/cancel-run")
+    agent_id: int | None = None  # the run must be this agent's (a request on an Agent)
+
+
+def cancel_run(database: Database, request: CancelRequest) -> CancelledRun:
+    """End the run `failed/cancelled` if it is still queued or running; `NotFound` when
+    there is no such run (of that agent)."""
+    with database.transaction() as session:
+        return journal.cancel_run(
+            session,
+            request.run_id,
+            f"cancelled by {request.requested_by}",
+            agent_id=request.agent_id,
+        )
+
+
+def describe(outcome: CancelledRun) -> str:
+    """The answer in words, for an Event or a CLI line."""
+    if outcome.cancelled:
+        was = "running" if outcome.was_running else "queued"
+        return f"run {outcome.run_id} cancelled (it was {was})"
+    how = outcome.state.value + (f"/{outcome.reason}" if outcome.reason else "")
+    return f"run {outcome.run_id} had already ended ({how}): nothing changed"
