@@ -20,6 +20,8 @@ class ConditionType(StrEnum):
     SCHEDULED = "Scheduled"
     RUN_REQUEST_ACCEPTED = "RunRequestAccepted"
     DEFAULT_CONFLICT = "DefaultConflict"
+    # The owner's weekly tokens reached a warning threshold (issue 22); absent below it.
+    BUDGET_WARNING = "BudgetWarning"
 
 
 class ConditionReason(StrEnum):
@@ -36,6 +38,8 @@ class ConditionReason(StrEnum):
     MIRRORED = "Mirrored"
     TWO_DEFAULTS = "TwoDefaults"
     SUSPENDED_AFTER_FAILURES = "SuspendedAfterFailures"
+    BUDGET_AT_80 = "BudgetAt80Percent"
+    BUDGET_AT_95 = "BudgetAt95Percent"
 
 
 class EventReason(StrEnum):
@@ -53,6 +57,9 @@ class EventReason(StrEnum):
     # agent no longer scheduled after failed runs in a row.
     RUN_CANCELLED = "RunCancelled"
     AGENT_SUSPENDED = "AgentSuspended"
+    BUDGET_THRESHOLD_CROSSED = "BudgetThresholdCrossed"
+    # On the AgentPlatform: a notification was given up after its last attempt.
+    NOTIFICATION_DEAD = "NotificationDead"
 
 
 # The phase an Agent shows when nothing closes it.

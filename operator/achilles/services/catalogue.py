@@ -7,6 +7,7 @@ from datetime import datetime
 
 from achilles.db.database import Database
 from achilles.db.journal import catalogue
+from achilles.db.outbox.settings import write_notification_settings
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import AgentPlatformSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
@@ -94,6 +95,14 @@ def remove_tool(database: Database, name: str) -> bool:
 
 def mirror_platform(database: Database, spec: AgentPlatformSpec) -> None:
     with database.transaction() as session:
+        webhook = spec.notifications
+        write_notification_settings(
+            session,
+            webhook_url=webhook.webhook_url if webhook else None,
+            secret_name=webhook.secret_ref.name if webhook else None,
+            secret_key=webhook.secret_ref.key if webhook else None,
+            retention_days=spec.run_retention_days,
+        )
         catalogue.write_platform_settings(
             session,
             catalogue.PlatformRow(

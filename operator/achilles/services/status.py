@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from achilles.db.journal.status import AgentStatusRow
 from achilles.domain.gates import LockReason, closed_locks
+from achilles.domain.notifications import budget_warning
 from achilles.domain.run_controls import RESUME_HINT
 from achilles.domain.schedule import (
     CalendarSchedule,
@@ -37,6 +38,8 @@ from achilles.k8s.annotations import (
 )
 
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+# The BudgetWarning condition's reason for the highest threshold reached.
+BUDGET_REASONS = {80: ConditionReason.BUDGET_AT_80, 95: ConditionReason.BUDGET_AT_95}
 
 # Condition reasons (CamelCase, as kubectl shows them) for each closed durable lock.
 LOCK_REASONS = {
@@ -177,6 +180,12 @@ def agent_status(
                 now,
             )
         )
+    warning = budget_warning(row.tokens_used, row.token_limit) if row is not None else None
+    if warning is not None:
+        threshold, message = warning
+        reason = BUDGET_REASONS[threshold]
+        kind = ConditionType.BUDGET_WARNING
+        conditions.append(condition(kind, True, reason, message, old_conditions, now))
     status: dict[str, Any] = {
         "phase": SUSPENDED_PHASE if suspended_at is not None and not closed else phase_of(closed),
         "conditions": conditions,
