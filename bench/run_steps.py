@@ -15,7 +15,8 @@ its claim, one tokens write per model call and its outcome.
   the run used through `StepJournal`) counted: transactions that write, statements, WAL
   bytes.
 
-The model and the tools take no time here: the figures are the journal's alone.
+The model and the tools take no time here: the figures are the journal's alone. The
+run's OpenTelemetry trace, off and on, is measured too (`bench/run_tracing.py`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from achilles.services.db_roles import grant_login_url
 from achilles.services.run_journal import RunJournal
 from bench.pg import bench_database
 from bench.report import Progress, Report, at_most
+from bench.run_tracing import tracing_figures
 
 NAME = "run-steps"
 DEFAULT_SIZE = 40
@@ -276,6 +278,8 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
             admin.dispose()
     _pair_figures(report, pairs)
     _count_figures(report, without, with_steps)
+    progress("the runner's trace, off and on")
+    tracing_figures(report, (_model_step(), _tool_step()))
     path = report.write(json_path)
     progress(f"wrote {path} and {path.with_suffix('.md')}")
     return report

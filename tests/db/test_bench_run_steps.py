@@ -30,6 +30,9 @@ def test_run_steps_benchmark_runs_reports_and_cleans_up(
     assert (
         figures["WAL per run, with steps"]["value"] > figures["WAL per run, without steps"]["value"]
     )
+    # The run's trace: off, not one OpenTelemetry module imported; on, every step a span.
+    assert figures["OpenTelemetry modules a runner imports, tracing off"]["value"] == 0
+    assert figures["runner CPU per step recorded, tracing on"]["value"] > 0
     assert "| cost per step recorded |" in out.with_suffix(".md").read_text()
     with psycopg.connect(postgres_server.libpq_dsn(), autocommit=True) as conn:
         left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'achilles_bench%'")
