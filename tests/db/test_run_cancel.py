@@ -1,0 +1,273 @@
+"""Cancelling a run (issue 22, item 1) on the real database: a queued or running run ends
+`failed/cancelled` once, a finished one is left as it is, its runner writes nothing after,
+and a cancel racing what else may end the run (the runner's outcome, the reaper) ends it
+exactly once. The Job side: the sweep deletes the Job of a run cancelled behind the
+operator's back (the dispatcher made it meanwhile, or the CLI cancelled)."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from achilles.db.database import Database
+from achilles.db.journal import runs as journal
+from achilles.db.journal.models import AgentRun
+from achilles.db.roles import Component
+from achilles.domain.run_secret import RunSecret, session_settings
+from achilles.domain.runs import FailReason, RunState, RunTrigger
+from achilles.errors import NotFound
+from achilles.k8s.jobs import RUN_ID_LABEL, JobTemplate, RunJobs, SecretKey
+from achilles.services import outcomes, run_cancel
+from achilles.services.dispatch import dispatch_queued_runs
+from tests.db.factories import make_agent, set_settings
+from tests.db.logins import admin, login_url
+
+RACES = 15
+TEMPLATE = JobTemplate(
+    namespace="achilles-runs", image="achilles:test", database_secret=SecretKey("db", "url")
+)
+
+
+def _enqueue(db: Engine, agent_id: int) -> int:
+    with Session(db) as session, session.begin():
+        result = journal.enqueue_run(session, agent_id, RunTrigger.MANUAL)
+    assert result.state is RunState.QUEUED
+    return result.run_id
+
+
+def _row(db: Engine, run_id: int) -> dict[str, Any]:
+    with Session(db) as session:
+        run = session.execute(select(AgentRun).where(AgentRun.id == run_id)).scalar_one()
+        return {
+            "state": run.state,
+            "reason": run.reason,
+            "error": run.error,
+            "tokens_used": run.tokens_used,
+            "finished_at": run.finished_at,
+            "output": run.output,
+        }
+
+
+def _cancel(database_url: str, run_id: int, agent_id: int | None = None) -> Any:
+    request = run_cancel.CancelRequest(run_id, "a test", agent_id)
+    return run_cancel.cancel_run(admin(database_url), request)
+
+
+def _with_secret(db: Engine, run_id: int) -> str:
+    secret = RunSecret.new()
+    with Session(db) as session, session.begin():
+        session.execute(
+            update(AgentRun).where(AgentRun.id == run_id).values(runner_secret_hash=secret.digest)
+        )
+    return secret.value
+
+
+def _runner(database_url: str, run_id: int, secret: str) -> Database:
+    """Run `run_id`'s pod: the runner's login with the run's id and secret."""
+    return Database(
+        login_url(database_url, Component.RUNNER),
+        pool_size=1,
+        session_settings=session_settings(run_id, secret),
+    )
+
+
+def test_a_queued_run_ends_cancelled_and_frees_the_agent(db: Engine, database_url: str) -> None:
+    agent = make_agent(db)
+    run_id = _enqueue(db, agent)
+    outcome = _cancel(database_url, run_id)
+    assert (outcome.cancelled, outcome.was_running, outcome.dispatched) == (True, False, False)
+    row = _row(db, run_id)
+    assert (row["state"], row["reason"], row["tokens_used"]) == ("failed", "cancelled", 0)
+    assert row["error"] == "cancelled by a test"
+    assert row["finished_at"] is not None
+    assert run_cancel.describe(outcome) == f"run {run_id} cancelled (it was queued)"
+    # The one-active-run lock is released: the agent may run again.
+    _enqueue(db, agent)
+
+
+def test_a_second_cancel_and_a_cancel_of_a_finished_run_change_nothing(
+    db: Engine, database_url: str
+) -> None:
+    cancelled = _enqueue(db, make_agent(db))
+    _cancel(database_url, cancelled)
+    before = _row(db, cancelled)
+    again = _cancel(database_url, cancelled)
+    assert (again.cancelled, again.state, again.reason) == (False, "failed", "cancelled")
+    assert _row(db, cancelled) == before
+
+    finished = _enqueue(db, make_agent(db))
+    with Session(db) as session, session.begin():
+        assert journal.claim_run(session, finished)
+        assert journal.add_tokens(session, finished, 7)
+        assert journal.succeed_run(session, finished, "done")
+    before = _row(db, finished)
+    outcome = _cancel(database_url, finished)
+    assert (outcome.cancelled, outcome.state, outcome.reason) == (False, "succeeded", None)
+    assert run_cancel.describe(outcome) == (
+        f"run {finished} had already ended (succeeded): nothing changed"
+    )
+    assert _row(db, finished) == before
+
+
+def test_a_request_on_an_agent_cancels_only_that_agents_runs(db: Engine, database_url: str) -> None:
+    mine, theirs = make_agent(db), make_agent(db)
+    run_id = _enqueue(db, theirs)
+    with pytest.raises(NotFound):
+        _cancel(database_url, run_id, agent_id=mine)
+    assert _row(db, run_id)["state"] == "queued"
+    with pytest.raises(NotFound):
+        _cancel(database_url, run_id + 1000)
+
+
+def test_a_cancelled_running_runs_pod_writes_nothing_after(db: Engine, database_url: str) -> None:
+    run_id = _enqueue(db, make_agent(db))
+    pod = _runner(database_url, run_id, _with_secret(db, run_id))
+    try:
+        with pod.transaction() as session:
+            assert journal.claim_run(session, run_id)
+            assert journal.add_tokens(session, run_id, 40)
+        outcome = _cancel(database_url, run_id)
+        assert (outcome.cancelled, outcome.was_running) == (True, True)
+        ended = _row(db, run_id)
+        # Every write of the runner is refused: the guards, and `achilles_run_id()` (0011)
+        # that shows a runner nothing once its run ended.
+        with pod.transaction() as session:
+            assert not journal.record_heartbeat(session, run_id)
+            assert not journal.add_tokens(session, run_id, 5)
+            assert not journal.succeed_run(session, run_id, "too late")
+            assert not journal.fail_run(session, run_id, FailReason.ERROR, "SIGTERM")
+        assert _row(db, run_id) == ended
+        # What it spent before the cancel is kept: it counts against the weekly budget.
+        assert ended["tokens_used"] == 40
+    finally:
+        pod.dispose()
+
+
+def _race(first: Callable[[], object], second: Callable[[], object]) -> tuple[Any, Any]:
+    """Both at once from two threads (two connections), released together."""
+    start = threading.Barrier(2)
+    results: list[Any] = [None, None]
+    errors: list[BaseException] = []
+
+    def run(index: int, work: Callable[[], object]) -> None:
+        try:
+            start.wait()
+            results[index] = work()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate((first, second))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return results[0], results[1]
+
+
+def test_a_cancel_racing_the_runners_outcome_ends_the_run_once(
+    db: Engine, database_url: str
+) -> None:
+    agent = make_agent(db)
+    ended = {"succeeded": 0, "cancelled": 0}
+    for _ in range(RACES):
+        run_id = _enqueue(db, agent)
+        pod = _runner(database_url, run_id, _with_secret(db, run_id))
+        try:
+            with pod.transaction() as session:
+                assert journal.claim_run(session, run_id)
+
+            def finish(pod: Database = pod, run_id: int = run_id) -> bool:
+                with pod.transaction() as session:
+                    return journal.succeed_run(session, run_id, "the answer")
+
+            succeeded, outcome = _race(finish, functools.partial(_cancel, database_url, run_id))
+        finally:
+            pod.dispose()
+        row = _row(db, run_id)
+        # Exactly one of the two wrote, and the row says which.
+        assert succeeded != outcome.cancelled
+        if succeeded:
+            assert (row["state"], row["output"]) == ("succeeded", "the answer")
+            assert (outcome.state, outcome.reason) == ("succeeded", None)
+            ended["succeeded"] += 1
+        else:
+            assert (row["state"], row["reason"], row["output"]) == ("failed", "cancelled", None)
+            ended["cancelled"] += 1
+
+
+def test_a_cancel_racing_the_reaper_ends_the_run_once(db: Engine, database_url: str) -> None:
+    agent = make_agent(db)
+    reaper = Database(database_url, pool_size=1)
+    try:
+        for _ in range(RACES):
+            run_id = _enqueue(db, agent)
+            with Session(db) as session, session.begin():
+                assert journal.claim_run(session, run_id)
+                # Silent for long enough to be reaped.
+                session.execute(
+                    update(AgentRun)
+                    .where(AgentRun.id == run_id)
+                    .values(heartbeat_at=AgentRun.heartbeat_at - timedelta(minutes=10))
+                )
+
+            def reap() -> list[int]:
+                with reaper.transaction() as session:
+                    return [r.run_id for r in journal.reap_stale_runs(session)]
+
+            reaped, outcome = _race(reap, functools.partial(_cancel, database_url, run_id))
+            row = _row(db, run_id)
+            assert (run_id in reaped) != outcome.cancelled
+            expected = "cancelled" if outcome.cancelled else "stale"
+            assert (row["state"], row["reason"]) == ("failed", expected)
+    finally:
+        reaper.dispose()
+
+
+class _Jobs:
+    """The runs namespace as the dispatcher and the sweep use it: made and deleted Jobs."""
+
+    def __init__(self) -> None:
+        self.created: list[int] = []
+        self.deleted: list[int] = []
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        self.created.append(int(manifest["metadata"]["labels"][RUN_ID_LABEL]))
+        return True
+
+    def delete(self, run_id: int) -> bool:
+        self.deleted.append(run_id)
+        return True
+
+
+def test_a_run_cancelled_while_its_job_is_made_loses_the_job_and_frees_its_slot(
+    db: Engine, database_url: str
+) -> None:
+    set_settings(db, agent_max_concurrency=1)
+    first, waiting = _enqueue(db, make_agent(db)), _enqueue(db, make_agent(db))
+    jobs = _Jobs()
+    operator = Database(database_url, pool_size=2)
+    try:
+        # The dispatcher marked the run and made its Job; the cancel lands meanwhile.
+        created = dispatch_queued_runs(operator, cast(RunJobs, jobs), TEMPLATE).created
+        assert [run.run_id for run in created] == [first]
+        assert _cancel(database_url, first).dispatched
+        # The slot is free at once: the next run is dispatched under the cap of one.
+        created = dispatch_queued_runs(operator, cast(RunJobs, jobs), TEMPLATE).created
+        assert [run.run_id for run in created] == [waiting]
+        # The sweep finds the cancelled run's Job among those that exist and deletes it;
+        # the waiting run's Job is left alone.
+        swept = outcomes.sweep(operator, cast(RunJobs, jobs), {first, waiting})
+        assert swept.cancelled_jobs == [first]
+        assert jobs.deleted == [first]
+        assert _row(db, first)["reason"] == "cancelled"
+        assert _row(db, waiting)["state"] == "queued"
+    finally:
+        operator.dispose()
