@@ -69,11 +69,8 @@ def record_crossed_thresholds(
     ).all()
     if not inserted:
         return []
-    keys = dict(
-        session.execute(
-            select(User.id, User.key).where(User.id.in_({row.user_id for row in inserted}))
-        ).tuples()
-    )
+    owners = select(User.id, User.key).where(User.id.in_({row.user_id for row in inserted}))
+    keys = {user_id: key for user_id, key in session.execute(owners).tuples()}
     return sorted(
         (
             CrossedThreshold(
