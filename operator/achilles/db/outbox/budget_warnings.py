@@ -69,8 +69,8 @@ def record_crossed_thresholds(
     ).all()
     if not inserted:
         return []
-    owners = select(User.id, User.key).where(User.id.in_({row.user_id for row in inserted}))
-    keys = {user_id: key for user_id, key in session.execute(owners).tuples()}
+    owner_keys = select(User.id, User.key).where(User.id.in_({row.user_id for row in inserted}))
+    keys = {user_id: key for user_id, key in session.execute(owner_keys).tuples()}
     return sorted(
         (
             CrossedThreshold(
