@@ -59,9 +59,13 @@ class OperatorUnderTest:
     def start(self) -> None:
         self.metrics_port = free_port()
         log = self.log_path.open("ab")
+        # From bytecode, as the image runs it (pip compiles at install): uv leaves the
+        # virtualenv without, and PYTHONDONTWRITEBYTECODE (set on some hosts) made every
+        # start compile each import from source, tens of seconds of a restart under load.
+        inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "achilles", "operator", "--liveness", ""],
-            env={**os.environ, **self.env, "ACHILLES_METRICS_PORT": str(self.metrics_port)},
+            env={**inherited, **self.env, "ACHILLES_METRICS_PORT": str(self.metrics_port)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
