@@ -16,7 +16,7 @@ from pathlib import Path
 from achilles_chaos.cluster import ChaosCluster
 from achilles_chaos.report import Result
 from achilles_chaos.scenario import Context
-from achilles_chaos.scenarios import bad_input, infra, operator, pods, runner, triggers
+from achilles_chaos.scenarios import bad_input, cancel, infra, operator, pods, runner, triggers
 from achilles_chaos.waiting import recording_waits, timed
 
 Report = Callable[[str], None]
@@ -44,6 +44,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("oom", pods.oom, "a runner OOM-killed by its memory limit"),
     Scenario("run-deadline", pods.run_deadline, "a run hanging past runTimeoutSeconds"),
     Scenario("bad-input", bad_input.bad_input, "bad input at every door"),
+    Scenario(
+        "cancel-during-dispatch",
+        cancel.cancel_during_dispatch,
+        "runs cancelled while their Jobs are made",
+    ),
 )
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
 # The subset the test command runs (tests/cluster/test_chaos.py), at --quick sizes.
