@@ -27,6 +27,8 @@ _DELETE_RUNS = text(
     RETURNING r.id
     """
 )
+# Append-only rows nobody else locks (and FOR UPDATE would need a grant to update them):
+# a second replica deleting the same batch deletes nothing.
 _DELETE_DELETED_AGENT_TOKENS = text(
     """
     DELETE FROM deleted_agent_tokens t
@@ -34,7 +36,6 @@ _DELETE_DELETED_AGENT_TOKENS = text(
         SELECT id FROM deleted_agent_tokens
         WHERE finished_at < :cutoff
         LIMIT :batch
-        FOR UPDATE SKIP LOCKED
     ) old
     WHERE t.id = old.id
     RETURNING t.id
