@@ -16,7 +16,16 @@ from pathlib import Path
 from achilles_chaos.cluster import ChaosCluster
 from achilles_chaos.report import Result
 from achilles_chaos.scenario import Context
-from achilles_chaos.scenarios import bad_input, cancel, infra, operator, pods, runner, triggers
+from achilles_chaos.scenarios import (
+    bad_input,
+    cancel,
+    infra,
+    operator,
+    pods,
+    runner,
+    triggers,
+    webhook,
+)
 from achilles_chaos.waiting import recording_waits, timed
 
 Report = Callable[[str], None]
@@ -49,6 +58,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         cancel.cancel_during_dispatch,
         "runs cancelled while their Jobs are made",
     ),
+    Scenario("webhook-down", webhook.webhook_down, "notification receiver down 10 min"),
 )
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
 # The subset the test command runs (tests/cluster/test_chaos.py), at --quick sizes.

@@ -55,6 +55,8 @@ WORKING_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "ks load": (DEMO_BUNDLE,),
     "ks read": ("1", "--as", "alice"),
     "ks search": ("deploy", "--as", "alice"),
+    "notifications list": (),
+    "notifications retry": (),
     "runner": ("--run-id", "1"),
     "runs cancel": ("1",),
     "runs enqueue": ("helper",),
