@@ -55,11 +55,16 @@ class RecordingRunRequester:
     API tier; tests/cluster/test_api_cluster.py writes the real annotation)."""
 
     requests: list[tuple[str, str, str]] = field(default_factory=list)
+    cancels: list[tuple[str, str, int]] = field(default_factory=list)
 
     def request(self, namespace: str, name: str, at: datetime) -> str:
         value = format_run_request(at)
         self.requests.append((namespace, name, value))
         return value
+
+    def cancel(self, namespace: str, name: str, run_id: int) -> str:
+        self.cancels.append((namespace, name, run_id))
+        return str(run_id)
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ from fastapi import Request
 if TYPE_CHECKING:
     from achilles.api.settings import ApiSettings
     from achilles.db.database import Database
-    from achilles.services.run_requests import RunRequester
+    from achilles.services.run_requests import RunCanceller, RunRequester
 
 
 async def database(request: Request) -> Database:
@@ -31,3 +31,9 @@ async def settings(request: Request) -> ApiSettings:
 async def run_requester(request: Request) -> RunRequester:
     requester: RunRequester = request.app.state.run_requester
     return requester
+
+
+async def run_canceller(request: Request) -> RunCanceller:
+    """The run requester again: the same annotation writer asks for cancels too."""
+    canceller: RunCanceller = request.app.state.run_requester
+    return canceller

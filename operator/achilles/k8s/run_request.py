@@ -11,9 +11,9 @@ from datetime import datetime
 from pathlib import Path
 
 from achilles.k8s.agent_spec import merge_patch_agent
-from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
+from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT, format_run_request
 
-__all__ = ["RUN_REQUESTED_AT", "request_run"]
+__all__ = ["CANCEL_RUN", "RUN_REQUESTED_AT", "request_cancel", "request_run"]
 
 
 def request_run(namespace: str, name: str, at: datetime, *, kubeconfig: Path | None = None) -> str:
@@ -24,5 +24,16 @@ def request_run(namespace: str, name: str, at: datetime, *, kubeconfig: Path | N
     """
     value = format_run_request(at)
     body = {"metadata": {"annotations": {RUN_REQUESTED_AT: value}}}
+    merge_patch_agent(namespace, name, body, doing="annotate", kubeconfig=kubeconfig)
+    return value
+
+
+def request_cancel(
+    namespace: str, name: str, run_id: int, *, kubeconfig: Path | None = None
+) -> str:
+    """Annotate Agent `namespace/name` with a request to cancel its run `run_id`
+    (`achilles.io/cancel-run`); return the value written. Errors as `request_run`."""
+    value = str(run_id)
+    body = {"metadata": {"annotations": {CANCEL_RUN: value}}}
     merge_patch_agent(namespace, name, body, doing="annotate", kubeconfig=kubeconfig)
     return value

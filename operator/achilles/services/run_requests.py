@@ -15,11 +15,12 @@ way, through an `AgentSpecWriter`, when the CLI changes them for an agent with a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from achilles.errors import StartRefused
+from achilles.errors import InvalidInputError, StartRefused
 
 if TYPE_CHECKING:
     from achilles.db.database import Database
@@ -38,8 +39,16 @@ class RunRequester(Protocol):
         ...
 
 
+class RunCanceller(Protocol):
+    def cancel(self, namespace: str, name: str, run_id: int) -> str:
+        """Request that Agent `namespace/name`'s run `run_id` be cancelled
+        (`achilles.io/cancel-run`); the value written. Errors as `RunRequester.request`."""
+        ...
+
+
 class KubernetesRunRequester:
-    """Writes the run-request annotation through the kubeconfig's (or the pod's) cluster."""
+    """Writes the run-request (and cancel) annotation through the kubeconfig's (or the
+    pod's) cluster: a `RunRequester` and a `RunCanceller`."""
 
     def __init__(self, kubeconfig: Path | None = None) -> None:
         self.kubeconfig = kubeconfig
@@ -49,6 +58,11 @@ class KubernetesRunRequester:
         from achilles.k8s.run_request import request_run
 
         return request_run(namespace, name, at, kubeconfig=self.kubeconfig)
+
+    def cancel(self, namespace: str, name: str, run_id: int) -> str:
+        from achilles.k8s.run_request import request_cancel
+
+        return request_cancel(namespace, name, run_id, kubeconfig=self.kubeconfig)
 
 
 def enqueue_run(database: Database, agent_ref: str, trigger: RunTrigger) -> EnqueueResult:
@@ -99,6 +113,41 @@ def request_owned_run(
         request_key = requester.request(namespace, name, at)
         once.record(session, request_key)
     return request_key
+
+
+@dataclass(frozen=True)
+class CancelAnswer:
+    run_id: int
+    agent: str  # namespace/name
+    requested: bool  # False: the run had ended, nothing was asked
+    state: str
+    reason: str | None
+
+
+def request_owned_cancel(
+    database: Database, canceller: RunCanceller, run_id: int, owner_key: str | None
+) -> CancelAnswer:
+    """Ask the operator to cancel `owner_key`'s run (None: an admin's, any run) the way
+    the portal does, through its Agent's `achilles.io/cancel-run`; the operator ends it
+    and deletes its Job (`services/run_cancel.py`). A run that ended already is not
+    asked about (`requested` False: nothing changes). `NotFound` when the run is not the
+    owner's; `InvalidInputError` when its agent has no Agent resource to carry the request
+    (an agent made in the database: `achilles runs cancel` cancels those)."""
+    from achilles.domain.runs import ACTIVE_STATES
+    from achilles.services.owner_reads import find_run
+
+    found = find_run(database, run_id, owner_key)
+    agent, run = found.agent, found.run
+    ref = f"{agent.namespace}/{agent.cr_name}"
+    if run.state not in ACTIVE_STATES:
+        return CancelAnswer(run_id, ref, False, run.state, run.reason)
+    if agent.namespace is None or agent.cr_name is None:
+        raise InvalidInputError(
+            f"run {run_id}'s agent has no Agent resource to ask through;"
+            " an admin cancels it with `achilles runs cancel`"
+        )
+    canceller.cancel(agent.namespace, agent.cr_name, run_id)
+    return CancelAnswer(run_id, ref, True, run.state, run.reason)
 
 
 class AgentSpecWriter(Protocol):

@@ -1,17 +1,17 @@
 """`GET /v1/runs` (the caller's runs, newest first, in keyset pages),
-`GET /v1/runs/{id}` (one run with its output and what it used) and
-`GET /v1/runs/{id}/steps` (its steps)."""
+`GET /v1/runs/{id}` (one run with its output and what it used),
+`GET /v1/runs/{id}/steps` (its steps) and `POST /v1/runs/{id}/cancel`."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from achilles.api.dependencies import database
+from achilles.api.dependencies import database, run_canceller
 from achilles.api.identity.caller import Caller, current_caller
 from achilles.api.owners import owner_scope
 from achilles.api.pagination import (
@@ -26,6 +26,7 @@ from achilles.db.database import Database
 from achilles.domain.runs import RunState
 from achilles.services import owner_reads, run_trace
 from achilles.services.owner_reads import OwnedRun, RunFilter
+from achilles.services.run_requests import RunCanceller, request_owned_cancel
 from achilles.services.run_trace import RunTrace
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=PROBLEM_RESPONSES)
@@ -237,4 +238,47 @@ def _run_steps(database: Database, run_id: int, owner_key: str | None) -> RunSte
         run_id=run_id,
         items=[RunStep.model_validate(step._asdict()) for step in trace.steps],
         truncated=any(step.kind == "truncated" for step in trace.steps),
+    )
+
+
+class CancelRequested(BaseModel):
+    run_id: int
+    agent: str = Field(description="the run's Agent, `namespace/name`")
+    cancel_requested: bool = Field(
+        description="true: the operator was asked (202); false: the run had ended (200)"
+    )
+    state: str = Field(description="the run's state when asked")
+    reason: str | None
+    run_url: str
+
+
+@router.post(
+    "/runs/{run_id}/cancel",
+    status_code=202,
+    response_model=CancelRequested,
+    responses={200: {"model": CancelRequested, "description": "The run had ended: nothing"}},
+)
+def cancel_run(
+    run_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+    response: Response,
+    caller: Annotated[Caller, Depends(current_caller)],
+    database: Annotated[Database, Depends(database)],
+    canceller: Annotated[RunCanceller, Depends(run_canceller)],
+) -> CancelRequested:
+    """Cancel one of the caller's runs (an admin: any run) while it is queued or running,
+    as the portal does: the request goes on the run's Agent (`achilles.io/cancel-run`),
+    the operator ends the run `failed/cancelled` and deletes its Job; `GET run_url`
+    follows it. Idempotent: asking again is harmless, and a run that had ended is left
+    as it is (200, `cancel_requested: false`). Not the caller's: 404."""
+    owner = None if caller.is_admin else caller.user_key
+    answer = request_owned_cancel(database, canceller, run_id, owner)
+    if not answer.requested:
+        response.status_code = 200
+    return CancelRequested(
+        run_id=run_id,
+        agent=answer.agent,
+        cancel_requested=answer.requested,
+        state=answer.state,
+        reason=answer.reason,
+        run_url=f"/v1/runs/{run_id}",
     )
