@@ -90,6 +90,33 @@ def run_steps(size: int, json_path: Path | None, server_url: str | None) -> None
 
 
 @bench.command()
+@_size_option(100_000, "finished runs over two years (100 owners, 1,000 agents)")
+@click.option(
+    "--output-bytes",
+    type=click.IntRange(0, 1_000_000),
+    default=2000,
+    show_default=True,
+    help="Size of each run's output (word-like text).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(0, 200),
+    default=10,
+    show_default=True,
+    help="Steps recorded per run.",
+)
+@json_option
+@server_option
+def retention(
+    size: int, output_bytes: int, steps: int, json_path: Path | None, server_url: str | None
+) -> None:
+    """Journal bytes per run, a year at 100k agents, and the retention pass's deletes."""
+    from bench import retention as benchmark
+
+    _show(benchmark.run(size, json_path, server_url, output_bytes=output_bytes, steps=steps))
+
+
+@bench.command()
 @_size_option(
     10_000_000, "agent_runs rows (owners = size/1000, agents = size/100, inbox items = size/10)"
 )
