@@ -16,6 +16,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from achilles.domain.runs import FailReason, SkipReason
+
 Row = dict[str, Any]
 
 ACTIVE = ("queued", "running")
@@ -98,6 +100,11 @@ class Violation:
     problem: str
 
 
+# The journal's reason codes, the domain's (the schema's CHECK is spelled from them too).
+FAIL_REASONS = frozenset(reason.value for reason in FailReason)
+SKIP_REASONS = frozenset(reason.value for reason in SkipReason)
+
+
 def malformed_rows(rows: Iterable[Row]) -> list[Violation]:
     """Rows that break the run state machine's shape (a corrupted row, whatever caused it)."""
     found = []
@@ -117,13 +124,9 @@ def malformed_rows(rows: Iterable[Row]) -> list[Violation]:
             bad("running without started_at/heartbeat_at")
         if state == "succeeded" and row["output"] is None:
             bad("succeeded without output")
-        if state == "failed" and (
-            row["reason"] not in ("error", "stale", "iteration_cap") or not row["error"]
-        ):
+        if state == "failed" and (row["reason"] not in FAIL_REASONS or not row["error"]):
             bad(f"failed with reason {row['reason']!r} and error {row['error']!r}")
-        if state == "skipped" and (
-            row["reason"] not in ("budget_exceeded", "already_running") or row["tokens_used"] != 0
-        ):
+        if state == "skipped" and (row["reason"] not in SKIP_REASONS or row["tokens_used"] != 0):
             bad(f"skipped with reason {row['reason']!r}, tokens {row['tokens_used']}")
         if state in ACTIVE and row["reason"] is not None:
             bad(f"{state} with reason {row['reason']!r}")
