@@ -70,6 +70,15 @@ SHIPPED = {
         " AND reason IN ('iteration_cap', 'error', 'stale', 'token_cap', 'cancelled'))"
         " OR (state NOT IN ('skipped', 'failed') AND reason IS NULL)"
     ),
+    # 0014_notifications
+    "NOTIFICATION_KIND_CHECK": (
+        "kind IN ('inbox.item_blocked', 'run.failed', 'run.skipped',"
+        " 'budget.threshold_crossed', 'agent.suspended')"
+    ),
+    "DELIVERY_STATE_CHECK": "state IN ('pending', 'delivered', 'dead')",
+    "PENDING_DELIVERY_PREDICATE": "state = 'pending'",
+    "DELIVERED_WHEN_DONE_CHECK": "(state = 'delivered') = (delivered_at IS NOT NULL)",
+    "BUDGET_THRESHOLD_CHECK": "threshold IN (80, 95)",
 }
 
 
