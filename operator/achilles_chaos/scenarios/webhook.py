@@ -47,6 +47,27 @@ def _set_webhook(ctx: Context, url: str | None) -> None:
     )
 
 
+def _failed_run_is_notified(ctx: Context, receiver: WebhookReceiver) -> None:
+    """A run that fails on the real node (its model answers 502) is notified, signed."""
+    ctx.agent("fails", "Say hello.", ctx.model("broken", ctx.cluster.broken.base_url("html-502")))
+    agent_id = ctx.agent_ids(["fails"])["fails"]
+    after = ctx.last_run_id()
+    ctx.request("fails")
+    run_id = ctx.new_runs([agent_id], after, 60)[agent_id]
+    [row] = ctx.wait_ended([run_id], 240, "the failing run to end").values()
+    ctx.result.check(row["state"] == "failed", f"run {run_id} ended {row['state']}, not failed")
+
+    def notified() -> bool:
+        return any(
+            request.event == "run.failed"
+            and request.body is not None
+            and request.body["data"]["run"]["id"] == run_id
+            for request in receiver.accepted()
+        )
+
+    wait_for(notified, 60, what=f"run {run_id}'s failure at the webhook")
+
+
 def _outbox(ctx: Context) -> list[dict[str, object]]:
     """The scenario's notifications (its Agents' namespace)."""
     rows: list[dict[str, object]] = ctx.journal.rows(
@@ -69,8 +90,9 @@ def webhook_down(ctx: Context) -> None:
     _signing_secret(ctx)
     try:
         op = ctx.operator()
-        ctx.platform(weeklyTokenBudget=0)  # every run request ends skipped: a notification
         _set_webhook(ctx, receiver.url)
+        _failed_run_is_notified(ctx, receiver)
+        ctx.platform(weeklyTokenBudget=0)  # every run request ends skipped: a notification
         model = ctx.model("m")
         names = [f"w{n:02d}" for n in range(4)]
         for name in names:
@@ -98,12 +120,12 @@ def webhook_down(ctx: Context) -> None:
         while made < during:  # (a slow request loop: the rest now)
             ctx.request(names[made % len(names)])
             made += 1
-        total = 2 + during
+        total = 3 + during  # the failed run's, the first two skips', the outage's
         wait_for(
             lambda: len(_outbox(ctx)) == total, 60, what=f"{total} notifications in the outbox"
         )
         pending = [row for row in _outbox(ctx) if row["state"] == "pending"]
-        r.check(len(receiver.requests()) == 2, "the receiver got requests while it was down")
+        r.check(len(receiver.requests()) == 3, "the receiver got requests while it was down")
         r.check(len(pending) == during, f"{len(pending)} of {during} pending during the outage")
         tried = [row for row in pending if int(str(row["attempts"])) > 0]
         r.figures["attempts_during_outage"] = sum(int(str(row["attempts"])) for row in pending)
