@@ -55,7 +55,7 @@ from achilles.services import owner_reads
 from achilles.services.db_roles import grant_login_url
 from achilles.services.owner_reads import RunFilter
 from achilles_dev import oidc
-from bench import api_data, api_processes, journal, sse
+from bench import api_data, api_processes, journal_data, sse
 from bench.pg import bench_database
 from bench.report import Progress, Report, at_most
 from bench.sql import captured_sql, explain, timed
@@ -81,7 +81,7 @@ class Sizes:
 
     @classmethod
     def for_runs(cls, runs: int) -> Sizes:
-        base = journal.Sizes.for_runs(runs)
+        base = journal_data.Sizes.for_runs(runs)
         large = runs >= 1_000_000
         clients = min(1000, max(8, runs // 10_000))
         return cls(
@@ -432,7 +432,7 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
         report.details["postgresql"] = target.server
         database = Database(target.url, pool_size=4, application_name="achilles-bench")
         try:
-            loaded = journal.load(database, journal.Sizes.for_runs(size), progress)
+            loaded = journal_data.load(database, journal_data.Sizes.for_runs(size), progress)
             loaded["inbox_items_s"] = api_data.load_inbox(database, sizes, progress)
             report.details["load_seconds"] = loaded
             report.details["table_sizes"] = api_data.table_sizes(database)
