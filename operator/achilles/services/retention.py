@@ -16,7 +16,6 @@ from typing import Any
 
 from achilles.db.database import Database
 from achilles.db.journal.retention import (
-    delete_deleted_agent_tokens,
     delete_finished_runs,
     delete_sent_notifications,
     retention_cutoff,
@@ -48,13 +47,9 @@ def apply_retention(
     done = RetentionPass()
     if days is not None:
         done.cutoff = retention_cutoff(now, days, week_start)
-        done.runs_deleted, full = _in_batches(
+        done.runs_deleted, done.more_left = _in_batches(
             database, delete_finished_runs, done.cutoff, batch, max_batches
         )
-        _, tokens_full = _in_batches(
-            database, delete_deleted_agent_tokens, done.cutoff, batch, max_batches
-        )
-        done.more_left = full or tokens_full
     done.notifications_deleted, sent_full = _in_batches(
         database, delete_sent_notifications, now - SENT_NOTIFICATIONS_KEPT, batch, max_batches
     )

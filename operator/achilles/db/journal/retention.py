@@ -27,20 +27,6 @@ _DELETE_RUNS = text(
     RETURNING r.id
     """
 )
-# Append-only rows nobody else locks (and FOR UPDATE would need a grant to update them):
-# a second replica deleting the same batch deletes nothing.
-_DELETE_DELETED_AGENT_TOKENS = text(
-    """
-    DELETE FROM deleted_agent_tokens t
-    USING (
-        SELECT id FROM deleted_agent_tokens
-        WHERE finished_at < :cutoff
-        LIMIT :batch
-    ) old
-    WHERE t.id = old.id
-    RETURNING t.id
-    """
-)
 _DELETE_SENT_NOTIFICATIONS = text(
     """
     DELETE FROM notification_outbox n
@@ -65,12 +51,6 @@ def retention_cutoff(now: datetime, days: int, budget_week_start: datetime) -> d
 def delete_finished_runs(session: Session, cutoff: datetime, batch: int) -> int:
     """One batch of runs finished before `cutoff`, oldest first; how many went."""
     return len(session.execute(_DELETE_RUNS, {"cutoff": cutoff, "batch": batch}).all())
-
-
-def delete_deleted_agent_tokens(session: Session, cutoff: datetime, batch: int) -> int:
-    """What deleted agents spent before `cutoff`: no budget week sums it any more."""
-    params = {"cutoff": cutoff, "batch": batch}
-    return len(session.execute(_DELETE_DELETED_AGENT_TOKENS, params).all())
 
 
 def delete_sent_notifications(session: Session, cutoff: datetime, batch: int) -> int:

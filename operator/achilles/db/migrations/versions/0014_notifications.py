@@ -285,8 +285,6 @@ def _triggers(schema: str) -> None:
 
 def _grants() -> None:
     op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {OUTBOX}, {WARNINGS} TO {OPERATOR}")
-    # Retention removes what deleted agents spent once it is older than any budget week.
-    op.execute(f"GRANT DELETE ON deleted_agent_tokens TO {OPERATOR}")
     op.execute(
         f"DO $$ BEGIN EXECUTE format('GRANT USAGE ON SEQUENCE %s TO {OPERATOR}',"
         f" pg_get_serial_sequence('{OUTBOX}', 'id')); END $$"
@@ -313,7 +311,6 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION achilles_notify_item_blocked()")
     op.execute("DROP FUNCTION achilles_notify_run_ended()")
     op.execute("DROP FUNCTION achilles_enqueue_notification(text, bigint, bigint, jsonb)")
-    op.execute(f"REVOKE DELETE ON deleted_agent_tokens FROM {OPERATOR}")
     op.drop_table(WARNINGS)
     op.drop_table(OUTBOX)
     op.execute("DROP FUNCTION achilles_outbox_notify()")
