@@ -58,7 +58,7 @@ from achilles_dev import oidc
 from bench import api_data, api_processes, journal_data, sse
 from bench.pg import bench_database
 from bench.report import Progress, Report, at_most
-from bench.sql import captured_sql, explain, timed
+from bench.sql import captured_sql, explain, table_sizes, timed
 
 NAME = "api"
 DEFAULT_SIZE = 10_000_000
@@ -435,7 +435,9 @@ def run(size: int, json_path: Path | None, server_url: str | None = None) -> Rep
             loaded = journal_data.load(database, journal_data.Sizes.for_runs(size), progress)
             loaded["inbox_items_s"] = api_data.load_inbox(database, sizes, progress)
             report.details["load_seconds"] = loaded
-            report.details["table_sizes"] = api_data.table_sizes(database)
+            report.details["table_sizes"] = table_sizes(
+                database, ("agent_runs", "agents", "users", "agent_inbox_items")
+            )
             progress(f"tables: {report.details['table_sizes']}")
             count = max(sizes.read_owners, sizes.sse_owners)
             owners = api_data.owners_with_items(database, heaviest=5, count=count, seed=19)

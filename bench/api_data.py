@@ -86,18 +86,6 @@ def load_inbox(database: Database, sizes: InboxSizes, progress: Progress) -> flo
     return took
 
 
-def table_sizes(database: Database) -> dict[str, str]:
-    with database.engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class "
-                "WHERE relname IN ('agent_runs', 'agents', 'users', 'agent_inbox_items') "
-                "ORDER BY relname"
-            )
-        ).all()
-    return {row[0]: row[1] for row in rows}
-
-
 @dataclass(frozen=True)
 class Owner:
     id: int

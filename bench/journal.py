@@ -48,10 +48,19 @@ from achilles.domain.runs import RunTrigger
 from achilles.services import dispatch as dispatch_service
 from achilles.services import scheduler
 from achilles.services.db_roles import grant_login_url
-from bench.journal_data import ROUNDS, RUNNING_ROWS_SQL, Sizes, load, table_sizes
+from bench.journal_data import ROUNDS, RUNNING_ROWS_SQL, Sizes, load
 from bench.pg import bench_database
 from bench.report import Progress, Report, at_least, at_most
-from bench.sql import captured, captured_sql, plan_of, rolled_back, server_seconds, shorten, timed
+from bench.sql import (
+    captured,
+    captured_sql,
+    plan_of,
+    rolled_back,
+    server_seconds,
+    shorten,
+    table_sizes,
+    timed,
+)
 
 NAME = "journal"
 DEFAULT_SIZE = 10_000_000
@@ -406,7 +415,7 @@ def run(
         database = None
         try:
             report.details["load_seconds"] = load(admin, sizes, progress)
-            report.details["table_sizes"] = table_sizes(admin)
+            report.details["table_sizes"] = table_sizes(admin, ("agent_runs", "agents", "users"))
             progress(f"tables: {report.details['table_sizes']}")
             url = target.url
             if not as_owner:

@@ -173,14 +173,3 @@ def load(database: Database, sizes: Sizes, progress: Progress) -> dict[str, floa
     took["vacuum_analyze_s"] = time.monotonic() - started
     progress(f"VACUUM ANALYZE done ({took['vacuum_analyze_s']:.1f}s)")
     return took
-
-
-def table_sizes(database: Database) -> dict[str, str]:
-    with database.engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class "
-                "WHERE relname IN ('agent_runs', 'agents', 'users') ORDER BY relname"
-            )
-        ).all()
-    return {row[0]: row[1] for row in rows}

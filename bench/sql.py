@@ -4,11 +4,12 @@ measurement, the exact SQL a journal function sends, and its EXPLAIN (ANALYZE, B
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import event, text
+from sqlalchemy import bindparam, event, text
+from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
@@ -118,3 +119,16 @@ def plan_of(database: Database, work: Callable[[Session], object], contains: str
         else str(params),
         "plan": explain(database, sql, params),
     }
+
+
+def table_sizes(database: Database, tables: Sequence[str]) -> dict[str, str]:
+    """Each table's size with its indexes and TOAST, as PostgreSQL prints it."""
+    with database.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class "
+                "WHERE relname = ANY(:tables) AND relkind = 'r' ORDER BY relname"
+            ).bindparams(bindparam("tables", type_=ARRAY(TEXT))),
+            {"tables": list(tables)},
+        ).all()
+    return {row[0]: row[1] for row in rows}
