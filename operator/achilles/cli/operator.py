@@ -43,6 +43,7 @@ def operator(liveness: str, verbose: bool) -> None:
     )
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # every webhook delivery
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # every liveness probe
     try:
         start_http_server(config.metrics_port)

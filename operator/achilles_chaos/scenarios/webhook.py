@@ -161,6 +161,12 @@ def webhook_down(ctx: Context) -> None:
         r.figures["notifications"] = len(sent)
         r.figures["duplicates"] = len(got) - len(set(got))
         r.figures["kinds"] = sorted({str(row["kind"]) for row in rows})
+        r.figure = (
+            f"{len(sent)} notifications, all delivered"
+            f" {r.figures['seconds_to_deliver_after_return']:.0f}s after the return;"
+            f" {r.figures['duplicates']} sent twice; {r.figures['attempts_during_outage']}"
+            " attempts refused while down"
+        )
         ctx.check_journal()
         ctx.check_operators_alive([op])
     finally:
