@@ -271,3 +271,31 @@ def test_a_run_cancelled_while_its_job_is_made_loses_the_job_and_frees_its_slot(
         assert _row(db, waiting)["state"] == "queued"
     finally:
         operator.dispose()
+
+
+def test_a_cancel_racing_the_dispatcher_ends_the_run_and_its_job_is_swept(
+    db: Engine, database_url: str
+) -> None:
+    agent = make_agent(db)
+    dispatcher = Database(database_url, pool_size=2)
+    made = 0
+    try:
+        for _ in range(RACES):
+            run_id = _enqueue(db, agent)
+            jobs = _Jobs()
+            _, outcome = _race(
+                lambda: dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE),
+                functools.partial(_cancel, database_url, run_id),
+            )
+            # Queued when it was cancelled, whether its Job was being made or not.
+            assert (outcome.cancelled, outcome.was_running) == (True, False)
+            row = _row(db, run_id)
+            assert (row["state"], row["reason"]) == ("failed", "cancelled")
+            if jobs.created:  # made after the mark: the sweep deletes it
+                made += 1
+                swept = outcomes.sweep(dispatcher, cast(RunJobs, jobs), set(jobs.created))
+                assert swept.cancelled_jobs == [run_id]
+                assert jobs.deleted == [run_id]
+            assert _row(db, run_id) == row  # nothing the dispatcher did changed it
+    finally:
+        dispatcher.dispose()
