@@ -260,3 +260,14 @@ def test_verify_is_what_a_receiver_runs() -> None:
         verify(SECRET, "soon", signed, body, now=1_700_000_100)
     with pytest.raises(SignatureError, match="expired"):
         verify(SECRET, "1700000000", signed, body, now=1_700_000_301)
+
+
+def test_without_a_webhook_pending_notifications_wait_and_set_no_timer(
+    db: Engine, operator_db: Database, receiver: WebhookReceiver
+) -> None:
+    _notify(operator_db, make_agent(db))
+    set_settings(db, agent_webhook_url=None, agent_webhook_secret_name=None)
+    done = notifications.deliver_due(operator_db, WebhookSender(timeout_seconds=5), _secret)
+    assert (done.delivered, done.failed, done.next_due_in, done.full_batch) == (0, 0, None, False)
+    assert receiver.requests() == []
+    assert [row.state for row in _rows(db)] == ["pending"]
