@@ -116,6 +116,14 @@ VALID: list[Case] = [
         maxConcurrency=1000, runTimeoutSeconds=86400, platformPrompt="Be brief.",
     )),
     Case("platform-etc-zone", agent_platform(timezone="Etc/GMT+3")),
+    Case("platform-notifications-and-retention", agent_platform(
+        notifications={"webhookUrl": "https://portal.example/hooks/achilles",
+                       "secretRef": {"name": "achilles-webhook", "key": "hmac"}},
+        runRetentionDays=365,
+    )),
+    Case("platform-webhook-default-key", agent_platform(
+        notifications={"webhookUrl": "http://portal.portal.svc:8080/h", "secretRef": {"name": "hook"}},
+    )),
 ]  # fmt: skip
 
 INVALID: list[Case] = [
@@ -178,4 +186,8 @@ INVALID: list[Case] = [
     Case("platform-zero-iterations", agent_platform(maxIterations=0), "spec.maxIterations"),
     Case("platform-zero-concurrency", agent_platform(maxConcurrency=0), "spec.maxConcurrency"),
     Case("platform-timeout-over-a-day", agent_platform(runTimeoutSeconds=86401), "spec.runTimeoutSeconds"),
+    Case("platform-webhook-not-http", agent_platform(notifications={"webhookUrl": "ftp://portal/h", "secretRef": {"name": "hook"}}), "spec.notifications.webhookUrl"),
+    Case("platform-webhook-without-secret", agent_platform(notifications={"webhookUrl": "https://portal/h"}), "spec.notifications.secretRef"),
+    Case("platform-webhook-secret-bad-name", agent_platform(notifications={"webhookUrl": "https://portal/h", "secretRef": {"name": "Hook_1"}}), "spec.notifications.secretRef.name"),
+    Case("platform-zero-retention", agent_platform(runRetentionDays=0), "spec.runRetentionDays"),
 ]  # fmt: skip
