@@ -82,6 +82,18 @@ def build(force: bool, no_images: bool, only: tuple[str, ...]) -> None:
         ensure_images()
 
 
+@dev.command("kind-image")
+@reports_errors
+def kind_image() -> None:
+    """Build (once, cached) kind, kubeadm, CoreDNS and the kind node image, without a registry.
+
+    For `ACHILLES_TEST_CLUSTER=kind make test-cluster` (docs/development.md, "kind").
+    """
+    from achilles_dev.kind_image import ensure_node_image
+
+    click.echo(ensure_node_image())
+
+
 @dev.command()
 @state_dir_option
 @click.option(

@@ -81,6 +81,22 @@ def jaeger_version(path: Path = _VERSIONS_FILE) -> str:
         raise LocalStackError(f"cannot read Jaeger's version from {path}: {error}") from error
 
 
+def kind_version(path: Path = _VERSIONS_FILE) -> str:
+    """The pinned sigs.k8s.io/kind module version (the cluster tier's kind path)."""
+    try:
+        return str(tomllib.loads(path.read_text())["kind"]["version"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+        raise LocalStackError(f"cannot read kind's version from {path}: {error}") from error
+
+
+def coredns_version(path: Path = _VERSIONS_FILE) -> str:
+    """The pinned github.com/coredns/coredns module version (the kind node's DNS)."""
+    try:
+        return str(tomllib.loads(path.read_text())["coredns"]["version"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+        raise LocalStackError(f"cannot read CoreDNS' version from {path}: {error}") from error
+
+
 def cache_root() -> Path:
     override = os.environ.get("ACHILLES_CACHE_DIR")
     if override:

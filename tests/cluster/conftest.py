@@ -19,6 +19,12 @@ kind cluster, ...). What they need from it is checked before the first test: the
 answers, a Ready schedulable node, and the runner image (`ACHILLES_TEST_RUNNER_IMAGE`,
 default the local build's name) present on that node. The stand-in's tests are skipped
 there: they need host processes.
+
+kind: with `ACHILLES_TEST_CLUSTER=kind` the `node_cluster` tests run on a kind cluster
+the session creates and deletes through pytest-kind, on a node image built here
+(`tests/cluster/kind.py`, `achilles dev kind-image`; docs/development.md, "kind"). The
+node image is built during collection. What needs our own stack is skipped, as with
+`ACHILLES_TEST_KUBECONFIG`. `ACHILLES_TEST_CLUSTER=local` (or unset) is the local stack.
 """
 
 from __future__ import annotations
@@ -41,11 +47,27 @@ from achilles_dev.images import RUNNER_IMAGE
 from achilles_dev.stack import LocalStack
 
 EXTERNAL_KUBECONFIG = "ACHILLES_TEST_KUBECONFIG"
+CLUSTER_CHOICE = "ACHILLES_TEST_CLUSTER"
 
 
 def external_kubeconfig() -> Path | None:
     value = os.environ.get(EXTERNAL_KUBECONFIG)
     return Path(value) if value else None
+
+
+def kind_requested() -> bool:
+    """`ACHILLES_TEST_CLUSTER=kind`: the real-node tests on a kind cluster of the session."""
+    value = os.environ.get(CLUSTER_CHOICE, "local") or "local"
+    if value not in ("local", "kind"):
+        raise pytest.UsageError(f"{CLUSTER_CHOICE} must be local or kind, not {value!r}")
+    if value == "kind" and external_kubeconfig() is not None:
+        raise pytest.UsageError(f"set {CLUSTER_CHOICE}=kind or {EXTERNAL_KUBECONFIG}, not both")
+    return value == "kind"
+
+
+def runs_elsewhere() -> bool:
+    """The session's cluster is not a local stack of ours (a given kubeconfig, or kind)."""
+    return external_kubeconfig() is not None or kind_requested()
 
 
 def runner_image() -> str:
@@ -54,17 +76,20 @@ def runner_image() -> str:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     items = [item for item in session.items if item.get_closest_marker("cluster")]
-    needs_node = (
-        external_kubeconfig() is None
-        and os.geteuid() == 0  # else the node tests skip (node_cluster)
-        and any("node_cluster" in getattr(item, "fixturenames", ()) for item in items)
+    wants_node = os.geteuid() == 0 and any(  # else the node tests skip (node_cluster)
+        "node_cluster" in getattr(item, "fixturenames", ()) for item in items
     )
+    needs_node = wants_node and not runs_elsewhere()
     if items and missing_binaries(node=needs_node):
         ensure_built(node=needs_node)
     if needs_node:
         from achilles_dev.images import ensure_images
 
         ensure_images(report=_summary)
+    if wants_node and kind_requested():
+        from achilles_dev.kind_image import ensure_node_image
+
+        ensure_node_image(report=_summary)
 
 
 def _summary(line: str) -> None:
@@ -109,8 +134,11 @@ def throwaway_stack(state_dir: Path, *, real_node: bool = False) -> LocalStack:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if external_kubeconfig() is not None:
-        pytest.skip(f"runs pods as host processes (the stand-in); {EXTERNAL_KUBECONFIG} is set")
+    if runs_elsewhere():
+        pytest.skip(
+            "runs pods as host processes (the stand-in); "
+            f"{EXTERNAL_KUBECONFIG} or {CLUSTER_CHOICE}=kind is set"
+        )
     ensure_built(node=False)
     stack = throwaway_stack(tmp_path_factory.mktemp("cluster"))
     stack.up()
@@ -192,6 +220,16 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
         return
     if os.geteuid() != 0:
         pytest.skip(f"a real node needs root; or point {EXTERNAL_KUBECONFIG} at a cluster")
+    if kind_requested():
+        from tests.cluster.kind import kind_cluster
+
+        with (
+            kind_cluster(tmp_path_factory.mktemp("kind")) as kubeconfig,
+            api_client(kubeconfig) as api,
+        ):
+            check_node_cluster(api, RUNNER_IMAGE)
+            yield NodeCluster(api=api, kubeconfig=kubeconfig, runner_image=RUNNER_IMAGE, stack=None)
+        return
     stack = throwaway_stack(tmp_path_factory.mktemp("node"), real_node=True)
     try:
         stack.up()

@@ -46,7 +46,7 @@ def iptables_rules() -> str:
 @pytest.fixture
 def own_stack(tmp_path: Path, node_cluster: NodeCluster) -> Iterator[LocalStack]:
     if node_cluster.stack is None:
-        pytest.skip("brings up a local real node; ACHILLES_TEST_KUBECONFIG is set")
+        pytest.skip("brings up a local real node; the session's cluster is not ours")
     config = StackConfig(
         state_dir=tmp_path / "state",
         ports=Ports.free(),
