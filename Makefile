@@ -48,9 +48,15 @@ test-db: bootstrap ## Database tests (starts its own PostgreSQL)
 test-web: bootstrap ## Web inbox browser tests (Playwright + Debian chromium; own PostgreSQL, OIDC provider, API)
 	$(RUN) pytest tests/web
 
+# ACHILLES_TEST_CLUSTER=kind runs the real-node tests on a kind cluster of the session
+# instead (pytest-kind, podman), on the node image `make kind-image` builds.
 .PHONY: test-cluster
-test-cluster: control-plane ## Cluster tests (start their own control plane and real node)
+test-cluster: control-plane $(if $(filter kind,$(ACHILLES_TEST_CLUSTER)),kind-image) ## Cluster tests (their own control plane and real node; ACHILLES_TEST_CLUSTER=kind: on kind)
 	$(RUN) pytest tests/cluster
+
+.PHONY: kind-image
+kind-image: control-plane ## Build (once, cached) kind, kubeadm, CoreDNS and the kind node image, no registry (root)
+	$(RUN) achilles dev kind-image
 
 .PHONY: bench
 bench: control-plane ## The benchmark suite at default sizes (long; see docs/performance.md)
