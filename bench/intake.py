@@ -25,19 +25,15 @@ RSS and CPU over the idle window after.
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import re
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
-from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY, TEXT
+from sqlalchemy import text
 
 from achilles.db.database import Database
 from bench.apiserver_counts import (
@@ -54,6 +50,17 @@ from bench.cluster import (
     bench_cluster,
     ensure_namespace,
 )
+from bench.intake_checks import (
+    NEW_PROMPT,
+    TOUCHED_LABEL,
+    Population,
+    agent_events,
+    all_observed,
+    listed_count,
+    rows_agree,
+    touched_reconciled,
+)
+from bench.intake_memory import memory_figures, probe_env
 from bench.operator_process import OperatorUnderTest, Usage, running_operator
 from bench.report import Progress, Report, at_most
 from bench.steady import AGENTS_PER_OWNER, MODEL, _namespace, _schedule
@@ -75,19 +82,7 @@ IDLE_PROBE_S = 5.0
 CHANGED_FRACTION = 0.05
 DELETED_FRACTION = 0.01
 ADDED_FRACTION = 0.01
-TOUCHED_LABEL = "bench.achilles.io/touched"
-NEW_PROMPT = "Summarise my week, and my month."
 INTAKE_TIMEOUT_S = 3 * 3600.0
-
-
-@dataclass
-class Population:
-    """The Agents the benchmark made: name -> (namespace, uid), and what changed."""
-
-    agents: dict[str, tuple[str, str]] = field(default_factory=dict)
-    changed: list[str] = field(default_factory=list)
-    deleted: dict[str, str] = field(default_factory=dict)  # name -> uid
-    added: list[str] = field(default_factory=list)
 
 
 def _create(cluster: BenchCluster, item: tuple[str, dict[str, Any]]) -> tuple[str, str]:
@@ -171,142 +166,6 @@ def _wait_idle(operator: OperatorUnderTest, since: float, what: str, progress: P
     return at
 
 
-PROBE_DIR = Path(__file__).resolve().parent / "memory_probe"
-
-
-def _probe_env(cluster: BenchCluster, tracing: bool) -> dict[str, str]:
-    """The operator's environment for bench/memory_probe (its RSS each second; with
-    `tracing`, tracemalloc's view of the Python heap)."""
-    env = {
-        "PYTHONPATH": str(PROBE_DIR),
-        "ACHILLES_BENCH_MEMORY_PROBE": str(cluster.work_dir / "memory.jsonl"),
-    }
-    return env | ({"PYTHONTRACEMALLOC": "1"} if tracing else {})
-
-
-def _probe_records(cluster: BenchCluster) -> list[dict[str, Any]]:
-    path = cluster.work_dir / "memory.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _memory_figures(report: Report, cluster: BenchCluster, when: str, progress: Progress) -> None:
-    """The Python heap against the RSS now, then the RSS after malloc_trim(0): the part
-    of the RSS that is memory Python freed but glibc kept."""
-    records = _probe_records(cluster)
-    if not records:
-        return
-    last = records[-1]
-    if "traced_kib" in last:
-        report.add_value(f"Python heap (tracemalloc), {when}", last["traced_kib"] / 1024, "MiB")
-        peak = max(r.get("traced_peak_kib", 0) for r in records)
-        report.add_value(f"Python heap peak so far, {when}", peak / 1024, "MiB")
-    (cluster.work_dir / "memory.jsonl.trim").touch()
-
-    def trimmed() -> dict[str, Any] | None:
-        return next(
-            (r for r in _probe_records(cluster)[len(records) :] if "trim_after_kib" in r), None
-        )
-
-    result = wait_until(trimmed, 30, "malloc_trim in the operator", progress)
-    report.add_value(f"RSS before malloc_trim(0), {when}", result["trim_before_kib"] / 1024, "MiB")
-    report.add_value(f"RSS after malloc_trim(0), {when}", result["trim_after_kib"] / 1024, "MiB")
-
-
-_EVENTS_LINE = re.compile(
-    r'^achilles_agent_events_total\{event="([a-z]+)",outcome="([a-z]+)"\} ([0-9.e+]+)$'
-)
-
-
-def agent_events(operator: OperatorUnderTest) -> dict[str, int]:
-    """The operator's Agent events handled so far, as "<event>/<outcome>" -> count."""
-    counts: dict[str, int] = {}
-    try:
-        metrics = operator.metrics()
-    except OSError:  # not serving yet: the process is still starting
-        return counts
-    for line in metrics.splitlines():
-        match = _EVENTS_LINE.match(line)
-        if match:
-            counts[f"{match.group(1)}/{match.group(2)}"] = int(float(match.group(3)))
-    return counts
-
-
-def _listed(counts: dict[str, int]) -> int:
-    return sum(n for key, n in counts.items() if key.startswith("listed/"))
-
-
-def _touched_reconciled(cluster: BenchCluster, population: Population) -> bool:
-    """Every changed and added Agent shows its generation observed, with its row's id."""
-    listing = cast(
-        dict[str, Any],
-        cluster.custom.list_cluster_custom_object(
-            GROUP, VERSION, "agents", label_selector=f"{TOUCHED_LABEL}=yes"
-        ),
-    )
-    items = listing.get("items", [])
-    expected = len(population.changed) + len(population.added)
-    return len(items) == expected and all(_observed(item) for item in items)
-
-
-def _observed(item: dict[str, Any]) -> bool:
-    status = item.get("status") or {}
-    return (
-        status.get("observedGeneration") == item["metadata"].get("generation")
-        and status.get("databaseId") is not None
-    )
-
-
-def _rows_agree(database: Database, population: Population) -> bool:
-    """The rows say what the Agents say: one per Agent, the new prompts, none deleted."""
-    with database.engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT count(*) AS rows, "
-                "count(*) FILTER (WHERE cr_name = ANY(:changed) AND prompt = :prompt) AS changed,"
-                " count(*) FILTER (WHERE cr_uid = ANY(:deleted)) AS deleted,"
-                " count(*) FILTER (WHERE cr_name = ANY(:added)) AS added FROM agents"
-            ).bindparams(
-                bindparam("changed", type_=ARRAY(TEXT)),
-                bindparam("deleted", type_=ARRAY(TEXT)),
-                bindparam("added", type_=ARRAY(TEXT)),
-            ),
-            {
-                "changed": population.changed,
-                "prompt": NEW_PROMPT,
-                "deleted": list(population.deleted.values()),
-                "added": population.added,
-            },
-        ).one()
-    return bool(
-        row.rows == len(population.agents)
-        and row.changed == len(population.changed)
-        and row.deleted == 0
-        and row.added == len(population.added)
-    )
-
-
-def _all_observed(cluster: BenchCluster) -> tuple[int, int]:
-    """(Agents, Agents whose status has not observed their generation), in chunks."""
-    seen = behind = 0
-    token = None
-    while True:
-        kwargs: dict[str, Any] = {"limit": 1000}
-        if token:
-            kwargs["_continue"] = token
-        listing = cast(
-            dict[str, Any],
-            cluster.custom.list_cluster_custom_object(GROUP, VERSION, "agents", **kwargs),
-        )
-        for item in listing.get("items", []):
-            seen += 1
-            behind += not _observed(item)
-        token = listing.get("metadata", {}).get("continue")
-        if not token:
-            return seen, behind
-
-
 def _move_on(
     cluster: BenchCluster, population: Population, size: int, owners: int, progress: Progress
 ) -> None:
@@ -384,7 +243,7 @@ def run(
     ) as cluster:
         report.details["versions"] = cluster.versions()
         if memory_probe or tracemalloc:
-            env = env | _probe_env(cluster, tracemalloc)
+            env = env | probe_env(cluster, tracemalloc)
         database = Database(cluster.database.url, pool_size=2, application_name="achilles-bench")
         try:
             insert_owners(database, owners)
@@ -418,7 +277,7 @@ def run(
                 )
                 report.add_value("operator CPU idle after the first intake", cores, "cores")
                 progress(f"first intake {first:.0f} s; RSS {rss:.0f} MiB, CPU {cores:.3f}")
-                _memory_figures(report, cluster, "after the first intake", progress)
+                memory_figures(report, cluster, "after the first intake", progress)
             report.details["etcd"] = {
                 **etcd_sizes(cluster),
                 "agent_json_bytes": round(mean_object_bytes(cluster, "agents")),
@@ -461,9 +320,9 @@ def _restart(
         def reconciled() -> bool:
             op.check_alive()
             return (
-                _listed(agent_events(op)) >= len(population.agents)
-                and _rows_agree(database, population)
-                and _touched_reconciled(cluster, population)
+                listed_count(agent_events(op)) >= len(population.agents)
+                and rows_agree(database, population)
+                and touched_reconciled(cluster, population)
             )
 
         wait_until(reconciled, INTAKE_TIMEOUT_S, "every Agent reconciled", progress, every=1)
@@ -474,7 +333,7 @@ def _restart(
         after_counters = _database_counters(database)
         rates = request_rates(requests, operator_request_counts(cluster), seconds)
         peak = max(s.rss_mib for s in op.samples if s.at >= started)
-        agents, behind = _all_observed(cluster)
+        agents, behind = all_observed(cluster)
         if agents != len(population.agents) or behind:
             raise RuntimeError(f"{behind} of {agents} Agents not reconciled after the restart")
         goal = (at_most(30, "s") if size <= 10_000 else at_most(300, "s")) if goals else None
@@ -525,7 +384,7 @@ def _restart(
             "cores",
             goal=at_most(0.05, "cores") if goals else None,
         )
-        _memory_figures(report, cluster, f"after the {label}", progress)
+        memory_figures(report, cluster, f"after the {label}", progress)
         report.details[f"operator requests during the {label}"] = {
             verb: round(rate * seconds) for verb, rate in rates.items()
         }
