@@ -235,7 +235,7 @@ def test_the_token_cap_fails_the_run_and_failures_suspend_the_schedule_until_the
     status = wait_status(
         admin_api, "capped", namespace, lambda s: s.get("phase") == "Suspended", "Suspended"
     )
-    assert status["nextRunAt"] is None
+    assert status.get("nextRunAt") is None
     assert status["suspendedAt"]
     (scheduled,) = [c for c in status["conditions"] if c["type"] == "Scheduled"]
     assert (scheduled["status"], scheduled["reason"]) == ("False", "SuspendedAfterFailures")
