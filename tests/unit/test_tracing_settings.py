@@ -40,7 +40,7 @@ def test_traces_are_exported_only_to_a_configured_otlp_endpoint(
 def test_the_runs_get_the_operators_exporter_settings_but_not_its_name() -> None:
     environ = {
         **ENDPOINT,
-        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=a",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "5000",
         "OTEL_SERVICE_NAME": "achilles-operator",
         "OTEL_TRACES_SAMPLER": "parentbased_always_on",
         "ACHILLES_DATABASE_URL": "postgresql://operator@db/achilles",
@@ -48,10 +48,21 @@ def test_the_runs_get_the_operators_exporter_settings_but_not_its_name() -> None
     }
     assert exporter_env(environ) == {
         **ENDPOINT,
-        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=a",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "5000",
         "OTEL_TRACES_SAMPLER": "parentbased_always_on",
     }
     assert exporter_env({**environ, "OTEL_SDK_DISABLED": "true"}) == {}
+
+
+def test_credentials_and_tls_files_never_reach_a_jobs_spec() -> None:
+    secrets = {
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer s3cret",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-api-key=s3cret",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": "/etc/otel/ca.pem",
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": "/etc/otel/client.pem",
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/etc/otel/client.key",
+    }
+    assert exporter_env({**ENDPOINT, **secrets}) == ENDPOINT
 
 
 def _job_env(traceparent: str | None) -> dict[str, Any]:

@@ -36,14 +36,22 @@ def tracing_enabled(environ: Mapping[str, str]) -> bool:
     )
 
 
+# Never copied into a Job: headers carry credentials (a Job's spec is readable by whoever
+# may read Jobs in the runs namespace, and shows in `kubectl get job -o yaml`), and the
+# TLS settings name files on the operator's filesystem, absent from a run's pod.
+_NOT_FOR_RUNS = ("_HEADERS", "_CERTIFICATE", "_CLIENT_KEY")
+
+
 def exporter_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The `OTEL_*` settings a run's Job gets from the operator's environment, so its
     runner exports where the operator does: all of them but the service's name (each
-    process names itself) and the context carriers (each Job gets its own)."""
+    process names itself), headers and TLS files (see `_NOT_FOR_RUNS`)."""
     if not tracing_enabled(environ):
         return {}
     return {
         name: value
         for name, value in environ.items()
-        if name.startswith("OTEL_") and name != SERVICE_NAME_ENV
+        if name.startswith("OTEL_")
+        and name != SERVICE_NAME_ENV
+        and not name.endswith(_NOT_FOR_RUNS)
     }
