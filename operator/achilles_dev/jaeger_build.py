@@ -19,25 +19,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles_dev.build import GoBinary, _build_lock, _compile, _prepare_module
-from achilles_dev.versions import cache_root, jaeger_version, load_versions
+from achilles_dev.build import GoBinary
+from achilles_dev.go_tools import Report, build_go_tool, quiet
+from achilles_dev.versions import cache_root, jaeger_version
 
 BINARY_NAME = "jaeger"
 _MODULE = "github.com/jaegertracing/jaeger"
 _VERSION_PACKAGE = f"{_MODULE}/internal/version"
 # A cold build may take this long on a busy two-core machine.
 BUILD_TIMEOUT = 3600.0
-
-Report = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def _binary(version: str) -> GoBinary:
@@ -56,39 +49,13 @@ def binary_path() -> Path:
     return cache_root() / f"{BINARY_NAME}-{jaeger_version()}" / "bin" / BINARY_NAME
 
 
-def _reports_version(path: Path, version: str) -> bool:
-    result = subprocess.run(
-        [str(path), "version"], capture_output=True, text=True, check=False, timeout=60
-    )
-    return result.returncode == 0 and version in result.stdout + result.stderr
-
-
-def build_jaeger(*, report: Report = _quiet) -> Path:
+def build_jaeger(*, report: Report = quiet) -> Path:
     """Jaeger's binary, built in this process first if this version never was."""
     version = jaeger_version()
-    target = binary_path()
-    if target.exists():
-        return target
-    root = target.parent.parent
-    with _build_lock(root):
-        if target.exists():  # another process built it while we waited for the lock
-            return target
-        report(f"building Jaeger ({_MODULE}/cmd/jaeger {version}) into {target}")
-        started = time.monotonic()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        binary = _binary(version)
-        _prepare_module(binary, load_versions(), root / "src")
-        report(f"  jaeger: module ready in {time.monotonic() - started:.0f}s")
-        staged = target.with_name(f"{BINARY_NAME}.new")
-        _compile(binary, root / "src", staged, report)
-        if not _reports_version(staged, version):
-            raise LocalStackError(f"{staged} does not report version {version}")
-        staged.replace(target)
-        report(f"Jaeger built in {time.monotonic() - started:.0f}s")
-    return target
+    return build_go_tool(_binary(version), binary_path(), reports=version, report=report)
 
 
-def ensure_jaeger_built(*, report: Report = _quiet) -> Path:
+def ensure_jaeger_built(*, report: Report = quiet) -> Path:
     """Jaeger's binary; a cold build runs in a process of its own at low CPU priority
     (`nice -n 10`), its progress lines reported."""
     target = binary_path()

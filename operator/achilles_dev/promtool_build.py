@@ -13,25 +13,17 @@ machine. A file lock keeps two builds from racing; the loser finds the binary bu
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles_dev.build import GoBinary, _build_lock, _compile, _prepare_module
-from achilles_dev.versions import cache_root, load_versions, prometheus_version
+from achilles_dev.build import GoBinary
+from achilles_dev.go_tools import Report, build_go_tool, quiet
+from achilles_dev.versions import cache_root, prometheus_version
 
 BINARY_NAME = "promtool"
 _MODULE = "github.com/prometheus/prometheus"
 _VERSION_PACKAGE = "github.com/prometheus/common/version"
-
-Report = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def prometheus_release(module_version: str) -> str:
@@ -67,37 +59,14 @@ def binary_path() -> Path:
     return cache_root() / f"{BINARY_NAME}-{prometheus_version()}" / "bin" / BINARY_NAME
 
 
-def _reports_release(path: Path, release: str) -> bool:
-    result = subprocess.run(
-        [str(path), "--version"], capture_output=True, text=True, check=False, timeout=30
-    )
-    return result.returncode == 0 and f"version {release}" in result.stdout + result.stderr
-
-
-def ensure_promtool_built(*, report: Report = _quiet) -> Path:
+def ensure_promtool_built(*, report: Report = quiet) -> Path:
     """promtool's binary, built first if this version never was (a cold build compiles
     for minutes)."""
     version = prometheus_version()
     release = prometheus_release(version)
-    target = binary_path()
-    if target.exists():
-        return target
-    root = target.parent.parent
-    with _build_lock(root):
-        if target.exists():  # another process built it while we waited for the lock
-            return target
-        report(f"building promtool ({_MODULE} {version}, Prometheus {release}) into {target}")
-        started = time.monotonic()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        binary = _binary(version)
-        _prepare_module(binary, load_versions(), root / "src")
-        staged = target.with_name(f"{BINARY_NAME}.new")
-        _compile(binary, root / "src", staged, report)
-        if not _reports_release(staged, release):
-            raise LocalStackError(f"{staged} does not report Prometheus version {release}")
-        staged.replace(target)
-        report(f"promtool built in {time.monotonic() - started:.0f}s")
-    return target
+    return build_go_tool(
+        _binary(version), binary_path(), reports=f"version {release}", report=report
+    )
 
 
 def main() -> None:
