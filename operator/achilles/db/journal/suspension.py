@@ -16,16 +16,13 @@ from achilles.db.journal.models import Agent, AgentRun
 from achilles.domain.run_controls import RunOutcome
 from achilles.domain.runs import FailReason, RunState
 
-# Reading past this many skipped or cancelled runs to find the counted ones is not worth
-# it: a streak hidden behind them is judged at the next slot, when more runs ended.
-SCAN_LIMIT_FACTOR = 4
-
 
 def recent_outcomes(
     session: Session, agent_id: int, *, since: datetime, counted: int
 ) -> list[RunOutcome]:
-    """The agent's ended runs created at or after `since`, newest first: enough of them to
-    hold `counted` runs that count in a streak (succeeded, or failed but not cancelled)."""
+    """The agent's last `counted` runs created at or after `since` that count in a streak
+    (succeeded, or failed but not cancelled; `domain/run_controls.py` says the same),
+    newest first."""
     rows = session.execute(
         select(AgentRun.id, AgentRun.state, AgentRun.reason)
         .where(
@@ -35,7 +32,7 @@ def recent_outcomes(
             AgentRun.reason.is_distinct_from(FailReason.CANCELLED),
         )
         .order_by(AgentRun.id.desc())
-        .limit(counted * SCAN_LIMIT_FACTOR)
+        .limit(counted)
     ).all()
     return [RunOutcome(row.id, RunState(row.state), row.reason) for row in rows]
 
