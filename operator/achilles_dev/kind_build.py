@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from achilles_dev.build import (
     GoBinary,
-    _build_lock,
     _compile,
     _kubernetes_ldflags,
     _module_info,
@@ -33,16 +31,13 @@ from achilles_dev.build import (
     _run_go,
     _version_output,
 )
+from achilles_dev.go_tools import build_go_tool, build_once, quiet
 from achilles_dev.versions import cache_root, coredns_version, kind_version, load_versions
 
 Report = Callable[[str], None]
 
 KIND_NODE_DIR = Path(__file__).with_name("kind_node")
 _COREDNS_MAIN = KIND_NODE_DIR / "coredns_main.go.txt"
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -70,26 +65,6 @@ def coredns_binary_path() -> Path:
     )
 
 
-def _build_once(
-    target: Path, what: str, build: Callable[[Path, Path], None], report: Report
-) -> Path:
-    """Build `target` unless it exists; `build(root, staged)` writes the binary to `staged`."""
-    if target.exists():
-        return target
-    root = target.parent.parent
-    with _build_lock(root):
-        if target.exists():  # built by another process while we waited for the lock
-            return target
-        report(f"building {what} into {target}")
-        started = time.monotonic()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staged = target.with_name(f".{target.name}.new")
-        build(root, staged)
-        staged.replace(target)
-        report(f"  {what}: built in {time.monotonic() - started:.0f}s")
-    return target
-
-
 def _ensure_kind(report: Report) -> Path:
     version = kind_version()
     binary = GoBinary(
@@ -101,12 +76,7 @@ def _ensure_kind(report: Report) -> Path:
         version_argv=("version",),
     )
 
-    def build(root: Path, staged: Path) -> None:
-        _prepare_module(binary, load_versions(), root / "src")
-        _compile(binary, root / "src", staged, report)
-        _version_output(binary, staged)
-
-    return _build_once(kind_binary_path(), f"kind {version}", build, report)
+    return build_go_tool(binary, kind_binary_path(), reports=f"kind {version}", report=report)
 
 
 def _ensure_kubeadm(report: Report) -> Path:
@@ -131,7 +101,7 @@ def _ensure_kubeadm(report: Report) -> Path:
         _compile(binary, src / "kubeadm", staged, report)
         _version_output(binary, staged)
 
-    return _build_once(kubeadm_binary_path(), f"kubeadm {versions.kubernetes}", build, report)
+    return build_once(kubeadm_binary_path(), f"kubeadm {versions.kubernetes}", build, report)
 
 
 def _ensure_coredns(report: Report) -> Path:
@@ -157,10 +127,10 @@ def _ensure_coredns(report: Report) -> Path:
         _compile(binary, src, staged, report)
         _version_output(binary, staged)
 
-    return _build_once(coredns_binary_path(), f"CoreDNS {version}", build, report)
+    return build_once(coredns_binary_path(), f"CoreDNS {version}", build, report)
 
 
-def ensure_kind_binaries(*, report: Report = _quiet) -> KindBinaries:
+def ensure_kind_binaries(*, report: Report = quiet) -> KindBinaries:
     """kind, kubeadm and CoreDNS at the pinned versions, built first where missing (cold:
     about 1, 4 and 8 minutes on a busy 2-core machine)."""
     return KindBinaries(
