@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -174,6 +175,21 @@ def _run_go(argv: list[str], cwd: Path) -> str:
             f"{(result.stderr or result.stdout).strip()}"
         )
     return result.stdout
+
+
+def module_source(module: str, version: str) -> Path:
+    """An upstream module's source tree in Go's module cache, downloaded first if absent."""
+    done = subprocess.run(
+        [go_binary(), "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+    )
+    try:
+        return Path(json.loads(done.stdout)["Dir"])
+    except (ValueError, KeyError) as error:
+        raise LocalStackError(f"cannot locate {module}@{version}: {done.stderr.strip()}") from error
 
 
 def _module_info(module: str, version: str, cwd: Path) -> dict[str, str]:

@@ -438,23 +438,9 @@ def _ensure_uv(report: Report) -> str:
 
 def kubernetes_source(versions: Versions) -> Path:
     """The pinned k8s.io/kubernetes module's source tree (Go's module cache)."""
-    import json
+    from achilles_dev.build import module_source
 
-    from achilles_dev.build import go_binary
-
-    done = subprocess.run(
-        [go_binary(), "mod", "download", "-json", f"k8s.io/kubernetes@{versions.kubernetes}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tempfile.gettempdir(),
-    )
-    try:
-        return Path(json.loads(done.stdout)["Dir"])
-    except (ValueError, KeyError) as error:
-        raise LocalStackError(
-            f"cannot locate k8s.io/kubernetes@{versions.kubernetes}: {done.stderr.strip()}"
-        ) from error
+    return module_source("k8s.io/kubernetes", versions.kubernetes)
 
 
 def _pause_version(source: Path) -> str:

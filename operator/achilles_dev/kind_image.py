@@ -23,7 +23,6 @@ rlimit type 7").
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -35,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles_dev.build import ensure_built, go_binary
+from achilles_dev.build import ensure_built, module_source
 from achilles_dev.images import (
     _KEY_LABEL,
     BASE_IMAGE,
@@ -180,20 +179,7 @@ def _component_images(
 
 def _kind_module_dir() -> Path:
     """The pinned kind module's source (Go's module cache): its node base `files/`."""
-    version = kind_version()
-    done = subprocess.run(
-        [go_binary(), "mod", "download", "-json", f"sigs.k8s.io/kind@{version}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tempfile.gettempdir(),
-    )
-    try:
-        return Path(json.loads(done.stdout)["Dir"])
-    except (ValueError, KeyError) as error:
-        raise LocalStackError(
-            f"cannot locate sigs.k8s.io/kind@{version}: {done.stderr.strip()}"
-        ) from error
+    return module_source("sigs.k8s.io/kind", kind_version())
 
 
 def _node_base(versions: Versions, binaries: KindBinaries, pause_tag: str, report: Report) -> str:
