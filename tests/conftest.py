@@ -16,7 +16,9 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from psycopg.errors import DeadlockDetected
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import OperationalError
 
 from achilles.db import migrate
 from achilles.db.database import Database
@@ -69,8 +71,24 @@ def db_engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-def truncate_all(engine: Engine) -> None:
-    """Empty every table but the migration marker; restore the settings singleton."""
+def truncate_all(engine: Engine, attempts: int = 5) -> None:
+    """Empty every table but the migration marker; restore the settings singleton.
+
+    TRUNCATE locks its tables one after the other, so a reader of two of them in the
+    other order (the API tier's event hub joins `owner_events` to `users` on every
+    NOTIFY) can deadlock with it. PostgreSQL then aborts one of the two whole, and the
+    documented remedy is to run the aborted transaction again.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            _truncate_once(engine)
+            return
+        except OperationalError as exc:
+            if not isinstance(exc.orig, DeadlockDetected) or attempt == attempts:
+                raise
+
+
+def _truncate_once(engine: Engine) -> None:
     with engine.begin() as conn:
         tables = conn.execute(
             text(

@@ -35,12 +35,12 @@ class Tokens:
         return self._tokens[user_key]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tokens(oidc_provider: OidcProvider) -> Tokens:
     return Tokens(oidc_provider)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def api_settings(database_url: str, oidc_provider: OidcProvider) -> ApiSettings:
     return ApiSettings(
         database_url=database_url,
@@ -50,7 +50,7 @@ def api_settings(database_url: str, oidc_provider: OidcProvider) -> ApiSettings:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def api_database(database_url: str) -> Iterator[Database]:
     database = Database(database_url, pool_size=5, application_name="achilles-api-tests")
     yield database
@@ -63,7 +63,7 @@ class ServedApi:
     requester: RecordingRunRequester
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def served_api(api_settings: ApiSettings, api_database: Database) -> Iterator[ServedApi]:
     requester = RecordingRunRequester()
     app = create_app(api_settings, api_database, run_requester=requester)

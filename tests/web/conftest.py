@@ -72,7 +72,7 @@ class WebServer:
         return self.log.read_text(errors="replace")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def web_server(
     request: pytest.FixtureRequest,
     database_url: str,
