@@ -120,7 +120,8 @@ def race(
 ) -> None:
     """Race parallel inbox writers against a scratch database and check the rules
     (exit 1: a rule broke; exit 2: not a scratch database)."""
-    from achilles.db.database import Database, database_url_from_env
+    from achilles.db.database import Database
+    from achilles.db.url_text import database_url_from_env
     from tests.tools.inbox_writers import prepare_board, remove_owner, run_race
 
     url = database_url or database_url_from_env()

@@ -107,11 +107,12 @@ def _refuse_powerful_login(database: Database) -> None:
 
     from achilles.cli.common import CommandFailed
     from achilles.db.roles import Component
+    from achilles.db.superuser_opt_in import allow_superuser
     from achilles.errors import ConfigurationError, DatabaseUnavailable
     from achilles.services import db_roles
 
     try:
-        db_roles.refuse_powerful_login(database, Component.API, allow=db_roles.allow_superuser())
+        db_roles.refuse_powerful_login(database, Component.API, allow=allow_superuser())
     except ConfigurationError as exc:
         raise CommandFailed(str(exc)) from exc
     except DatabaseUnavailable:

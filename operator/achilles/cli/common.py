@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
+from achilles.db.url_text import DATABASE_URL_ENV, URL_EXAMPLE
 from achilles.domain.timestamps import iso_utc
 from achilles.errors import AchillesError, InvalidInputError
 
@@ -132,15 +133,24 @@ class UserKey(click.ParamType[str, Any]):
 
 
 class DatabaseUrl(click.ParamType[str, Any]):
-    """A PostgreSQL URL, checked before anything connects (`achilles.db.database.parse_url`)."""
+    """A PostgreSQL URL, checked before anything connects (`achilles.db.database.parse_url`;
+    with `full=False` by libpq alone, `achilles.db.run_claim.libpq_url`: no SQLAlchemy)."""
 
     name = "url"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from achilles.db.database import parse_url
+    def __init__(self, *, full: bool = True) -> None:
+        self.full = full
 
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
-            parse_url(str(value))
+            if self.full:
+                from achilles.db.database import parse_url
+
+                parse_url(str(value))
+            else:
+                from achilles.db.run_claim import libpq_url
+
+                libpq_url(str(value))
         except InvalidInputError as exc:
             self.fail(str(exc), param, ctx)
         return str(value)
@@ -171,8 +181,6 @@ class HttpEndpoint(click.ParamType[str, Any]):
 
 def _require_database_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     if value is None and not ctx.resilient_parsing:
-        from achilles.db.database import URL_EXAMPLE
-
         raise click.BadParameter(
             f"not set (pass --database-url or set {DATABASE_URL_ENV}, e.g. {URL_EXAMPLE})",
             ctx=ctx,
@@ -181,15 +189,21 @@ def _require_database_url(ctx: click.Context, param: click.Parameter, value: str
     return value or ""
 
 
-DATABASE_URL_ENV = "ACHILLES_DATABASE_URL"
-database_url_option = click.option(
-    "--database-url",
-    envvar=DATABASE_URL_ENV,
-    type=DatabaseUrl(),
-    callback=_require_database_url,
-    metavar="URL",
-    help=f"PostgreSQL URL  [env: {DATABASE_URL_ENV}]",
-)
+def _database_url_option(url_type: DatabaseUrl) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    return click.option(
+        "--database-url",
+        envvar=DATABASE_URL_ENV,
+        type=url_type,
+        callback=_require_database_url,
+        metavar="URL",
+        help=f"PostgreSQL URL  [env: {DATABASE_URL_ENV}]",
+    )
+
+
+database_url_option = _database_url_option(DatabaseUrl())
+# The runner's: checked by libpq alone, so that its claim, the run's first heartbeat, does
+# not wait for SQLAlchemy's import (`achilles.db.run_claim`).
+claim_database_url_option = _database_url_option(DatabaseUrl(full=False))
 
 
 def kubeconfig_option(purpose: str) -> Callable[[Callable[P, R]], Callable[P, R]]:

@@ -75,6 +75,7 @@ def _refuse_powerful_login(database_url: str) -> None:
     from achilles.cli.common import CommandFailed
     from achilles.db.database import Database
     from achilles.db.roles import Component
+    from achilles.db.superuser_opt_in import allow_superuser
     from achilles.errors import ConfigurationError, DatabaseUnavailable
     from achilles.services import db_roles
 
@@ -83,7 +84,7 @@ def _refuse_powerful_login(database_url: str) -> None:
         while True:
             try:
                 db_roles.refuse_powerful_login(
-                    database, Component.OPERATOR, allow=db_roles.allow_superuser()
+                    database, Component.OPERATOR, allow=allow_superuser()
                 )
                 return
             except ConfigurationError as exc:

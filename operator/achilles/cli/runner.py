@@ -10,7 +10,7 @@ import logging
 
 import click
 
-from achilles.cli.common import CommandFailed, Seconds, WholeNumber, database_url_option
+from achilles.cli.common import CommandFailed, Seconds, WholeNumber, claim_database_url_option
 from achilles.runner.config import (
     API_KEY_ENV,
     DEFAULT_HEARTBEAT_SECONDS,
@@ -25,7 +25,7 @@ from achilles.runner.config import (
 
 @click.command()
 @click.option("--run-id", type=WholeNumber(min=1), required=True, help="The agent_runs id.")
-@database_url_option
+@claim_database_url_option
 @click.option(
     "--heartbeat-interval",
     type=Seconds(min=0, min_open=True),
@@ -70,13 +70,13 @@ def runner(
 
     from achilles.runner.startup import permanent_imports
 
-    # The claim's stack (SQLAlchemy, psycopg): most of a pod's time to its claim.
+    # The claim's stack (psycopg): most of a pod's time to its claim.
     with permanent_imports():
-        from achilles.db.database import database_url_from_env
+        from achilles.db.superuser_opt_in import allow_superuser
+        from achilles.db.url_text import database_url_from_env
         from achilles.domain.run_secret import RUN_SECRET_ENV
         from achilles.errors import AchillesError
         from achilles.runner.main import run
-        from achilles.services.db_roles import allow_superuser
 
     logging.basicConfig(
         level=logging.INFO,

@@ -10,8 +10,6 @@ that was never migrated `SchemaError`, wherever they happen.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -21,21 +19,11 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
+from achilles.db.url_text import SCHEMES, URL_EXAMPLE, database_url_from_env, redacted
 from achilles.errors import DatabaseUnavailable, InvalidInputError, SchemaError
-
-DATABASE_URL_ENV = "ACHILLES_DATABASE_URL"
-# The spelling the docs use (`achilles dev env`, the chart's Secrets); `postgresql://` and
-# `postgres://` mean the same.
-URL_EXAMPLE = "postgresql+psycopg://user:password@host:5432/achilles"
-_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgres+psycopg")
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 # Nothing may hang on an unreachable database; libpq's default is to wait for the OS.
 CONNECT_TIMEOUT_SECONDS = 10
-
-
-def _redacted(url: str) -> str:
-    return _PASSWORD.sub(r"\1***@", url)
 
 
 def parse_url(url: str) -> URL:
@@ -46,11 +34,11 @@ def parse_url(url: str) -> URL:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
         raise InvalidInputError(
-            f"not a PostgreSQL URL (got {_redacted(url)!r}; e.g. {URL_EXAMPLE})"
+            f"not a PostgreSQL URL (got {redacted(url)!r}; e.g. {URL_EXAMPLE})"
         ) from exc
-    if parsed.drivername not in _SCHEMES:
+    if parsed.drivername not in SCHEMES:
         raise InvalidInputError(
-            f"{parsed.drivername}:// is not supported (got {_redacted(url)!r});"
+            f"{parsed.drivername}:// is not supported (got {redacted(url)!r});"
             f" use a PostgreSQL URL, e.g. {URL_EXAMPLE}"
         )
     parsed = parsed.set(drivername="postgresql+psycopg")
@@ -85,15 +73,6 @@ def with_connect_timeout(url: str, seconds: int = CONNECT_TIMEOUT_SECONDS) -> st
         .update_query_dict({"connect_timeout": str(seconds)})
         .render_as_string(hide_password=False)
     )
-
-
-def database_url_from_env() -> str:
-    url = os.environ.get(DATABASE_URL_ENV)
-    if not url:
-        raise InvalidInputError(
-            f"no database URL: pass --database-url or set {DATABASE_URL_ENV} (e.g. {URL_EXAMPLE})"
-        )
-    return url
 
 
 def unavailable(exc: OperationalError) -> DatabaseUnavailable:

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from achilles.db.superuser_opt_in import ALLOW_SUPERUSER_ENV, allow_superuser
 from achilles.domain.pod_outcome import START_DEADLINE
 from achilles.domain.runs import STALE_AFTER
 from achilles.errors import ConfigurationError, InvalidInputError
 from achilles.k8s.jobs import JobTemplate, SecretKey
-from achilles.services.db_roles import ALLOW_SUPERUSER_ENV, allow_superuser
 from achilles.telemetry.settings import exporter_env
 
 
@@ -25,7 +25,8 @@ def _env(name: str, default: str | None = None) -> str:
 
 
 def _database_url(name: str) -> str:
-    from achilles.db.database import URL_EXAMPLE, parse_url
+    from achilles.db.database import parse_url
+    from achilles.db.url_text import URL_EXAMPLE
 
     if not os.environ.get(name):
         raise ConfigurationError(f"{name}: not set (e.g. {URL_EXAMPLE})")

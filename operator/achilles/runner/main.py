@@ -25,9 +25,10 @@ may race to finish the row: the first write wins and the other is refused.
 
 The claim is the run's first heartbeat (it writes `started_at` and `heartbeat_at`), and
 the time from a pod's start to it is mostly this interpreter's imports. So this module
-imports only what the claim needs (the database stack); the agent loop's stack (openai,
-the tools: `runner/execution.py`) is imported after the claim, while the heartbeat
-thread already beats. `tests/db/test_runner_imports.py` keeps it so.
+imports only what the claim needs, psycopg (`achilles.db.run_claim`: one SQL function on
+a connection of its own); the journal's stack (SQLAlchemy: `runner/claimed.py`) comes
+after the claim, and the agent loop's (openai, the tools: `runner/execution.py`) after
+the heartbeat started. `tests/db/test_runner_imports.py` keeps it so.
 """
 
 from __future__ import annotations
@@ -35,25 +36,19 @@ from __future__ import annotations
 import logging
 import queue
 import signal
-import threading
 import time
 from types import FrameType
 
-from achilles.db.database import Database
-from achilles.db.roles import Component
+from achilles.db.run_claim import claim_run_alone
 from achilles.domain.run_secret import session_settings
-from achilles.domain.run_spec import RunSpec
-from achilles.domain.runs import FailReason
-from achilles.domain.timezones import load_timezone
-from achilles.errors import ConfigurationError, UnknownTimezoneError
-from achilles.runner.config import API_KEY_ENV, RunnerConfig
-from achilles.runner.events import EXIT_CRASH, EXIT_OK, Event, RowLost, Terminated
-from achilles.runner.heartbeat import Heartbeat
+from achilles.runner.config import RunnerConfig
+from achilles.runner.events import EXIT_OK, Event, Terminated
 from achilles.runner.startup import permanent_imports
-from achilles.services import db_roles
-from achilles.services.run_journal import RunJournal
 
 log = logging.getLogger(__name__)
+
+APPLICATION_NAME = "achilles-runner"
+CONNECT_TIMEOUT_SECONDS = 10  # as `achilles.db.database`'s: nothing hangs on a lost database
 
 
 def run(config: RunnerConfig) -> int:
@@ -68,108 +63,27 @@ def run(config: RunnerConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    # One pool for the process: the loop's transactions and the heartbeat thread's.
-    # The run's secret rides on every connection (session settings), so the runner
-    # login's policies show this run's rows and no others (0011_least_privilege).
-    settings = session_settings(config.run_id, config.run_secret) if config.run_secret else None
-    database = RunJournal(
-        Database(
-            config.database_url,
-            pool_size=2,
-            application_name="achilles-runner",
-            session_settings=settings,
-        )
-    )
-    try:
-        if not events.empty():
-            log.info("terminated before claiming run %d; it stays queued", config.run_id)
-            return EXIT_OK
-        powerful = _powerful_login(database, config)
-        spec = database.claim(config.run_id)
-        if spec is not None and powerful is not None:
-            log.error("run %d: %s", spec.run_id, powerful)
-            database.fail(spec.run_id, FailReason.ERROR, powerful)
-            return EXIT_OK
-        if spec is None:
-            log.info(
-                "run %d is not queued (claimed, finished or deleted); nothing to do", config.run_id
-            )
-            return EXIT_OK
-        claimed = time.monotonic()
-        log.info("run %d claimed: agent %d (%s)", spec.run_id, spec.agent_id, spec.agent_name)
-        try:
-            return _start(spec, config, database, events, claimed)
-        except Exception as exc:
-            # A bug or a lost database after the claim: never leave the row `running`.
-            log.exception("run %d: the runner crashed", spec.run_id)
-            database.fail(
-                spec.run_id,
-                FailReason.ERROR,
-                f"runner crashed: {type(exc).__name__}: {exc} (traceback in the pod log)",
-            )
-            return EXIT_CRASH
-    finally:
-        database.database.dispose()
-
-
-def _powerful_login(database: RunJournal, config: RunnerConfig) -> str | None:
-    """Why this runner must not run its agent: its login is more than a runner's (a
-    superuser, BYPASSRLS, the tables' owner), so a tool could read every owner's data.
-    The login can then end the run itself, saying so."""
-    try:
-        db_roles.refuse_powerful_login(
-            database.database, Component.RUNNER, allow=config.allow_superuser
-        )
-    except ConfigurationError as exc:
-        return str(exc)
-    return None
-
-
-def _refusal(spec: RunSpec, config: RunnerConfig) -> str | None:
-    """Why this run cannot start at all, if it cannot."""
-    if spec.model is None:
-        return "the agent has no model (it was never chosen or was withdrawn); nothing ran"
-    if spec.model.has_api_key and not config.api_key:
-        return (
-            f"{API_KEY_ENV} is not set, but model {spec.model.name!r} needs an API key "
-            "(check the AgentModel's apiKeySecretRef and the Job's environment)"
-        )
-    try:
-        load_timezone(spec.owner_timezone)
-    except UnknownTimezoneError:
-        return f"the owner's timezone {spec.owner_timezone!r} is not a known IANA time zone"
-    return None
-
-
-def _start(
-    spec: RunSpec,
-    config: RunnerConfig,
-    database: RunJournal,
-    events: queue.SimpleQueue[Event],
-    claimed: float,
-) -> int:
-    """The claimed run (at `claimed`, monotonic): refused, or its heartbeat started and
-    its agent loop run."""
-    refusal = _refusal(spec, config)
-    if refusal is not None or spec.model is None:
-        database.fail(spec.run_id, FailReason.ERROR, refusal or "no model")
+    run_id = config.run_id
+    if not events.empty():
+        log.info("terminated before claiming run %d; it stays queued", config.run_id)
         return EXIT_OK
+    # The run's secret rides on the connection (session settings), so the runner login's
+    # policies show this run's row and no other (0011_least_privilege).
+    settings = session_settings(config.run_id, config.run_secret) if config.run_secret else None
+    claimed = claim_run_alone(
+        config.database_url,
+        config.run_id,
+        session_settings=settings,
+        application_name=APPLICATION_NAME,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+    )
+    if not claimed:
+        log.info("run %d is not queued (claimed, finished or deleted); nothing to do", run_id)
+        return EXIT_OK
+    claimed_at = time.monotonic()
+    log.info("run %d claimed", config.run_id)
+    # From here on the row is `running`: `carry_claimed_run` ends it whatever happens.
+    with permanent_imports():
+        from achilles.runner.claimed import carry_claimed_run
 
-    stop = threading.Event()
-    Heartbeat(
-        beat=lambda: database.heartbeat(spec.run_id),
-        interval=config.heartbeat_interval,
-        on_row_lost=lambda: events.put(RowLost()),
-        stop=stop,
-    ).start()
-    try:
-        # Here, not at the top: the agent loop's stack (openai alone is most of a
-        # second of CPU) would otherwise delay the claim, the run's first heartbeat.
-        with permanent_imports():
-            from achilles.runner.execution import execute
-
-        return execute(
-            spec, config, database, events, model_endpoint=spec.model, claimed=claimed, stop=stop
-        )
-    finally:
-        stop.set()
+    return carry_claimed_run(config, settings, events, claimed_at)

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from achilles.db import roles
 from achilles.db.database import Database
 from achilles.db.roles import Component
+from achilles.db.superuser_opt_in import ALLOW_SUPERUSER_ENV
 from achilles.errors import ConfigurationError, InvalidInputError, SchemaError
 
 log = logging.getLogger(__name__)
 
-ALLOW_SUPERUSER_ENV = "ACHILLES_ALLOW_SUPERUSER"
 # A generated password is 32+ characters; a person's should not be much weaker.
 MIN_PASSWORD_LENGTH = 16
 
@@ -72,13 +72,6 @@ def grant_login_url(database: Database, component: Component, login: str, passwo
     # Not the admin's name: the component's process names itself in pg_stat_activity.
     url = url.difference_update_query(["application_name"])
     return url.render_as_string(hide_password=False)
-
-
-def allow_superuser(environ: dict[str, str] | None = None) -> bool:
-    import os
-
-    value = (environ if environ is not None else os.environ).get(ALLOW_SUPERUSER_ENV, "")
-    return value.strip().lower() in {"1", "true", "yes"}
 
 
 def refuse_powerful_login(database: Database, component: Component, *, allow: bool) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from achilles.db.database import Database
 from achilles.db.journal import run_trace
 from achilles.db.journal import runs as journal
-from achilles.db.journal.run_context import claim_and_load
+from achilles.db.journal.run_context import claim_and_load, load_run_spec
 from achilles.db.knowledge.store import PostgresKnowledgeStore
 from achilles.domain.run_spec import RunSpec
 from achilles.domain.run_trace import NumberedStep, RunUsed
@@ -47,6 +47,11 @@ class RunJournal:
     def claim(self, run_id: int) -> RunSpec | None:
         with self.database.transaction() as session:
             return claim_and_load(session, run_id)
+
+    def load(self, run_id: int) -> RunSpec | None:
+        """The spec of a run claimed already (`achilles.db.run_claim`); None if it is gone."""
+        with self.database.transaction() as session:
+            return load_run_spec(session, run_id)
 
     def heartbeat(self, run_id: int) -> bool:
         with self.database.transaction() as session:

@@ -1,9 +1,9 @@
-"""Claiming a run and reading everything it needs, in one transaction.
+"""Reading everything a claimed run needs, as one consistent snapshot.
 
-Claim and read happen together so the run's view is one consistent snapshot:
-the optional tools filtered by `agents_allowed` as it is at this moment, the
-model as it is now (NULL if it was withdrawn after the run was queued), the
-platform settings of now.
+The optional tools filtered by `agents_allowed` as it is at this moment, the model as it
+is now (NULL if it was withdrawn after the run was queued), the platform settings of
+now. The runner reads it just after its claim (`achilles.db.run_claim`, on a connection
+of its own); `claim_and_load` does both in one transaction.
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ def claim_and_load(session: Session, run_id: int) -> RunSpec | None:
     (no longer queued, or gone with its agent)."""
     if not claim_run(session, run_id):
         return None
+    return load_run_spec(session, run_id)
+
+
+def load_run_spec(session: Session, run_id: int) -> RunSpec | None:
+    """The run's spec; None when the run is gone (deleted with its agent)."""
     row = session.execute(
         select(
             AgentRun.trigger,
@@ -44,7 +49,9 @@ def claim_and_load(session: Session, run_id: int) -> RunSpec | None:
         .join(User, User.id == Agent.user_id)
         .outerjoin(AgentModel, AgentModel.id == Agent.model_id)
         .where(AgentRun.id == run_id)
-    ).one()
+    ).one_or_none()
+    if row is None:
+        return None
     implementations = session.execute(
         select(Tool.implementation)
         .join(AgentToolLink, AgentToolLink.tool_id == Tool.id)

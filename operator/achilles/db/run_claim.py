@@ -1,0 +1,82 @@
+"""A run's claim with psycopg alone: a run pod's first write, before SQLAlchemy loads.
+
+The claim is the run's first heartbeat (it writes `started_at` and `heartbeat_at`), and a
+pod's start to it is mostly the interpreter's imports: SQLAlchemy with its dialects was
+about half of what the runner imported before its claim (docs/performance.md). The claim
+is one call of a SQL function, `achilles_claim_run` (0011_least_privilege), so it needs no
+ORM: it is made here on a libpq connection of its own, and the journal's stack is
+imported after it. The function's guards hold whoever calls it: it locks the row (a
+runner that starts before the dispatching transaction commits waits for it), needs the
+run's secret in the session's settings, and claims only a queued run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from achilles.db.url_text import SCHEMES, URL_EXAMPLE, redacted
+from achilles.errors import DatabaseUnavailable, InvalidInputError, SchemaError
+
+# SQLSTATE of a database older than 0011: no `achilles_claim_run`.
+_UNDEFINED_FUNCTION = "42883"
+
+
+def libpq_url(url: str) -> str:
+    """The URL as libpq takes it: `postgresql://`, whatever driver it names for
+    SQLAlchemy (`postgresql+psycopg://`), its options checked by libpq itself."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in SCHEMES:
+        raise InvalidInputError(f"not a PostgreSQL URL (got {redacted(url)!r}; e.g. {URL_EXAMPLE})")
+    plain = f"postgresql://{rest}"
+    try:
+        options = conninfo_to_dict(plain)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInputError(f"{exc} (got {redacted(url)!r})") from exc
+    # libpq reads a port only when it connects, and then says "could not resolve".
+    ports = str(options.get("port") or "5432").split(",")
+    if not all(port.isdigit() and 0 < int(port) < 65536 for port in ports):
+        raise InvalidInputError(
+            f"not a port number: {options['port']!r} (got {redacted(url)!r}; e.g. {URL_EXAMPLE})"
+        )
+    return plain
+
+
+def claim_run_alone(
+    url: str,
+    run_id: int,
+    *,
+    session_settings: Mapping[str, str] | None,
+    application_name: str,
+    connect_timeout: int,
+) -> bool:
+    """`queued -> running` in a transaction of its own; False if the run is not queued
+    (claimed, finished, deleted). `session_settings` ride on the connection as libpq's
+    `options`, as `Database` sets them, so they are set before any statement."""
+    conninfo = libpq_url(url)
+    given = conninfo_to_dict(conninfo)
+    extra: dict[str, str] = {}
+    if session_settings:
+        if "options" in given:
+            raise InvalidInputError(
+                "the database URL sets `options`; this process sets its own (remove it)"
+            )
+        settings = session_settings.items()
+        extra["options"] = " ".join(f"-c {name}={value}" for name, value in settings)
+    if "application_name" not in given:
+        extra["application_name"] = application_name
+    if "connect_timeout" not in given:
+        extra["connect_timeout"] = str(connect_timeout)
+    try:
+        with psycopg.connect(make_conninfo(conninfo, **extra)) as conn:  # commits on a clean exit
+            row = conn.execute("SELECT achilles_claim_run(%s)", (run_id,)).fetchone()
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"database unreachable: {' '.join(str(exc).split())}") from exc
+    except psycopg.errors.UndefinedFunction as exc:
+        detail = str(exc).splitlines()[0]
+        raise SchemaError(
+            f"the database schema is missing or out of date ({detail}): run `achilles db upgrade`"
+        ) from exc
+    return bool(row and row[0])
