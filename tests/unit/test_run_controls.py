@@ -3,10 +3,6 @@ streak, and the loop stopping at the token cap (over the loop tests' fake ports)
 
 from __future__ import annotations
 
-import threading
-from datetime import UTC, datetime
-from zoneinfo import ZoneInfo
-
 import pytest
 
 from achilles.domain.run_controls import (
@@ -18,10 +14,8 @@ from achilles.domain.run_controls import (
     is_token_cap_reached,
 )
 from achilles.domain.runs import FailReason, RunState
-from achilles.runner.loop import AgentLoop, LoopLimits, Outcome
-from achilles.tools.base import ToolContext
-from achilles.tools.catalogue import select_tools
-from tests.unit.test_agent_loop import FakeJournal, NoKnowledge, ScriptedModel, _reply
+from achilles.runner.loop import AgentLoop, Outcome
+from tests.unit.loop_support import FakeJournal, ScriptedModel, make_loop, reply
 
 FAILED, SUCCEEDED = RunState.FAILED, RunState.SUCCEEDED
 
@@ -99,36 +93,14 @@ def test_a_streak_is_at_least_one_run() -> None:
 
 
 def _loop(model: ScriptedModel, journal: FakeJournal, cap: int | None) -> AgentLoop:
-    return AgentLoop(
-        model=model,
-        toolbox=select_tools([]).toolbox,
-        tool_context=ToolContext(
-            run_id=1,
-            agent_id=1,
-            owner_user_id=1,
-            owner_timezone=ZoneInfo("UTC"),
-            knowledge=NoKnowledge(),
-            transaction=lambda: pytest.fail("no database here"),
-            now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
-        ),
-        journal=journal,
-        limits=LoopLimits(
-            max_iterations=10,
-            run_timeout_seconds=100,
-            deadline=100.0,
-            request_timeout=30.0,
-            max_run_tokens=cap,
-        ),
-        stop=threading.Event(),
-        clock=lambda: 0.0,
-    )
+    return make_loop(model, journal, max_iterations=10, max_run_tokens=cap)
 
 
 SEARCH = [("search_knowledge", '{"query": "a"}')]
 
 
 def test_the_call_that_reaches_the_cap_is_counted_then_the_run_fails() -> None:
-    model = ScriptedModel(*(_reply(calls=SEARCH, tokens=10) for _ in range(5)))
+    model = ScriptedModel(*(reply(calls=SEARCH, tokens=10) for _ in range(5)))
     journal = FakeJournal()
     result = _loop(model, journal, cap=25).run([{"role": "user", "content": "go"}])
     assert result.outcome is Outcome.FAILED
@@ -144,9 +116,9 @@ def test_the_call_that_reaches_the_cap_is_counted_then_the_run_fails() -> None:
 
 def test_a_final_answer_at_the_cap_succeeds_and_no_cap_lets_it_run() -> None:
     journal = FakeJournal()
-    model = ScriptedModel(_reply("done", tokens=40))
+    model = ScriptedModel(reply("done", tokens=40))
     assert _loop(model, journal, cap=25).run([]).outcome is Outcome.SUCCEEDED
-    model = ScriptedModel(*(_reply(calls=SEARCH, tokens=10) for _ in range(4)), _reply("ok"))
+    model = ScriptedModel(*(reply(calls=SEARCH, tokens=10) for _ in range(4)), reply("ok"))
     result = _loop(model, FakeJournal(), cap=None).run([{"role": "user", "content": "go"}])
     assert (result.outcome, result.tokens) == (Outcome.SUCCEEDED, 50)
 
@@ -154,7 +126,7 @@ def test_a_final_answer_at_the_cap_succeeds_and_no_cap_lets_it_run() -> None:
 def test_a_refused_token_write_stops_the_run_before_the_cap_is_judged() -> None:
     # A cancelled run: the write of the call's tokens is refused, and nothing else is tried.
     journal = FakeJournal(refuse_after=1)
-    model = ScriptedModel(*(_reply(calls=SEARCH, tokens=10) for _ in range(3)))
+    model = ScriptedModel(*(reply(calls=SEARCH, tokens=10) for _ in range(3)))
     result = _loop(model, journal, cap=15).run([{"role": "user", "content": "go"}])
     assert result.outcome is Outcome.ROW_LOST
     assert journal.writes == [("tokens", 10)]

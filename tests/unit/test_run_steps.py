@@ -19,7 +19,7 @@ from achilles.domain.run_trace import (
     prompt_digest,
 )
 from achilles.errors import ModelCallFailed
-from tests.unit.test_agent_loop import FakeJournal, ScriptedModel, _reply, _run
+from tests.unit.loop_support import FakeJournal, ScriptedModel, reply, run_loop
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -32,11 +32,11 @@ def _step(kind: StepKind = StepKind.TOOL_CALL) -> Step:
 
 def test_model_and_tool_calls_become_steps_in_order() -> None:
     model = ScriptedModel(
-        _reply(calls=[("search_knowledge", '{"query": "a"}'), ("no_such_tool", "{}")], tokens=7),
-        _reply("the answer", tokens=5),
+        reply(calls=[("search_knowledge", '{"query": "a"}'), ("no_such_tool", "{}")], tokens=7),
+        reply("the answer", tokens=5),
     )
     journal = FakeJournal()
-    _run(model, journal)
+    run_loop(model, journal)
     kinds = [(s.kind, s.tool, s.status) for s in journal.steps]
     assert kinds == [
         (StepKind.MODEL_CALL, None, None),
@@ -57,7 +57,7 @@ def test_model_and_tool_calls_become_steps_in_order() -> None:
 
 def test_a_failed_model_call_is_a_step_with_its_error() -> None:
     journal = FakeJournal()
-    _run(ScriptedModel(ModelCallFailed("HTTP 503 from the model")), journal)
+    run_loop(ScriptedModel(ModelCallFailed("HTTP 503 from the model")), journal)
     (step,) = journal.steps
     assert (step.kind, step.error, step.input_tokens) == (
         StepKind.MODEL_CALL,
