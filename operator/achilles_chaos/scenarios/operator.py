@@ -3,7 +3,6 @@ mid-dispatch ten times, and downtime while slots pass."""
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -13,6 +12,7 @@ import psycopg
 
 from achilles_chaos import models
 from achilles_chaos.journal import Row
+from achilles_chaos.sampling import Sampler
 from achilles_chaos.scenario import Context
 from achilles_chaos.waiting import ChaosTimeout, timed, wait_for
 
@@ -39,28 +39,18 @@ def _slots_ready(ctx: Context, count: int, timeout: float) -> None:
     )
 
 
-class _CapSampler:
+class _CapSampler(Sampler):
     """Executing runs as the cap counts them (running, or queued with a Job), sampled."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+        super().__init__(ctx, name="chaos-cap", every=0.1)
         self.max_running = 0
         self.max_executing = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-cap", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
     def _run(self) -> None:
         try:
             with self.ctx.journal.connect() as conn:
-                while not self._stop.wait(0.1):
+                for _ in self._ticks():
                     row = conn.execute(
                         b"SELECT count(*) FILTER (WHERE state = 'running') AS running,"
                         b" count(*) FILTER (WHERE state = 'running'"

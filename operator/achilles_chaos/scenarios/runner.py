@@ -15,6 +15,7 @@ import psycopg
 from achilles_chaos import models
 from achilles_chaos.operator import HEARTBEAT_SECONDS, STALE_AFTER_SECONDS
 from achilles_chaos.report import percentile
+from achilles_chaos.sampling import Sampler
 from achilles_chaos.scenario import Context
 from achilles_chaos.waiting import wait_for
 
@@ -175,26 +176,16 @@ def runner_sigstop(ctx: Context) -> None:
     ctx.check_operators_alive([op])
 
 
-class _Sampler:
+class _Sampler(Sampler):
     """Samples the scenario's runs every 0.2 s: the most active rows of one agent seen at
     once, and every terminal row's first image (for regressions)."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+        super().__init__(ctx, name="chaos-sampler", every=0.2)
         self.max_active = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-sampler", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.2):
+        for _ in self._ticks():
             try:
                 rows = self.ctx.runs()
             except psycopg.Error:
