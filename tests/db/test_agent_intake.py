@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, event, text
 
 from achilles.db.database import Database
+from achilles.k8s.annotations import RUN_REQUESTED_AT
 from achilles.services import users
 from achilles.services.agent_events import (
     AgentEvent,
     AgentReconciliation,
     reconcile_agent_event,
+    settled_from_memory,
 )
 from achilles.services.agent_intake import SettledAgents
 from achilles.services.status import needs_patch
@@ -203,3 +206,36 @@ def test_what_a_reconcile_would_change_is_reconciled(
     answer = reconcile_agent_event(database, cluster.event("owner-off"), again)
     assert not answer.unchanged
     assert answer.spec_patch == {"enabled": False}
+
+
+def test_kopfs_event_loop_settles_a_listed_agent_from_memory_or_hands_it_on(
+    db: Engine, database: Database, cluster: Cluster
+) -> None:
+    """`settled_from_memory` (the handler's event-loop path) never waits and never reads:
+    None sends the Agent to the thread's full answer."""
+    for name in ("same", "asked", "changed", "early"):
+        cluster.create(name)
+    _reconcile_all(database, cluster)
+    settled = SettledAgents(database)
+    # The snapshot not read yet: handed on at once, no statement (the thread reads it).
+    statements = Statements(database)
+    assert settled_from_memory(database, cluster.event("early"), settled) is None
+    assert statements.count == 0
+    settled.preload().join(timeout=60)
+    statements = Statements(database)
+    answer = settled_from_memory(database, cluster.event("same"), settled)
+    assert answer is not None
+    assert answer.unchanged
+    assert answer.agent_id == cluster.objects["same"]["status"]["databaseId"]
+    assert not cluster.apply("same", answer)
+    # A run request its status has not answered: the thread answers it.
+    asked = replace(cluster.event("asked"), annotations={RUN_REQUESTED_AT: "request-1"})
+    assert settled_from_memory(database, asked, settled) is None
+    cluster.change("changed", prompt="Summarise my month.")
+    assert settled_from_memory(database, cluster.event("changed"), settled) is None
+    assert statements.count == 0
+    # While the snapshot is being read again (its lock held), nothing waits for it.
+    with settled._lock:
+        assert settled_from_memory(database, cluster.event("early"), settled) is None
+    # ... and the thread's answer still finds the digests the loop did not take.
+    assert reconcile_agent_event(database, cluster.event("early"), settled).unchanged

@@ -49,8 +49,10 @@ def configure(
     # The listing at start comes in pages: a single list of 10,000 Agents is ~50 MB of
     # JSON parsed at once, a peak the process's RSS keeps (`achilles bench intake`).
     settings.watching.chunk_size = 500
-    # Our handlers are level-triggered and idempotent: retry soon after an error.
-    settings.execution.max_workers = 16
+    # The sync handlers' threads. A handling is mostly Python (the listing's bodies, the
+    # intake's digests) under one GIL, with a few short statements: more threads only
+    # wait for the GIL and the pool (10 connections, shared with the loops).
+    settings.execution.max_workers = 4
     # Only warnings and errors become Kubernetes Events; our own Events say the rest.
     settings.posting.level = logging.WARNING
     # kopf logs "Handler ... succeeded" at INFO for every event of every object: 10,000
@@ -81,6 +83,7 @@ def configure(
         jobs=RunJobs(api, config.job_template.namespace),
         settled_agents=SettledAgents(database),
         spans=operator_spans(),
+        handler_executor=settings.execution.executor,
     )
     if context.settled_agents is not None:
         context.settled_agents.preload()  # kopf lists every Agent next

@@ -32,7 +32,7 @@ from achilles.k8s.annotations import (
 from achilles.k8s.resources.agent import AgentSpec
 from achilles.services import agents, run_cancel, runs
 from achilles.services.agent_intake import SettledAgents, kept_status
-from achilles.services.status import condition, invalid_spec_message
+from achilles.services.status import condition, invalid_spec_message, needs_patch
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def reconcile_agent_event(
     previous = dict(event.status)
     now = datetime.now(UTC)
     try:
-        parsed = AgentSpec.model_validate(dict(event.spec))
+        obj = _agent_object(event)
     except ValidationError as exc:
         # Admission should have refused it; say so on the object rather than crash-loop.
         problem = invalid_spec_message(exc)
@@ -98,14 +98,6 @@ def reconcile_agent_event(
             now,
         )
         return AgentReconciliation(status={"phase": INVALID_PHASE, "conditions": [ready]})
-    obj = agents.AgentObject(
-        uid=event.uid,
-        namespace=event.namespace,
-        name=event.name,
-        generation=event.generation,
-        spec=parsed,
-        status=previous,
-    )
     unchanged = settled is not None and settled.unchanged(obj)
     if unchanged:
         reconciled = agents.AgentReconciled(previous["databaseId"], kept_status(previous), {})
@@ -113,6 +105,64 @@ def reconcile_agent_event(
         reconciled = agents.reconcile_agent(
             database, obj, is_new=previous.get("databaseId") is None
         )
+    return _answered(database, event, previous, reconciled, unchanged, now)
+
+
+def settled_from_memory(
+    database: Database, event: AgentEvent, settled: SettledAgents
+) -> AgentReconciliation | None:
+    """A listed Agent that already agrees with its row and status, answered from memory
+    without waiting (kopf's event loop: no statement, no API call, no thread); None when
+    that cannot be told at once (the snapshot is being read, a run or cancel request on
+    it awaits its answer, its spec is invalid, it differs) and `reconcile_agent_event`
+    decides on a thread. `database` is not used: nothing here reads or writes."""
+    previous = dict(event.status)
+    if event.deleted or _request_pending(event, previous):
+        return None
+    try:
+        obj = _agent_object(event)
+    except ValidationError:
+        return None
+    if not settled.unchanged(obj, wait=False):
+        return None
+    reconciled = agents.AgentReconciled(previous["databaseId"], kept_status(previous), {})
+    result = _answered(database, event, previous, reconciled, True, datetime.now(UTC))
+    if result.status is None or needs_patch(previous, result.status):
+        return None  # a patch is an API call: the thread's to make
+    return result
+
+
+def _agent_object(event: AgentEvent) -> agents.AgentObject:
+    """The Agent with its spec parsed (`ValidationError` when it is invalid)."""
+    return agents.AgentObject(
+        uid=event.uid,
+        namespace=event.namespace,
+        name=event.name,
+        generation=event.generation,
+        spec=AgentSpec.model_validate(dict(event.spec)),
+        status=dict(event.status),
+    )
+
+
+def _request_pending(event: AgentEvent, previous: dict[str, Any]) -> bool:
+    """A run or cancel request on the Agent that its status has not answered yet."""
+    run = parse_run_request(event.annotations.get(RUN_REQUESTED_AT))
+    cancel = parse_cancel_request(event.annotations.get(CANCEL_RUN))
+    return (run is not None and run != previous.get("lastHandledRunRequest")) or (
+        cancel is not None and cancel != previous.get("lastHandledCancelRequest")
+    )
+
+
+def _answered(
+    database: Database,
+    event: AgentEvent,
+    previous: dict[str, Any],
+    reconciled: agents.AgentReconciled,
+    unchanged: bool,
+    now: datetime,
+) -> AgentReconciliation:
+    """The reconciliation of `reconciled`: its Events, and the answers to the run and
+    cancel requests the status has not answered yet."""
     result = AgentReconciliation(
         agent_id=reconciled.agent_id, spec_patch=reconciled.spec_patch, unchanged=unchanged
     )

@@ -84,14 +84,22 @@ class SettledAgents:
         self._digests: dict[bytes, bool] | None = None
         self._read_at = float("-inf")
 
-    def unchanged(self, agent: AgentObject) -> bool:
-        """Whether reconciling `agent` would write nothing, neither row nor status."""
+    def unchanged(self, agent: AgentObject, *, wait: bool = True) -> bool:
+        """Whether reconciling `agent` would write nothing, neither row nor status.
+        `wait=False` (kopf's event loop): False at once, not a read, when the snapshot is
+        being read or due to be read again; the caller then asks again on a thread."""
         digest = cr_digest(agent)
         if digest is None:
             return False
-        with self._lock:
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
+            if not wait and not self._fresh():
+                return False
             digests = self._current()
             wake = digests.pop(digest, None)
+        finally:
+            self._lock.release()
         if wake is None:
             return False
         wanted = agent.spec.wake_on_reply
@@ -116,16 +124,21 @@ class SettledAgents:
         thread.start()
         return thread
 
+    def _fresh(self) -> bool:
+        """A snapshot is read and young enough to answer (the lock held)."""
+        return self._digests is not None and self._clock() - self._read_at <= self._max_age
+
     def _current(self) -> dict[bytes, bool]:
         """The snapshot, read when there is none or it is too old (the lock held)."""
-        if self._digests is None or self._clock() - self._read_at > self._max_age:
-            self._digests = read_digests(self._database)
+        digests = self._digests
+        if digests is None or not self._fresh():
+            self._digests = digests = read_digests(self._database)
             self._read_at = self._clock()
             # Dropped once the listing is long over, whether or not asked again.
             timer = threading.Timer(self._max_age, self.forget)
             timer.daemon = True
             timer.start()
-        return self._digests
+        return digests
 
     def forget(self) -> None:
         """Drop the snapshot (the listing is over); a later question reads it again."""

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -76,6 +77,9 @@ class RuntimeContext:
     settled_agents: SettledAgents | None = None
     # The operator's spans (OpenTelemetry, when an OTLP endpoint is configured).
     spans: Spans = NO_SPANS
+    # kopf's executor of sync handlers: the Agent handler hands work to it itself (an
+    # Agent settled from memory needs no thread). None: the event loop's default.
+    handler_executor: Executor | None = None
     # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
     run_objects: RunObjects = field(init=False)
 

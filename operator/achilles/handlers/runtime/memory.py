@@ -15,7 +15,7 @@ import ctypes
 import ctypes.util
 import functools
 
-TRIM_EVERY = 300.0
+TRIM_EVERY = 30.0
 
 
 @functools.cache
