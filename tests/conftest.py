@@ -13,6 +13,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -29,15 +30,25 @@ from achilles_dev import postgres
 pytest_plugins = ["tests.oidc_provider", "tests.jaeger_collector"]
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[postgres.LocalPostgres]:
+@contextmanager
+def session_postgres(
+    listen: tuple[str, ...] = (), pod_networks: tuple[str, ...] = ()
+) -> Iterator[postgres.LocalPostgres]:
+    """A throwaway server for a session, removed afterwards (`postgres.ensure_running` for
+    `listen` and `pod_networks`: the cluster tier's on kind, tests/cluster/conftest.py)."""
     data_dir = postgres.default_data_root() / f"test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    server = postgres.start_throwaway(data_dir)
+    server = postgres.start_throwaway(data_dir, listen=listen, pod_networks=pod_networks)
     try:
         yield server
     finally:
         postgres.stop(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.LocalPostgres]:
+    with session_postgres() as server:
+        yield server
 
 
 def create_database(server: postgres.LocalPostgres, prefix: str = "achilles_test") -> str:

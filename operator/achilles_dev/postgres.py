@@ -203,15 +203,24 @@ def _listen_addresses(server: LocalPostgres) -> str | None:
     return str(row[0]) if row else None
 
 
-def start_throwaway(data_dir: Path, *, attempts: int = 5) -> LocalPostgres:
-    """A new non-durable server in `data_dir` on a free loopback port (tests, benchmarks).
+def start_throwaway(
+    data_dir: Path,
+    *,
+    attempts: int = 5,
+    listen: tuple[str, ...] = (),
+    pod_networks: tuple[str, ...] = (),
+) -> LocalPostgres:
+    """A new non-durable server in `data_dir` on a free loopback port (tests, benchmarks);
+    `listen` and `pod_networks` as for `ensure_running` (a kind cluster's pods).
 
     A port reported free can be taken before the server binds it; then the start
     fails and we try another one.
     """
     for attempt in range(1, attempts + 1):
         try:
-            return ensure_running(data_dir, free_port(), durable=False)
+            return ensure_running(
+                data_dir, free_port(), durable=False, listen=listen, pod_networks=pod_networks
+            )
         except LocalStackError:
             if attempt == attempts:
                 raise

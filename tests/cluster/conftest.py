@@ -20,11 +20,14 @@ answers, a Ready schedulable node, and the runner image (`ACHILLES_TEST_RUNNER_I
 default the local build's name) present on that node. The stand-in's tests are skipped
 there: they need host processes.
 
-kind: with `ACHILLES_TEST_CLUSTER=kind` the `node_cluster` tests run on a kind cluster
-the session creates and deletes through pytest-kind, on a node image built here
+kind: with `ACHILLES_TEST_CLUSTER=kind` both `cluster` and `node_cluster` are one kind
+cluster the session creates and deletes through pytest-kind, on a node image built here
 (`tests/cluster/kind.py`, `achilles dev kind-image`; docs/development.md, "kind"). The
-node image is built during collection. What needs our own stack is skipped, as with
-`ACHILLES_TEST_KUBECONFIG`. `ACHILLES_TEST_CLUSTER=local` (or unset) is the local stack.
+node image is built during collection. The cluster tier's PostgreSQL then also listens on
+kind's gateway, with a password for kind's network, so the chart's pods reach it. Tests
+that need the stand-in's pods as host processes carry `@pytest.mark.standin(reason)` and
+are skipped there with that reason, as on `ACHILLES_TEST_KUBECONFIG`.
+`ACHILLES_TEST_CLUSTER=local` (or unset) is the local stack.
 """
 
 from __future__ import annotations
@@ -35,16 +38,22 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.client import api_client
+from achilles_dev import postgres
 from achilles_dev.build import ensure_built, missing_binaries
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.images import RUNNER_IMAGE
 from achilles_dev.stack import LocalStack
+from tests.conftest import session_postgres
+
+if TYPE_CHECKING:
+    from tests.cluster.kind import KindSession
 
 EXTERNAL_KUBECONFIG = "ACHILLES_TEST_KUBECONFIG"
 CLUSTER_CHOICE = "ACHILLES_TEST_CLUSTER"
@@ -74,19 +83,48 @@ def runner_image() -> str:
     return os.environ.get("ACHILLES_TEST_RUNNER_IMAGE", RUNNER_IMAGE)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "standin(reason): needs the kubelet stand-in (pods as host processes); skipped, with "
+        "the reason, where the session's cluster is kind or ACHILLES_TEST_KUBECONFIG's",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not runs_elsewhere():
+        return
+    for item in items:
+        marker = item.get_closest_marker("standin")
+        if marker is not None:
+            why = marker.args[0] if marker.args else marker.kwargs["reason"]
+            item.add_marker(pytest.mark.skip(reason=f"needs the kubelet stand-in: {why}"))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     items = [item for item in session.items if item.get_closest_marker("cluster")]
     wants_node = os.geteuid() == 0 and any(  # else the node tests skip (node_cluster)
         "node_cluster" in getattr(item, "fixturenames", ()) for item in items
     )
     needs_node = wants_node and not runs_elsewhere()
+    wants_kind = (
+        kind_requested()
+        and os.geteuid() == 0
+        and any(
+            not item.get_closest_marker("standin")
+            # postgres_server: on kind the tier's own listens on kind's gateway (below)
+            and {"cluster", "node_cluster", "postgres_server"}
+            & set(getattr(item, "fixturenames", ()))
+            for item in items
+        )
+    )
     if items and missing_binaries(node=needs_node):
         ensure_built(node=needs_node)
     if needs_node:
         from achilles_dev.images import ensure_images
 
         ensure_images(report=_summary)
-    if wants_node and kind_requested():
+    if wants_kind:
         from achilles_dev.kind_image import ensure_node_image
 
         ensure_node_image(report=_summary)
@@ -100,12 +138,21 @@ def _summary(line: str) -> None:
 
 @dataclass(frozen=True)
 class Cluster:
-    stack: LocalStack
+    """The session's API server: our stack with the kubelet stand-in, or kind."""
+
     api: client.ApiClient
+    kubeconfig: Path
+    # Where the cluster's pods reach this machine (its PostgreSQL, model servers): the
+    # stand-in's pods are host processes (loopback); kind's, its podman network's gateway.
+    host_address: str
+    stack: LocalStack | None  # the stand-in's stack; None on kind
 
     @property
-    def kubeconfig(self) -> Path:
-        return self.stack.config.kubeconfig
+    def standin(self) -> LocalStack:
+        """The stand-in's stack, for the tests marked `standin` (skipped elsewhere)."""
+        if self.stack is None:
+            raise AssertionError("the session's cluster has no kubelet stand-in (kind)")
+        return self.stack
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -117,7 +164,7 @@ class Cluster:
 
     @property
     def pods_dir(self) -> Path:
-        return self.stack.config.kubelet_dir / "pods"
+        return self.standin.config.kubelet_dir / "pods"
 
 
 def throwaway_stack(state_dir: Path, *, real_node: bool = False) -> LocalStack:
@@ -133,18 +180,52 @@ def throwaway_stack(state_dir: Path, *, real_node: bool = False) -> LocalStack:
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if runs_elsewhere():
-        pytest.skip(
-            "runs pods as host processes (the stand-in); "
-            f"{EXTERNAL_KUBECONFIG} or {CLUSTER_CHOICE}=kind is set"
-        )
+def kind_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindSession]:
+    """The session's one kind cluster (`cluster` and `node_cluster` on kind)."""
+    if os.geteuid() != 0:
+        pytest.skip("kind runs its node with podman on the root image store here: needs root")
+    from tests.cluster.kind import kind_cluster
+
+    with kind_cluster(tmp_path_factory.mktemp("kind")) as kind:
+        yield kind
+
+
+@pytest.fixture(scope="session")
+def postgres_server(request: pytest.FixtureRequest) -> Iterator[postgres.LocalPostgres]:
+    """The session's PostgreSQL (tests/conftest.py); on kind, the cluster tier's own, which
+    also listens on kind's gateway and takes a password (SCRAM) from kind's network, so
+    the chart's pods (the migration Job, runs) log in with their logins' passwords while
+    the tests on loopback stay trusted."""
+    if not (kind_requested() and os.geteuid() == 0):
+        server: postgres.LocalPostgres = request.getfixturevalue("postgres_server")
+        yield server
+        return
+    kind: KindSession = request.getfixturevalue("kind_session")
+    with session_postgres(listen=(kind.gateway,), pod_networks=(kind.subnet,)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    if kind_requested():
+        kind: KindSession = request.getfixturevalue("kind_session")
+        with api_client(kind.kubeconfig) as api:
+            yield Cluster(
+                api=api, kubeconfig=kind.kubeconfig, host_address=kind.gateway, stack=None
+            )
+        return
+    if external_kubeconfig() is not None:
+        pytest.skip(f"runs pods as host processes (the stand-in); {EXTERNAL_KUBECONFIG} is set")
     ensure_built(node=False)
     stack = throwaway_stack(tmp_path_factory.mktemp("cluster"))
     stack.up()
     try:
         with api_client(stack.config.kubeconfig) as api:
-            yield Cluster(stack=stack, api=api)
+            yield Cluster(
+                api=api, kubeconfig=stack.config.kubeconfig, host_address="127.0.0.1", stack=stack
+            )
     finally:
         stack.down()
 
@@ -211,7 +292,9 @@ def check_node_cluster(api: client.ApiClient, image: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+def node_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NodeCluster]:
     external = external_kubeconfig()
     if external is not None:
         with api_client(external) as api:
@@ -221,14 +304,12 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeClust
     if os.geteuid() != 0:
         pytest.skip(f"a real node needs root; or point {EXTERNAL_KUBECONFIG} at a cluster")
     if kind_requested():
-        from tests.cluster.kind import kind_cluster
-
-        with (
-            kind_cluster(tmp_path_factory.mktemp("kind")) as kubeconfig,
-            api_client(kubeconfig) as api,
-        ):
+        kind: KindSession = request.getfixturevalue("kind_session")
+        with api_client(kind.kubeconfig) as api:
             check_node_cluster(api, RUNNER_IMAGE)
-            yield NodeCluster(api=api, kubeconfig=kubeconfig, runner_image=RUNNER_IMAGE, stack=None)
+            yield NodeCluster(
+                api=api, kubeconfig=kind.kubeconfig, runner_image=RUNNER_IMAGE, stack=None
+            )
         return
     stack = throwaway_stack(tmp_path_factory.mktemp("node"), real_node=True)
     try:

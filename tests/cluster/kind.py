@@ -6,20 +6,30 @@ without a registry (`achilles_dev.kind_image`), with kind's podman provider. The
 and runner images are loaded into it with `kind load image-archive`, as a user of kind
 without Docker would. What the `node_cluster` tests then need is checked as for any
 cluster (`check_node_cluster`), once the node is Ready and lists the runner image.
+
+One kind cluster serves the whole session: the `cluster` fixture's API-server tests and
+the chart's (`install/`) as well as the `node_cluster` tests. Its pods reach the host at
+the gateway of kind's podman network (`KindSession.gateway`, read from podman, never
+assumed), where the session's PostgreSQL then listens too (tests/cluster/conftest.py).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 from kubernetes import client
 
+from achilles.errors import LocalStackError
 from achilles.k8s.client import api_client
-from achilles_dev.images import ENGINE_IMAGE, RUNNER_IMAGE
+from achilles_dev.images import ENGINE_IMAGE, RUNNER_IMAGE, podman
 from achilles_dev.kind_build import kind_binary_path
 from achilles_dev.kind_image import (
     ensure_host_ready,
@@ -47,9 +57,31 @@ def _node_ready_with(api: client.ApiClient, image: str) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class KindSession:
+    """The session's kind cluster, and where its pods reach the host."""
+
+    name: str
+    kubeconfig: Path
+    gateway: str  # the host's address on kind's podman network (IPv4)
+    subnet: str  # that network, e.g. 10.89.0.0/24: the node's (and, masqueraded, pods') source
+
+
+def kind_network() -> tuple[str, str]:
+    """The IPv4 gateway and subnet of the podman network kind put its node on (kind's
+    `KIND_EXPERIMENTAL_PODMAN_NETWORK`, by default `kind`)."""
+    name = os.environ.get("KIND_EXPERIMENTAL_PODMAN_NETWORK", "kind")
+    document = json.loads(podman("network", "inspect", name))
+    for subnet in document[0].get("subnets") or []:
+        network = ipaddress.ip_network(subnet["subnet"])
+        if network.version == 4 and subnet.get("gateway"):
+            return str(subnet["gateway"]), str(network)
+    raise LocalStackError(f"podman network {name} has no IPv4 subnet with a gateway: {document}")
+
+
 @contextmanager
-def kind_cluster(workdir: Path) -> Iterator[Path]:
-    """A kind cluster for the session, with our images loaded; yields its kubeconfig."""
+def kind_cluster(workdir: Path) -> Iterator[KindSession]:
+    """A kind cluster for the session, with our images loaded."""
     from pytest_kind import KindCluster
 
     name = f"achilles-{uuid.uuid4().hex[:6]}"
@@ -74,7 +106,8 @@ def kind_cluster(workdir: Path) -> Iterator[Path]:
                     what=f"kind cluster {name}: a Ready node listing {RUNNER_IMAGE}",
                     interval=1,
                 )
-            yield cluster.kubeconfig_path
+            gateway, subnet = kind_network()
+            yield KindSession(name, cluster.kubeconfig_path, gateway, subnet)
         finally:
             cluster.delete()
             # pytest-kind keeps a directory per cluster under ./.pytest-kind

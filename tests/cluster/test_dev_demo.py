@@ -46,7 +46,7 @@ from achilles_dev.jaeger import RunningJaeger, Span, start_jaeger
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
-from tests.cluster.conftest import runs_elsewhere
+from tests.cluster.conftest import EXTERNAL_KUBECONFIG, external_kubeconfig
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -54,8 +54,10 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def dev_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    if runs_elsewhere() or os.geteuid() != 0:
-        pytest.skip("a stack of our own with a real node (needs root)")
+    if external_kubeconfig() is not None or os.geteuid() != 0:
+        pytest.skip(
+            f"a stack of our own with a real node (needs root; {EXTERNAL_KUBECONFIG} unset)"
+        )
     postgres_dir = default_data_root() / f"test-demo-{uuid.uuid4().hex[:8]}"
     config = StackConfig(
         state_dir=tmp_path_factory.mktemp("dev"),

@@ -30,7 +30,7 @@ from achilles_dev.logins import stack_logins, with_login
 from achilles_dev.node import host, network
 from achilles_dev.processes import read_pidfile
 from achilles_dev.stack import REAL_NODE_COMPONENTS, LocalStack
-from tests.cluster.conftest import NodeCluster
+from tests.cluster.conftest import EXTERNAL_KUBECONFIG, NodeCluster, kind_requested
 from tests.cluster.kube import create_pod, pod_phase, present, process_is_gone
 from tests.waiting import wait_for
 
@@ -45,8 +45,10 @@ def iptables_rules() -> str:
 
 @pytest.fixture
 def own_stack(tmp_path: Path, node_cluster: NodeCluster) -> Iterator[LocalStack]:
-    if node_cluster.stack is None:
-        pytest.skip("brings up a local real node; the session's cluster is not ours")
+    if node_cluster.stack is None and not kind_requested():
+        pytest.skip(
+            f"brings up a local real node beside the session's; {EXTERNAL_KUBECONFIG} is set"
+        )
     config = StackConfig(
         state_dir=tmp_path / "state",
         ports=Ports.free(),
@@ -117,8 +119,8 @@ def test_down_leaves_nothing_behind(own_stack: LocalStack, node_cluster: NodeClu
     config = own_stack.config
     net, node = config.network, own_stack.node()
     assert network.is_up(net)
-    assert node_cluster.stack is not None
-    assert net != node_cluster.stack.config.network
+    if node_cluster.stack is not None:  # else the session's node is kind's
+        assert net != node_cluster.stack.config.network
 
     with api_client(config.kubeconfig) as api:
         core = client.CoreV1Api(api)
@@ -203,9 +205,10 @@ def test_down_leaves_nothing_behind(own_stack: LocalStack, node_cluster: NodeClu
     assert iptables_rules() == iptables_before
     assert node.leftovers() == []
 
-    # The session's node was not touched.
+    # The session's node was not touched (ours, or kind's).
     session = node_cluster.stack
-    assert network.is_up(session.config.network)
-    node_status = present(node_cluster.core.read_node(session.config.node_name).status, "status")
-    conditions = present(node_status.conditions, "the node's conditions")
-    assert any(c.type == "Ready" and c.status == "True" for c in conditions)
+    if session is not None:
+        assert network.is_up(session.config.network)
+    for session_node in node_cluster.core.list_node().items:
+        conditions = present(present(session_node.status, "status").conditions, "conditions")
+        assert any(c.type == "Ready" and c.status == "True" for c in conditions)

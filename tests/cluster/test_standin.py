@@ -31,7 +31,7 @@ from tests.cluster.kube import (
 )
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.standin("tests the stand-in itself")]
 
 TIMEOUT = 60.0
 
@@ -141,11 +141,11 @@ def test_restarted_standin_adopts_a_running_process(
     )
     pid = wait_for(lambda: pid_from(pid_file), TIMEOUT, what="the pod's process to start")
 
-    cluster.stack.stop_component("kubelet")
+    cluster.standin.stop_component("kubelet")
     assert not process_is_gone(pid), "stopping the stand-in must not stop its pods"
     gate.touch()  # the process ends while no stand-in watches it
     wait_for(lambda: process_is_gone(pid), TIMEOUT, what="the process to finish")
-    cluster.stack.up()
+    cluster.standin.up()
 
     state = failed_job_state(cluster.batch, cluster.core, namespace, "survivor", TIMEOUT)
     assert (state["exitCode"], state["reason"]) == (7, "Error")
@@ -168,10 +168,10 @@ def test_process_lost_while_standin_was_down_fails_its_pod(
     )
     shim_pid = int(pod.status.container_statuses[0].container_id.removeprefix("achilles://"))
 
-    cluster.stack.stop_component("kubelet")
+    cluster.standin.stop_component("kubelet")
     os.killpg(shim_pid, signal.SIGKILL)  # shim and process vanish without a word
     wait_for(lambda: process_is_gone(pid), TIMEOUT, what="the process to die")
-    cluster.stack.up()
+    cluster.standin.up()
 
     state = failed_job_state(cluster.batch, cluster.core, namespace, "lost", TIMEOUT)
     assert (state["exitCode"], state["reason"]) == (137, "ContainerStatusUnknown")

@@ -35,6 +35,7 @@ from achilles.k8s.run_watch import job_watch
 from achilles.k8s.watching import Change, Page
 from achilles.services.outcomes import FailedRun
 from achilles.services.run_objects import RunObjects
+from achilles_dev.images import RUNNER_IMAGE
 from tests.cluster.conftest import Cluster
 from tests.cluster.kube import create_job, python_command
 from tests.db.factories import make_agent
@@ -50,7 +51,7 @@ def _run_job(run_id: int, command: list[str] | None = None) -> dict[str, Any]:
     labels = {MANAGED_BY_LABEL: MANAGED_BY, RUN_ID_LABEL: str(run_id)}
     container = {
         "name": RUNNER_CONTAINER,
-        "image": "ignored.local/runner",
+        "image": RUNNER_IMAGE,  # its python on a real node; the stand-in ignores images
         "command": command or ["true"],
     }
     return {

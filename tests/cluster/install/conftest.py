@@ -4,10 +4,12 @@ A real `helm install` of charts/achilles, as a platform operator would run it, m
 the operator and API Deployments (tests run no operator image): the CRDs from the chart's crds/
 directory, RBAC, both admission policies, the runs namespace with its quota, and
 AgentPlatform/default. The pre-install hook Job runs `achilles db upgrade` against a
-fresh database of the test PostgreSQL, through the kubelet stand-in, as the migrations'
-login (its own Secret); the operator and the runs get logins of their own
-(`Release.login_url`), as an installer makes them. The portal's
-ClusterRole is bound, by the chart's own value, to the user the tests impersonate.
+fresh database of the test PostgreSQL, as the migrations' login (its own Secret, with the
+superuser's password and the address pods reach the host at: loopback for the kubelet
+stand-in's host processes, kind's gateway for the engine image on kind); the operator
+and the runs get logins of their own (`Release.login_url`, `Release.pod_login_url`), as
+an installer makes them. The portal's ClusterRole is bound, by the chart's own value, to
+the user the tests impersonate.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ from achilles_dev.chart import (
     RELEASE_NAMESPACE,
     ChartInstall,
 )
+from achilles_dev.images import ENGINE_IMAGE
+from achilles_dev.logins import set_superuser_password, with_login
 from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, impersonating, verdict
 from tests.conftest import create_database, drop_database
 from tests.crd_cases import agent
-from tests.db.logins import login_url
+from tests.db.logins import PASSWORD, login_url
 from tests.waiting import wait_for
 
 PORTAL_USER = "portal-bot"
@@ -48,6 +52,12 @@ POLICY_MESSAGE = "only members of achilles-admins may set or change spec.adminPa
 
 # What the tests install: the chart's defaults plus what a test cluster needs.
 TEST_VALUES: dict[str, Any] = {
+    # The hook Job's image: on kind the node has it loaded; the stand-in ignores images.
+    "image": {
+        "repository": ENGINE_IMAGE.rpartition(":")[0],
+        "tag": ENGINE_IMAGE.rpartition(":")[2],
+        "pullPolicy": "IfNotPresent",
+    },
     "operator": {"enabled": False},
     # The stand-in ignores images: the API's pods run on a real node (test_api_chart.py).
     "api": {"enabled": False},
@@ -64,6 +74,7 @@ class Release:
     install: ChartInstall
     database_url: str  # the migrations' login (the superuser): the tests' own checks, the CLI
     values_file: Path
+    pod_host: str  # where the cluster's pods reach the test PostgreSQL (`Cluster.host_address`)
 
     def helm(self, *args: str) -> str:
         return self.install.helm(*args)
@@ -71,6 +82,10 @@ class Release:
     def login_url(self, component: Component) -> str:
         """The URL of `component`'s own login (a member of its role only)."""
         return login_url(self.database_url, component)
+
+    def pod_login_url(self, component: Component) -> str:
+        """`component`'s login as the cluster's pods reach the server (its Secrets)."""
+        return with_login(self.login_url(component), host=self.pod_host)
 
 
 def _create_migrations_secret(api: client.ApiClient, url: str) -> None:
@@ -108,12 +123,15 @@ def achilles_release(
             "HELM_DATA_HOME": str(home / "data"),
         },
     )
-    _create_migrations_secret(cluster.api, url)
+    migrations_url = with_login(set_superuser_password(url, PASSWORD), host=cluster.host_address)
+    _create_migrations_secret(cluster.api, migrations_url)
     install.helm(
         "install", RELEASE, str(CHART_DIR), "--namespace", RELEASE_NAMESPACE,
         "--values", str(values_file), "--timeout", "3m",
     )  # fmt: skip
-    release = Release(install=install, database_url=url, values_file=values_file)
+    release = Release(
+        install=install, database_url=url, values_file=values_file, pod_host=cluster.host_address
+    )
     _wait_until_admin_paused_policy_enforces(cluster)
     wait_until_platform_owner_enforces(cluster.kubeconfig)
     wait_until_policies_admit(cluster.kubeconfig)

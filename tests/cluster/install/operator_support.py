@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,12 +21,23 @@ from sqlalchemy import Engine, text
 
 from achilles.db.roles import Component
 from achilles.k8s.jobs import RUN_SELECTOR
+from achilles_dev.images import RUNNER_IMAGE
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.conftest import Release
 from tests.waiting import wait_for
 
 RUNS_NAMESPACE = "achilles-runs"
 RUNNER_SECRET = "achilles-runner-database"
+SLOW_RUNNER = Path(__file__).with_name("slow_runner.py")
+
+
+def slow_runner_command(cluster: Cluster) -> str:
+    """`ACHILLES_RUNNER_COMMAND` for the slow runner (`slow_runner.py`): the file, run by
+    this interpreter, on the stand-in; on a real node (kind) its source as `python -c` in
+    the runner image, which has the engine but not the tests."""
+    if cluster.stack is not None:
+        return f"{sys.executable} {SLOW_RUNNER}"
+    return f"python -c {shlex.quote(SLOW_RUNNER.read_text())}"
 
 
 def ensure_runner_secret(cluster: Cluster, database_url: str) -> None:
@@ -55,7 +67,7 @@ class OperatorProcess:
             "KUBECONFIG": str(self.cluster.kubeconfig),
             "ACHILLES_DATABASE_URL": self.release.login_url(Component.OPERATOR),
             "ACHILLES_RUNS_NAMESPACE": RUNS_NAMESPACE,
-            "ACHILLES_RUNNER_IMAGE": "achilles-runner:local",
+            "ACHILLES_RUNNER_IMAGE": RUNNER_IMAGE,  # loaded on kind; the stand-in ignores it
             "ACHILLES_METRICS_PORT": "0",
             "ACHILLES_RUNNER_ENV": json.dumps({"ACHILLES_HEARTBEAT_INTERVAL": "2"}),
             **self.env_overrides,
@@ -91,7 +103,7 @@ class OperatorProcess:
 def running_operator(
     cluster: Cluster, release: Release, log_path: Path, **env: str
 ) -> Iterator[OperatorProcess]:
-    ensure_runner_secret(cluster, release.login_url(Component.RUNNER))
+    ensure_runner_secret(cluster, release.pod_login_url(Component.RUNNER))
     operator = OperatorProcess(cluster, release, log_path, env_overrides=env)
     operator.start()
     try:
@@ -111,9 +123,19 @@ class ModelServerProcess:
 
 
 @contextmanager
-def model_server() -> Iterator[ModelServerProcess]:
+def model_server(cluster: Cluster) -> Iterator[ModelServerProcess]:
+    """The offline model server, on the address the cluster's pods (the runs) reach."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "achilles", "model-server", "--port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "achilles",
+            "model-server",
+            "--host",
+            cluster.host_address,
+            "--port",
+            "0",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -42,7 +42,7 @@ from achilles_dev.config import Ports, StackConfig
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
-from tests.cluster.conftest import runs_elsewhere
+from tests.cluster.conftest import EXTERNAL_KUBECONFIG, external_kubeconfig
 from tests.cluster.install.test_chart import by_kind, helm, one, render
 from tests.cluster.kube import present
 from tests.waiting import wait_for
@@ -249,8 +249,10 @@ class ApiStack:
 
 @pytest.fixture(scope="module")
 def api_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiStack]:
-    if runs_elsewhere() or os.geteuid() != 0:
-        pytest.skip("a stack of our own with a real node (needs root)")
+    if external_kubeconfig() is not None or os.geteuid() != 0:
+        pytest.skip(
+            f"a stack of our own with a real node (needs root; {EXTERNAL_KUBECONFIG} unset)"
+        )
     postgres_dir = default_data_root() / f"test-api-{uuid.uuid4().hex[:8]}"
     config = StackConfig(
         state_dir=tmp_path_factory.mktemp("api"),

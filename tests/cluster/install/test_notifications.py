@@ -167,7 +167,7 @@ def test_an_owner_past_the_budget_thresholds_is_warned_on_each_agent_once(
     model = f"demo-{uuid.uuid4().hex[:6]}"
     try:
         with (
-            model_server() as demo,
+            model_server(cluster) as demo,
             running_operator(cluster, achilles_release, tmp_path / "operator.log") as operator,
         ):
             admin_api.create(agent_model(model, baseURL=demo.base_url))

@@ -141,7 +141,9 @@ def test_a_model_and_a_tool_deleted_while_the_operator_is_down_are_withdrawn_at_
     model, tool = f"m-{uuid.uuid4().hex[:6]}", f"t-{uuid.uuid4().hex[:6]}"
     owner = new_owner(journal)
     names = ("one", "two")
-    with running_operator(cluster, achilles_release, tmp_path / "before.log", **_env(HOLD_SECONDS)):
+    with running_operator(
+        cluster, achilles_release, tmp_path / "before.log", **_env(cluster, HOLD_SECONDS)
+    ):
         admin_api.create(agent_model(model))
         admin_api.create(agent_tool(tool))
         _wait_mirrored(journal, model, tool)
@@ -172,7 +174,7 @@ def test_a_model_and_a_tool_deleted_while_the_operator_is_down_are_withdrawn_at_
     admin_api.delete("AgentTool", tool)
 
     with running_operator(
-        cluster, achilles_release, tmp_path / "after.log", **_env(HOLD_SECONDS)
+        cluster, achilles_release, tmp_path / "after.log", **_env(cluster, HOLD_SECONDS)
     ) as operator:
         for name in names:
             # A fresh operator: its start (slow on a busy machine) is in this wait.
@@ -212,7 +214,7 @@ def test_a_reply_during_a_run_wakes_the_agent_when_the_run_ends(
 ) -> None:
     model, tool = f"m-{uuid.uuid4().hex[:6]}", f"inbox-{uuid.uuid4().hex[:6]}"
     with running_operator(
-        cluster, achilles_release, tmp_path / "op.log", **_env(HOLD_SECONDS)
+        cluster, achilles_release, tmp_path / "op.log", **_env(cluster, HOLD_SECONDS)
     ) as operator:
         admin_api.create(agent_model(model))
         admin_api.create(agent_tool(tool, implementation="inbox"))
@@ -324,7 +326,7 @@ def test_an_owner_deactivated_a_second_time_is_switched_off_a_second_time(
     model = f"m-{uuid.uuid4().hex[:6]}"
     owner = new_owner(journal)
     with running_operator(
-        cluster, achilles_release, tmp_path / "op.log", **_env(HOLD_SECONDS)
+        cluster, achilles_release, tmp_path / "op.log", **_env(cluster, HOLD_SECONDS)
     ) as operator:
         admin_api.create(agent_model(model))
         admin_api.create(agent("d", owner=owner, model=model), namespace)

@@ -46,9 +46,9 @@ def operator(
 
 
 @pytest.fixture(scope="module")
-def model(admin_api: Achilles, achilles_release: Release) -> Iterator[str]:
+def model(cluster: Cluster, admin_api: Achilles, achilles_release: Release) -> Iterator[str]:
     name = f"m-{uuid.uuid4().hex[:6]}"
-    with model_server() as server:
+    with model_server(cluster) as server:
         admin_api.create(agent_model(name, baseURL=server.base_url))
         yield name
         admin_api.delete("AgentModel", name)

@@ -53,7 +53,7 @@ def journal(achilles_release: Release) -> Iterator[Engine]:
 def operator(
     cluster: Cluster, achilles_release: Release, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    env = {**_env(600.0), "ACHILLES_STALE_AFTER_SECONDS": str(STALE_AFTER_SECONDS)}
+    env = {**_env(cluster, 600.0), "ACHILLES_STALE_AFTER_SECONDS": str(STALE_AFTER_SECONDS)}
     log = tmp_path_factory.mktemp("locks") / "operator.log"
     with running_operator(cluster, achilles_release, log, **env) as process:
         yield process

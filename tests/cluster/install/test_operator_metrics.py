@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from tests.cluster.install.operator_support import (
     journal_rows,
     new_owner,
     running_operator,
+    slow_runner_command,
 )
 from tests.crd_cases import agent, agent_model
 from tests.monitoring.documented import documented_metrics
@@ -36,7 +36,6 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-SLOW_RUNNER = Path(__file__).with_name("slow_runner.py")
 # The histograms' extra series and their label.
 _HISTOGRAM_SUFFIXES = {"_bucket": {"le"}, "_sum": set(), "_count": set()}
 
@@ -99,7 +98,7 @@ def test_every_documented_metric_is_served_with_its_labels_after_a_run(
     port = _free_port()
     env = {
         "ACHILLES_METRICS_PORT": str(port),
-        "ACHILLES_RUNNER_COMMAND": f"{sys.executable} {SLOW_RUNNER}",
+        "ACHILLES_RUNNER_COMMAND": slow_runner_command(cluster),
         "ACHILLES_RUNNER_ENV": json.dumps({"ACHILLES_TEST_HOLD_SECONDS": "1"}),
     }
     try:

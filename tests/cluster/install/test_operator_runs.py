@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -27,13 +26,18 @@ from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
 from tests.cluster.install.conftest import Release
-from tests.cluster.install.operator_support import OperatorProcess, run_jobs, running_operator
+from tests.cluster.install.operator_support import (
+    SLOW_RUNNER,
+    OperatorProcess,
+    run_jobs,
+    running_operator,
+    slow_runner_command,
+)
 from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-SLOW_RUNNER = Path(__file__).with_name("slow_runner.py")
 CAP = 2
 
 
@@ -46,9 +50,9 @@ def journal(achilles_release: Release) -> Iterator[Engine]:
     engine.dispose()
 
 
-def _env(hold: float) -> dict[str, str]:
+def _env(cluster: Cluster, hold: float) -> dict[str, str]:
     return {
-        "ACHILLES_RUNNER_COMMAND": f"{sys.executable} {SLOW_RUNNER}",
+        "ACHILLES_RUNNER_COMMAND": slow_runner_command(cluster),
         "ACHILLES_RUNNER_ENV": json.dumps({"ACHILLES_TEST_HOLD_SECONDS": str(hold)}),
     }
 
@@ -110,7 +114,9 @@ def test_rapid_requests_never_make_two_active_runs(
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    with running_operator(cluster, achilles_release, tmp_path / "op.log", **_env(4.0)) as operator:
+    with running_operator(
+        cluster, achilles_release, tmp_path / "op.log", **_env(cluster, 4.0)
+    ) as operator:
         admin_api.create(agent("rapid", model=setup), namespace)
         agent_id = _agent_id(journal, namespace, "rapid")
         requests = [_request(admin_api, "rapid", namespace) for _ in range(20)]
@@ -147,8 +153,12 @@ def test_cap_and_fifo_hold_with_two_replicas_and_a_killed_operator(
     tmp_path: Path,
 ) -> None:
     names = [f"due-{i}" for i in range(3 * CAP)]
-    first = OperatorProcess(cluster, achilles_release, tmp_path / "a.log", env_overrides=_env(3.0))
-    second = OperatorProcess(cluster, achilles_release, tmp_path / "b.log", env_overrides=_env(3.0))
+    first = OperatorProcess(
+        cluster, achilles_release, tmp_path / "a.log", env_overrides=_env(cluster, 3.0)
+    )
+    second = OperatorProcess(
+        cluster, achilles_release, tmp_path / "b.log", env_overrides=_env(cluster, 3.0)
+    )
     samples: list[int] = []
     stop = threading.Event()
 
@@ -159,7 +169,7 @@ def test_cap_and_fifo_hold_with_two_replicas_and_a_killed_operator(
             )
             time.sleep(0.1)
 
-    with running_operator(cluster, achilles_release, tmp_path / "boot.log", **_env(3.0)):
+    with running_operator(cluster, achilles_release, tmp_path / "boot.log", **_env(cluster, 3.0)):
         for name in names:
             admin_api.create(
                 agent(name, model=setup, schedule={"type": "interval", "everyHours": 24}), namespace
@@ -241,7 +251,7 @@ def test_killed_runner_fails_via_its_pod_and_deleted_agent_removes_its_job(
     tmp_path: Path,
 ) -> None:
     with running_operator(
-        cluster, achilles_release, tmp_path / "op.log", **_env(120.0)
+        cluster, achilles_release, tmp_path / "op.log", **_env(cluster, 120.0)
     ) as operator:
         admin_api.create(agent("victim", model=setup), namespace)
         agent_id = _agent_id(journal, namespace, "victim")
@@ -310,7 +320,10 @@ def test_killed_runner_fails_via_its_pod_and_deleted_agent_removes_its_job(
 
 
 def _runner_pid(run_id: int) -> int | None:
+    """The slow runner's process for `run_id`, found from the host: the stand-in's is a
+    host process, kind's a container's, which the host's /proc lists too."""
     needle = f"--run-id\x00{run_id}\x00"
+    source = SLOW_RUNNER.read_text()  # on a real node it runs as `python -c <source>`
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -320,7 +333,8 @@ def _runner_pid(run_id: int) -> int | None:
             continue
         # The runner itself, not the stand-in's shim whose argv ends with the same command.
         shim = "achilles_dev.kubelet.shim" in cmdline
-        if str(SLOW_RUNNER) in cmdline and cmdline.endswith(needle) and not shim:
+        slow = str(SLOW_RUNNER) in cmdline or source in cmdline
+        if slow and cmdline.endswith(needle) and not shim:
             return int(entry.name)
     return None
 
@@ -342,7 +356,9 @@ def test_a_run_whose_models_secret_is_missing_fails_at_the_start_deadline(
         agent_model(model, apiKeySecretRef={"name": "achilles-test-missing", "key": "k"})
     )
     try:
-        with running_operator(cluster, achilles_release, tmp_path / "op.log", **_env(1.0)) as op:
+        with running_operator(
+            cluster, achilles_release, tmp_path / "op.log", **_env(cluster, 1.0)
+        ) as op:
             admin_api.create(agent("keyless", model=model), namespace)
             agent_id = _agent_id(journal, namespace, "keyless")
             _request(admin_api, "keyless", namespace)

@@ -66,14 +66,25 @@ def operator(
 
 @pytest.fixture(scope="module")
 def models(
-    admin_api: Achilles, tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster, admin_api: Achilles, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
     """`demo`: the default script (a search, then an answer; usage on every call);
     `holding`: a model that never answers in time."""
     script = tmp_path_factory.mktemp("script") / "hold.json"
     script.write_text(json.dumps(HOLDING_SCRIPT))
     holding = subprocess.Popen(
-        [sys.executable, "-m", "achilles", "model-server", "--port", "0", "--script", str(script)],
+        [
+            sys.executable,
+            "-m",
+            "achilles",
+            "model-server",
+            "--host",
+            cluster.host_address,
+            "--port",
+            "0",
+            "--script",
+            str(script),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -82,7 +93,7 @@ def models(
     holding_url = holding.stdout.readline().split("listening on ")[1].split()[0]
     names = {"demo": f"demo-{uuid.uuid4().hex[:6]}", "holding": f"hold-{uuid.uuid4().hex[:6]}"}
     try:
-        with model_server() as demo:
+        with model_server(cluster) as demo:
             admin_api.create(agent_model(names["demo"], baseURL=demo.base_url))
             admin_api.create(agent_model(names["holding"], baseURL=holding_url))
             yield names
