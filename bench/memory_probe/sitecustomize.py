@@ -4,7 +4,8 @@ With this directory on PYTHONPATH and ACHILLES_BENCH_MEMORY_PROBE=<file>, every 
 of that interpreter appends one JSON line per second to <file>: its RSS, and with
 PYTHONTRACEMALLOC set, the Python heap tracemalloc sees (live and peak). A file
 <file>.trim, when it appears, makes the process call glibc's malloc_trim(0) once and
-record the RSS before and after: how much of the RSS is memory freed but kept by malloc.
+record the RSS before and after: how much of the RSS is memory freed but kept by malloc;
+when tracing, that record also names the 15 files that hold the most of the Python heap.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def _probe(path: Path) -> None:
                 before = _rss_kib()
                 libc.malloc_trim(0)
                 record |= {"trim_before_kib": before, "trim_after_kib": _rss_kib()}
+                if tracemalloc.is_tracing():
+                    top = tracemalloc.take_snapshot().statistics("filename")[:15]
+                    record["heap_by_file_kib"] = [
+                        [str(stat.traceback[0].filename), stat.size // 1024, stat.count]
+                        for stat in top
+                    ]
             out.write(json.dumps(record) + "\n")
             out.flush()
             time.sleep(1.0)
