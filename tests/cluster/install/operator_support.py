@@ -123,8 +123,10 @@ class ModelServerProcess:
 
 
 @contextmanager
-def model_server(cluster: Cluster) -> Iterator[ModelServerProcess]:
-    """The offline model server, on the address the cluster's pods (the runs) reach."""
+def model_server(cluster: Cluster, script: Path | None = None) -> Iterator[ModelServerProcess]:
+    """The offline model server, on the address the cluster's pods (the runs) reach;
+    `script`: its replies (`achilles model-server --script`), else the default ones."""
+    scripted = ["--script", str(script)] if script is not None else []
     process = subprocess.Popen(
         [
             sys.executable,
@@ -135,6 +137,7 @@ def model_server(cluster: Cluster) -> Iterator[ModelServerProcess]:
             cluster.host_address,
             "--port",
             "0",
+            *scripted,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -72,36 +72,13 @@ def models(
     `holding`: a model that never answers in time."""
     script = tmp_path_factory.mktemp("script") / "hold.json"
     script.write_text(json.dumps(HOLDING_SCRIPT))
-    holding = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "achilles",
-            "model-server",
-            "--host",
-            cluster.host_address,
-            "--port",
-            "0",
-            "--script",
-            str(script),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert holding.stdout is not None
-    holding_url = holding.stdout.readline().split("listening on ")[1].split()[0]
     names = {"demo": f"demo-{uuid.uuid4().hex[:6]}", "holding": f"hold-{uuid.uuid4().hex[:6]}"}
-    try:
-        with model_server(cluster) as demo:
-            admin_api.create(agent_model(names["demo"], baseURL=demo.base_url))
-            admin_api.create(agent_model(names["holding"], baseURL=holding_url))
-            yield names
-            for name in names.values():
-                admin_api.delete("AgentModel", name)
-    finally:
-        holding.terminate()
-        holding.wait(timeout=10)
+    with model_server(cluster) as demo, model_server(cluster, script) as holding:
+        admin_api.create(agent_model(names["demo"], baseURL=demo.base_url))
+        admin_api.create(agent_model(names["holding"], baseURL=holding.base_url))
+        yield names
+        for name in names.values():
+            admin_api.delete("AgentModel", name)
 
 
 def _row(journal: Engine, run_id: int) -> Any:
