@@ -19,11 +19,11 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
+from achilles.db import driver_errors
 from achilles.db.url_text import SCHEMES, URL_EXAMPLE, database_url_from_env, redacted
 from achilles.errors import DatabaseUnavailable, InvalidInputError, SchemaError
 
-# Nothing may hang on an unreachable database; libpq's default is to wait for the OS.
-CONNECT_TIMEOUT_SECONDS = 10
+CONNECT_TIMEOUT_SECONDS = driver_errors.CONNECT_TIMEOUT_SECONDS
 
 
 def parse_url(url: str) -> URL:
@@ -76,23 +76,11 @@ def with_connect_timeout(url: str, seconds: int = CONNECT_TIMEOUT_SECONDS) -> st
 
 
 def unavailable(exc: OperationalError) -> DatabaseUnavailable:
-    detail = " ".join(str(exc.orig).split())  # one line, whatever libpq said
-    return DatabaseUnavailable(f"database unreachable: {detail}")
-
-
-# SQLSTATEs of a schema older than the code: no such table, column or function.
-_SCHEMA_BEHIND = frozenset({"42P01", "42703", "42883"})
+    return driver_errors.unreachable(exc.orig or exc)
 
 
 def schema_behind(exc: ProgrammingError) -> SchemaError | None:
-    """A database never migrated (or migrated by an older release) fails every query
-    with "relation ... does not exist"; say what to do instead."""
-    if getattr(exc.orig, "sqlstate", None) not in _SCHEMA_BEHIND:
-        return None
-    detail = str(exc.orig).splitlines()[0]
-    return SchemaError(
-        f"the database schema is missing or out of date ({detail}): run `achilles db upgrade`"
-    )
+    return driver_errors.schema_behind(exc.orig or exc)
 
 
 class Database:

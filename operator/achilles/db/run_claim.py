@@ -17,11 +17,9 @@ from collections.abc import Mapping
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from achilles.db import driver_errors
 from achilles.db.url_text import SCHEMES, URL_EXAMPLE, redacted
-from achilles.errors import DatabaseUnavailable, InvalidInputError, SchemaError
-
-# SQLSTATE of a database older than 0011: no `achilles_claim_run`.
-_UNDEFINED_FUNCTION = "42883"
+from achilles.errors import InvalidInputError
 
 
 def libpq_url(url: str) -> str:
@@ -73,10 +71,10 @@ def claim_run_alone(
         with psycopg.connect(make_conninfo(conninfo, **extra)) as conn:  # commits on a clean exit
             row = conn.execute("SELECT achilles_claim_run(%s)", (run_id,)).fetchone()
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(f"database unreachable: {' '.join(str(exc).split())}") from exc
-    except psycopg.errors.UndefinedFunction as exc:
-        detail = str(exc).splitlines()[0]
-        raise SchemaError(
-            f"the database schema is missing or out of date ({detail}): run `achilles db upgrade`"
-        ) from exc
+        raise driver_errors.unreachable(exc) from exc
+    except psycopg.ProgrammingError as exc:
+        behind = driver_errors.schema_behind(exc)
+        if behind is None:
+            raise
+        raise behind from exc
     return bool(row and row[0])

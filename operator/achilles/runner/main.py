@@ -39,6 +39,7 @@ import signal
 import time
 from types import FrameType
 
+from achilles.db.driver_errors import CONNECT_TIMEOUT_SECONDS
 from achilles.db.run_claim import claim_run_alone
 from achilles.domain.run_secret import session_settings
 from achilles.runner.config import RunnerConfig
@@ -48,7 +49,6 @@ from achilles.runner.startup import permanent_imports
 log = logging.getLogger(__name__)
 
 APPLICATION_NAME = "achilles-runner"
-CONNECT_TIMEOUT_SECONDS = 10  # as `achilles.db.database`'s: nothing hangs on a lost database
 
 
 def run(config: RunnerConfig) -> int:
@@ -75,7 +75,7 @@ def run(config: RunnerConfig) -> int:
         config.run_id,
         session_settings=settings,
         application_name=APPLICATION_NAME,
-        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,  # as `Database`'s
     )
     if not claimed:
         log.info("run %d is not queued (claimed, finished or deleted); nothing to do", run_id)
