@@ -19,6 +19,7 @@ from achilles_chaos.scenario import Context
 from achilles_chaos.scenarios import (
     bad_input,
     cancel,
+    downtime,
     infra,
     operator,
     pods,
@@ -45,7 +46,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("no-false-stale", runner.no_false_stale, "healthy long runs under CPU and DB stress"),
     Scenario("double-leader", operator.double_leader, "two replicas, 1,000 due agents"),
     Scenario("operator-sigkill", operator.operator_sigkill, "operator SIGKILLed mid-dispatch x10"),
-    Scenario("downtime-slots", operator.downtime_slots, "operator down while slots pass"),
+    Scenario("downtime-slots", downtime.downtime_slots, "operator down while slots pass"),
     Scenario("postgres-outage", infra.postgres_outage, "PostgreSQL restarted, away 60 s"),
     Scenario("apiserver-restart", infra.apiserver_restart, "kube-apiserver killed mid-dispatch"),
     Scenario("parallel-triggers", triggers.parallel_triggers, "200 parallel triggers of one agent"),
