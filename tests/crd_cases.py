@@ -103,6 +103,9 @@ VALID: list[Case] = [
     Case("agent-email-owner", agent(owner="alice.smith+agents@example.org")),
     Case("agent-32-tools", agent(tools=[f"tool-{i}" for i in range(32)])),
     Case("agent-owner-253", agent(owner="a" * 253)),
+    # Run controls (issue 22): the bounds themselves, and 0 = never for the Agent's streak.
+    Case("agent-run-controls-lowest", agent(maxRunTokens=1, suspendAfterFailures=0)),
+    Case("agent-run-controls-highest", agent(maxRunTokens=10**12, suspendAfterFailures=1000)),
     Case("model-minimal", agent_model()),
     Case("model-with-key-default", agent_model(
         apiKeySecretRef={"name": "llm-key", "key": "api-key"}, default=True,
@@ -116,6 +119,8 @@ VALID: list[Case] = [
         maxConcurrency=1000, runTimeoutSeconds=86400, platformPrompt="Be brief.",
     )),
     Case("platform-etc-zone", agent_platform(timezone="Etc/GMT+3")),
+    Case("platform-run-controls", agent_platform(maxRunTokens=1, suspendAfterFailures=1)),
+    Case("platform-run-controls-highest", agent_platform(maxRunTokens=10**12, suspendAfterFailures=1000)),
     Case("platform-notifications-and-retention", agent_platform(
         notifications={"webhookUrl": "https://portal.example/hooks/achilles",
                        "secretRef": {"name": "achilles-webhook", "key": "hmac"}},
@@ -144,6 +149,11 @@ INVALID: list[Case] = [
     Case("agent-enabled-not-boolean", agent(enabled="yes"), "spec.enabled"),
     Case("agent-admin-paused-not-boolean", agent(adminPaused="false"), "spec.adminPaused"),
     Case("agent-unknown-field", agent(color="blue"), "spec.color"),
+    Case("agent-zero-run-token-cap", agent(maxRunTokens=0), "spec.maxRunTokens"),
+    Case("agent-run-token-cap-over-10-12", agent(maxRunTokens=10**12 + 1), "spec.maxRunTokens"),
+    Case("agent-run-token-cap-as-text", agent(maxRunTokens="1000"), "spec.maxRunTokens"),
+    Case("agent-negative-suspend-after", agent(suspendAfterFailures=-1), "spec.suspendAfterFailures"),
+    Case("agent-suspend-after-1001", agent(suspendAfterFailures=1001), "spec.suspendAfterFailures"),
     # Agent: the schedule union
     Case("schedule-no-type", agent(schedule=schedule(everyHours=6)), "spec.schedule.type"),
     Case("schedule-unknown-type", agent(schedule=schedule(type="cron", everyHours=6)), "spec.schedule.type"),
@@ -190,4 +200,9 @@ INVALID: list[Case] = [
     Case("platform-webhook-without-secret", agent_platform(notifications={"webhookUrl": "https://portal/h"}), "spec.notifications.secretRef"),
     Case("platform-webhook-secret-bad-name", agent_platform(notifications={"webhookUrl": "https://portal/h", "secretRef": {"name": "Hook_1"}}), "spec.notifications.secretRef.name"),
     Case("platform-zero-retention", agent_platform(runRetentionDays=0), "spec.runRetentionDays"),
+    Case("platform-retention-over-100-years", agent_platform(runRetentionDays=36501), "spec.runRetentionDays"),
+    Case("platform-zero-run-token-cap", agent_platform(maxRunTokens=0), "spec.maxRunTokens"),
+    # 0 is the Agent's "never"; the platform says never by leaving the field out.
+    Case("platform-zero-suspend-after", agent_platform(suspendAfterFailures=0), "spec.suspendAfterFailures"),
+    Case("platform-suspend-after-1001", agent_platform(suspendAfterFailures=1001), "spec.suspendAfterFailures"),
 ]  # fmt: skip
