@@ -3,6 +3,10 @@ its runs' Jobs, and the Job's context carrier (issue 21, docs/observability.md).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,3 +98,46 @@ def test_a_jobs_environment_carries_its_dispatch_span() -> None:
     assert env["TRACEPARENT"] == parent
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318"
     assert "TRACEPARENT" not in _job_env(None)
+
+
+# The operator's whole import graph (the kopf handlers and the runtime's loops, which
+# open spans through `telemetry/spans.py`), its spans made as `configure` makes them,
+# then the OpenTelemetry modules loaded: a fresh interpreter, so nothing else imported
+# them first.
+_OPERATOR_IMPORTS = """
+import json, os, sys
+import achilles.cli.main, achilles.cli.operator, achilles.handlers, achilles.handlers.operator
+import achilles.handlers.runtime.runtime
+from achilles.telemetry.spans import operator_spans
+spans = operator_spans(os.environ)
+with spans.span("scheduler pass", {"achilles.scheduler.repair": True}) as span:
+    span.set_attribute("achilles.scheduler.enqueued", 0)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+print(json.dumps({"spans": type(spans).__name__, "loaded": loaded}))
+"""
+
+
+def _operator_imports(environ: dict[str, str]) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _OPERATOR_IMPORTS],
+        env={**env, **environ},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_with_no_otlp_endpoint_the_operator_imports_nothing_of_opentelemetry() -> None:
+    """Zero cost when off, in the operator too: its spans are the no-op, and neither its
+    modules nor a span opened load the SDK or the API. With an endpoint the same lines
+    load them (the check sees imports)."""
+    off = _operator_imports({})
+    assert off == {"spans": "NoSpans", "loaded": []}
+    on = _operator_imports({**ENDPOINT, "OTEL_BSP_SCHEDULE_DELAY": "60000"})
+    assert on["spans"] == "OperatorSpans"
+    assert "opentelemetry.sdk.trace" in on["loaded"]
