@@ -53,6 +53,7 @@ from bench.cluster import (
 from bench.intake_checks import (
     NEW_PROMPT,
     TOUCHED_LABEL,
+    ListingTimeline,
     Population,
     agent_events,
     all_observed,
@@ -316,11 +317,14 @@ def _restart(
     requests = operator_request_counts(cluster)
     with running_operator(cluster, progress, runner_command="/bin/true", **env) as op:
         started = time.monotonic()
+        timeline = ListingTimeline(started, len(population.agents))
 
         def reconciled() -> bool:
             op.check_alive()
+            events = agent_events(op)
+            timeline.saw(events)
             return (
-                listed_count(agent_events(op)) >= len(population.agents)
+                listed_count(events) >= len(population.agents)
                 and rows_agree(database, population)
                 and touched_reconciled(cluster, population)
             )
@@ -352,6 +356,7 @@ def _restart(
         )
         events = agent_events(op)
         report.details[f"Agent events during the {label}"] = events
+        report.details[f"{label}: seconds to each step of the listing"] = timeline.steps
         for outcome in ("unchanged", "reconciled", "echo"):
             count = events.get(f"listed/{outcome}", 0)
             report.add_value(f"{label}: listed Agents {outcome}", count, "")

@@ -4,6 +4,7 @@ observedGeneration in agreement, and the operator's own count of events by outco
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -123,3 +124,23 @@ def all_observed(cluster: BenchCluster) -> tuple[int, int]:
         token = listing.get("metadata", {}).get("continue")
         if not token:
             return seen, behind
+
+
+class ListingTimeline:
+    """When, after the operator's start, its listed Agent events reached 1, half and all
+    of the Agents: where a restart's seconds go (process start and kopf's first page,
+    then the handling), to the bench's one-second polling."""
+
+    def __init__(self, started: float, agents: int) -> None:
+        self._started = started
+        self._marks = {"first listed Agent": 1}
+        self._marks["half the Agents listed"] = max(1, agents // 2)
+        self._marks["every Agent listed"] = agents
+        self.steps: dict[str, float] = {}
+
+    def saw(self, events: dict[str, int]) -> None:
+        listed = listed_count(events)
+        at = round(time.monotonic() - self._started, 1)
+        for mark, count in self._marks.items():
+            if mark not in self.steps and listed >= count:
+                self.steps[mark] = at

@@ -6,6 +6,8 @@ PYTHONTRACEMALLOC set, the Python heap tracemalloc sees (live and peak). A file
 <file>.trim, when it appears, makes the process call glibc's malloc_trim(0) once and
 record the RSS before and after: how much of the RSS is memory freed but kept by malloc;
 when tracing, that record also names the 15 files that hold the most of the Python heap.
+That record also carries /proc/self/smaps's RSS summed by mapping (the brk heap, the
+anonymous mappings, each shared library): where the RSS that is not the heap lives.
 """
 
 from __future__ import annotations
@@ -26,6 +28,31 @@ def _rss_kib() -> int:
     return 0
 
 
+def _mapping_kind(header: str) -> str:
+    """A /proc/self/smaps mapping's kind: its file's name, or [heap] (brk), or anonymous
+    memory (pymalloc's arenas, glibc's thread arenas, thread stacks and large blocks:
+    the kernel merges adjacent ones, so their sizes do not tell them apart)."""
+    fields = header.split(maxsplit=5)
+    name = fields[5].strip() if len(fields) > 5 else ""
+    if name.startswith("[") or not name:
+        return name or "anonymous"
+    return Path(name).name
+
+
+def _smaps_kib() -> dict[str, int]:
+    """RSS (KiB) by kind of mapping, the largest first."""
+    totals: dict[str, int] = {}
+    header = ""
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(maxsplit=1)[0]
+        if not first.endswith(":"):  # a mapping's header: "start-end perms offset dev inode path"
+            header = line
+        elif first == "Rss:":
+            kind = _mapping_kind(header)
+            totals[kind] = totals.get(kind, 0) + int(line.split()[1])
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
 def _probe(path: Path) -> None:
     trim = path.with_name(path.name + ".trim")
     libc = ctypes.CDLL("libc.so.6")
@@ -40,6 +67,7 @@ def _probe(path: Path) -> None:
                 before = _rss_kib()
                 libc.malloc_trim(0)
                 record |= {"trim_before_kib": before, "trim_after_kib": _rss_kib()}
+                record["smaps_rss_kib"] = _smaps_kib()
                 if tracemalloc.is_tracing():
                     top = tracemalloc.take_snapshot().statistics("filename")[:15]
                     record["heap_by_file_kib"] = [
