@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
+from achilles.db.journal.models import Agent
 from achilles.db.outbox.models import BudgetWarning, NotificationOutbox
 from achilles.db.roles import Component
-from achilles.domain.vocabulary import ConditionReason, ConditionType
+from achilles.domain.vocabulary import ConditionReason, ConditionType, EventReason, EventType
+from achilles.handlers.runtime.budget_warnings import BudgetWarningsPass
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.k8s.objects import ObjectRef
 from achilles.services.budget_condition import budget_condition
 from achilles.services.budget_warnings import WarningPass, warn_crossed_thresholds
 from tests.db.factories import make_agent, make_owner, set_settings
@@ -84,6 +90,94 @@ def test_each_threshold_is_warned_once_per_week(db: Engine, operator_db: Databas
     assert at_95["budget"]["thresholdPercent"] == 95  # type: ignore[index]
     with Session(db) as session:
         assert session.execute(select(BudgetWarning.threshold)).scalars().all() == [80, 95]
+
+
+def test_a_new_week_warns_again_and_forgets_the_last(db: Engine, operator_db: Database) -> None:
+    agent_id = make_agent(db, make_owner(db, "rosa"))
+    _spend(db, agent_id, 850)
+    assert _crossed(warn_crossed_thresholds(operator_db, None)) == [("rosa", 80, 850)]
+    # As if that warning had been last week's (the runs stay this week's): this week
+    # has none yet, so the owner is warned again, and last week's row is let go.
+    with Session(db) as session, session.begin():
+        session.execute(
+            update(BudgetWarning).values(window_start=BudgetWarning.window_start - timedelta(7))
+        )
+        last_week = session.execute(select(BudgetWarning.window_start)).scalar_one()
+    assert _crossed(warn_crossed_thresholds(operator_db, None)) == [("rosa", 80, 850)]
+    with Session(db) as session:
+        [this_week] = session.execute(select(BudgetWarning.window_start)).scalars().all()
+    assert this_week == last_week + timedelta(7)
+    assert len(_budget_notifications(db)) == 2  # one a week
+    assert warn_crossed_thresholds(operator_db, None).crossed == []
+
+
+class _Resources:
+    """The API server as the pass uses it: Agents' statuses, and the Events posted."""
+
+    def __init__(self, statuses: dict[str, dict[str, Any]]) -> None:
+        self.statuses = statuses
+        self.events: list[tuple[str, str, str, str]] = []  # (agent, type, reason, message)
+        self.patches: list[str] = []
+
+    def post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
+        self.events.append((ref.name, event_type, reason, message))
+
+    def read_object(self, ref: ObjectRef) -> dict[str, Any] | None:
+        status = self.statuses.get(ref.name)
+        return None if status is None else {"status": status}
+
+    def patch_status(self, ref: ObjectRef, status: dict[str, Any]) -> bool:
+        self.patches.append(ref.name)
+        self.statuses[ref.name] = {**self.statuses[ref.name], **status}
+        return True
+
+
+def _mirror(db: Engine, agent_id: int, name: str) -> None:
+    """The row mirrors an Agent `name` in namespace `team`."""
+    with Session(db) as session, session.begin():
+        session.execute(
+            update(Agent)
+            .where(Agent.id == agent_id)
+            .values(cr_name=name, cr_namespace="team", cr_uid=f"uid-{name}")
+        )
+
+
+def test_the_pass_warns_on_each_of_the_owners_agents_once(
+    db: Engine, operator_db: Database
+) -> None:
+    owner = make_owner(db, "sami")
+    agents = {name: make_agent(db, owner) for name in ("digest", "triage", "no-resource")}
+    for name in ("digest", "triage"):
+        _mirror(db, agents[name], name)
+    _mirror(db, make_agent(db, make_owner(db)), "someone-elses")
+    ready = {"type": "Ready", "status": "True", "reason": "Startable", "message": ""}
+    resources = _Resources(
+        {name: {"conditions": [ready]} for name in ("digest", "triage", "someone-elses")}
+    )
+    context = cast(RuntimeContext, SimpleNamespace(database=operator_db, resources=resources))
+    _spend(db, agents["digest"], 990)  # past both thresholds in one run
+
+    warnings = BudgetWarningsPass(context)
+    warnings()
+    warned = sorted((name, kind, reason) for name, kind, reason, _ in resources.events)
+    assert warned == [
+        (name, EventType.WARNING, EventReason.BUDGET_THRESHOLD_CROSSED)
+        for name in ("digest", "digest", "triage", "triage")
+    ]
+    assert sorted("80 %" in m for *_, m in resources.events) == [False, False, True, True]
+    assert sorted(resources.patches) == ["digest", "triage"]  # one condition patch each
+    for name in ("digest", "triage"):
+        conditions = resources.statuses[name]["conditions"]
+        assert [c["type"] for c in conditions] == ["Ready", ConditionType.BUDGET_WARNING]
+        assert conditions[1]["reason"] == ConditionReason.BUDGET_AT_95
+        assert "95 %" in conditions[1]["message"]
+    assert resources.statuses["someone-elses"] == {"conditions": [ready]}
+
+    # Once a week: the next pass, and a restarted operator's first, warn nobody again.
+    warnings()
+    BudgetWarningsPass(context)()
+    assert len(resources.events) == 4
+    assert len(resources.patches) == 2
 
 
 def test_an_owner_past_both_thresholds_at_once_gets_both(db: Engine, operator_db: Database) -> None:
