@@ -147,3 +147,43 @@ def test_the_status_writer_patches_only_what_changed() -> None:
     assert written.changed(row.agent_id, journal_fields(spent))
     written.forget(row.agent_id)
     assert written.changed(row.agent_id, journal_fields(row))
+
+
+@pytest.mark.parametrize(
+    ("used", "reason"),
+    [(79, None), (80, "BudgetAt80Percent"), (94, "BudgetAt80Percent"), (95, "BudgetAt95Percent"),
+     (140, "BudgetAt95Percent")],
+)  # fmt: skip
+def test_every_reconcile_derives_the_budget_warning_from_the_weekly_tokens(
+    used: int, reason: str | None
+) -> None:
+    """The budget-warnings pass sets the condition when a threshold is crossed; each
+    reconcile (any of the owner's Agents) keeps it from the same figures, and a new week
+    (tokens back under 80 %) drops it."""
+    status = agent_status(
+        replace(_row(), tokens_used=used, token_limit=100), owner_missing=False,
+        unknown_tools=(), schedule=None, previous=None, generation=1, now=NOW,
+    )  # fmt: skip
+    warnings = [c for c in status["conditions"] if c["type"] == "BudgetWarning"]
+    assert [c["reason"] for c in warnings] == ([] if reason is None else [reason])
+    assert all(c["status"] == "True" for c in warnings)
+
+
+def test_a_suspended_agent_says_why_and_how_to_resume() -> None:
+    daily = {"type": "calendar", "cadence": "daily", "time": "09:00"}
+    status = agent_status(
+        replace(_row(), suspended_at=NOW), owner_missing=False, unknown_tools=(),
+        schedule=daily, previous=None, generation=1, now=NOW,
+    )  # fmt: skip
+    assert (status["phase"], status["suspendedAt"]) == ("Suspended", "2026-12-01T09:00:00Z")
+    scheduled = {c["type"]: c for c in status["conditions"]}["Scheduled"]
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "SuspendedAfterFailures")
+    assert "manual runs are still allowed" in scheduled["message"]
+    assert "change the Agent's spec" in scheduled["message"]
+    assert "spec.enabled: false, then true" in scheduled["message"]
+    # A closed lock explains more than the suspension: the phase names the lock.
+    paused = agent_status(
+        replace(_row(admin_paused=True), suspended_at=NOW), owner_missing=False,
+        unknown_tools=(), schedule=daily, previous=None, generation=1, now=NOW,
+    )  # fmt: skip
+    assert paused["phase"] == "AdminPaused"
