@@ -155,7 +155,9 @@ def test_without_a_threshold_nothing_is_suspended(db: Engine, database_url: str)
     assert [agent_id for agent_id, _ in tick.enqueued] == [agent]
 
 
-def _cr(owner: str, model: str, prompt: str, generation: int, uid: str) -> agents.AgentObject:
+def _cr(
+    owner: str, model: str, prompt: str, generation: int, uid: str, *, enabled: bool = True
+) -> agents.AgentObject:
     spec = AgentSpec.model_validate(
         {
             "owner": owner,
@@ -163,6 +165,7 @@ def _cr(owner: str, model: str, prompt: str, generation: int, uid: str) -> agent
             "model": model,
             "schedule": {"type": "interval", "everyHours": 1},
             "suspendAfterFailures": 2,
+            "enabled": enabled,
         }
     )
     return agents.AgentObject(
@@ -203,6 +206,31 @@ def test_a_changed_spec_resumes_a_suspended_agent_and_old_failures_no_longer_cou
         tick = _tick(database_url)
         assert tick.suspended == []
         assert [agent_id for agent_id, _ in tick.enqueued] == [agent]
+    finally:
+        database.dispose()
+
+
+def test_switching_a_suspended_agent_off_and_on_resumes_it(db: Engine, database_url: str) -> None:
+    """The owner's way back without touching anything else (the condition says so)."""
+    database = Database(database_url, pool_size=1)
+    owner, model, uid = make_owner(db), make_model(db), str(uuid.uuid4())
+    try:
+        agent = agents.reconcile_agent(database, _cr(owner, model, "v1", 1, uid), is_new=True)
+        assert agent.agent_id is not None
+        _make_due(db, agent.agent_id)
+        for _ in range(2):
+            _end_run(db, agent.agent_id, RunState.FAILED)
+        assert [s.agent_id for s in _tick(database_url).suspended] == [agent.agent_id]
+
+        off = agents.reconcile_agent(database, _cr(owner, model, "v1", 2, uid, enabled=False))
+        assert (off.status["phase"], off.status["suspendedAt"]) == ("Disabled", None)
+        on = agents.reconcile_agent(database, _cr(owner, model, "v1", 3, uid))
+        assert on.status["phase"] == "Ready"
+        assert on.status["nextRunAt"] is not None
+        _make_due(db, agent.agent_id)
+        tick = _tick(database_url)
+        assert tick.suspended == []
+        assert [agent_id for agent_id, _ in tick.enqueued] == [agent.agent_id]
     finally:
         database.dispose()
 
