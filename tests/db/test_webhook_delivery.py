@@ -6,10 +6,13 @@ login against the real database.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import cast
 
 import httpx
 import pytest
@@ -21,6 +24,7 @@ from achilles.db.outbox.delivery import enqueue
 from achilles.db.outbox.models import NotificationOutbox
 from achilles.db.roles import Component
 from achilles.domain.notifications import MAX_ATTEMPTS, NotificationKind
+from achilles.domain.vocabulary import EventReason, EventType
 from achilles.domain.webhook_signature import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
@@ -29,6 +33,9 @@ from achilles.domain.webhook_signature import (
     signature,
     verify,
 )
+from achilles.handlers.runtime import notifier
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.k8s.objects import ObjectRef
 from achilles.services import notifications
 from achilles.webhook.sender import WebhookSender
 from achilles_dev.webhook_receiver import FAIL, HANG, OK, WebhookReceiver
@@ -211,6 +218,59 @@ def test_an_unreadable_signing_secret_is_a_failed_attempt_with_its_reason(
     [row] = _rows(db)
     assert row.last_error == "signing secret unavailable: Secret achilles-runs/hook does not exist"
     assert receiver.requests() == []
+
+
+class _Kubernetes:
+    """The API server as the operator's notifier uses it: the Secret, and its Events."""
+
+    def __init__(self) -> None:
+        self.core = self  # read_namespaced_secret, as CoreV1Api
+        self.reads: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str | None, str, str, str]] = []
+
+    def read_namespaced_secret(self, name: str, namespace: str) -> SimpleNamespace:
+        self.reads.append((namespace, name))
+        return SimpleNamespace(data={"secret": base64.b64encode(SECRET).decode()})
+
+    def post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
+        self.events.append((ref.kind, ref.namespace, event_type, reason, message))
+
+
+def test_the_operator_posts_a_dead_notification_on_the_agentplatform(
+    db: Engine, operator_db: Database, receiver: WebhookReceiver
+) -> None:
+    """What admins see without the CLI: a Warning Event on AgentPlatform/default with the
+    last error; the signing Secret read by name in the runs namespace."""
+    _notify(operator_db, make_agent(db))
+    kubernetes = _Kubernetes()
+    context = cast(
+        RuntimeContext,
+        SimpleNamespace(
+            database=operator_db,
+            resources=kubernetes,
+            config=SimpleNamespace(job_template=SimpleNamespace(namespace="achilles-runs")),
+        ),
+    )
+    sender = WebhookSender(timeout_seconds=5)
+    receiver.set_mode(FAIL)
+    for _ in range(MAX_ATTEMPTS):
+        _make_due(db)
+        notifier.deliver_once(context, sender)
+    assert all(r.signature_error is None for r in receiver.requests())  # signed all along
+    assert set(kubernetes.reads) == {("achilles-runs", "hook")}
+    [row] = _rows(db)
+    assert row.state == "dead"
+    [(kind, namespace, event_type, reason, message)] = kubernetes.events
+    assert (kind, namespace, event_type, reason) == (
+        "AgentPlatform",
+        None,
+        EventType.WARNING,
+        EventReason.NOTIFICATION_DEAD,
+    )
+    assert message == (
+        f"notification {row.delivery_id} (run.failed) given up after its last attempt:"
+        " HTTP 503: unavailable"
+    )
 
 
 def _post(receiver: WebhookReceiver, body: bytes, headers: dict[str, str]) -> int:
