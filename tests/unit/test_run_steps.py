@@ -55,6 +55,29 @@ def test_model_and_tool_calls_become_steps_in_order() -> None:
     assert all(s.latency_ms >= 0 and s.ended_at >= s.started_at for s in journal.steps)
 
 
+def test_bad_arguments_are_quoted_to_the_model_never_in_the_journal() -> None:
+    """A model's argument may be the owner's documents: the model is told what it sent
+    (to correct it), the step keeps the diagnosis and the arguments' size only."""
+    sent = json.dumps({"document_id": "Q3 salaries: Alice 120k, Bob 95k"})
+    model = ScriptedModel(
+        reply(calls=[("read_document", sent)], tokens=3), reply("the answer", tokens=2)
+    )
+    journal = FakeJournal()
+    run_loop(model, journal)
+    _, read, _ = journal.steps
+    assert (read.tool, read.status, read.argument_bytes) == (
+        "read_document",
+        ToolStatus.ERROR,
+        len(sent.encode()),
+    )
+    assert read.error is not None
+    assert read.error.startswith("invalid arguments for read_document: document_id: ")
+    assert "salaries" not in read.error
+    assert "got" not in read.error
+    (told,) = [m for m in model.seen[1] if m["role"] == "tool"]
+    assert "(got 'Q3 salaries: Alice 120k, Bob 95k')" in str(told["content"])
+
+
 def test_a_failed_model_call_is_a_step_with_its_error() -> None:
     journal = FakeJournal()
     run_loop(ScriptedModel(ModelCallFailed("HTTP 503 from the model")), journal)

@@ -79,18 +79,26 @@ class ToolResult:
     error: str | None = None
 
     @classmethod
-    def failed(cls, message: str) -> ToolResult:
-        return cls(error_result(message), message)
+    def failed(cls, message: str, *, journal: str | None = None) -> ToolResult:
+        """An error result: `message` for the model; `journal`, when given, is what the
+        run's steps keep instead (the same diagnosis without what the model sent)."""
+        return cls(error_result(message), message if journal is None else journal)
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError, *, with_input: bool = True) -> str:
+    """One line naming each bad argument; `with_input` quotes what the model sent (its
+    start), which the model needs and the run's journal never keeps: a model's argument
+    may be the owner's documents, and the steps keep only its size."""
     parts = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "arguments"
-        shown = repr(error.get("input"))
-        if len(shown) > _MAX_SHOWN_INPUT:
-            shown = shown[:_MAX_SHOWN_INPUT] + "..."
-        parts.append(f"{where}: {error['msg']} (got {shown})")
+        part = f"{where}: {error['msg']}"
+        if with_input:
+            shown = repr(error.get("input"))
+            if len(shown) > _MAX_SHOWN_INPUT:
+                shown = shown[:_MAX_SHOWN_INPUT] + "..."
+            part += f" (got {shown})"
+        parts.append(part)
     return "; ".join(parts)
 
 
@@ -128,8 +136,10 @@ class Tool(Generic[ArgsT]):
         try:
             args = self.args_model.model_validate_json(arguments.strip() or "{}")
         except ValidationError as exc:
+            invalid = f"invalid arguments for {self.name}: "
             return ToolResult.failed(
-                f"invalid arguments for {self.name}: {describe_validation_error(exc)}"
+                invalid + describe_validation_error(exc),
+                journal=invalid + describe_validation_error(exc, with_input=False),
             )
         try:
             result = self.handler(args, ctx)
