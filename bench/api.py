@@ -24,7 +24,6 @@ check alone. The reads' plans (EXPLAIN ANALYZE, BUFFERS) are kept in the result.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import tempfile
 import time
@@ -36,26 +35,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jwt
 import psycopg
-from jwt.algorithms import RSAAlgorithm
-from jwt.utils import base64url_decode
-from sqlalchemy import text
 
-from achilles.api.identity.caller import issuer_of
-from achilles.api.identity.oidc import OidcVerifier
 from achilles.api.pagination import encode_cursor
 from achilles.api.routers.runs import OUTPUT_PREVIEW_CHARS
 from achilles.db.database import Database
-from achilles.db.inbox.replies import write_reply
 from achilles.db.roles import Component
-from achilles.domain.inbox import ReplyChannel, ReplyKind
 from achilles.services import inbox as inbox_service
 from achilles.services import owner_reads
 from achilles.services.db_roles import grant_login_url
 from achilles.services.owner_reads import RunFilter
-from achilles_dev import oidc
-from bench import api_data, api_processes, journal_data, sse
+from bench import api_data, api_processes, journal_data
+from bench.api_data import Sizes
+from bench.api_events import measure_events
+from bench.api_tokens import measure_tokens
 from bench.pg import bench_database
 from bench.report import Progress, Report, at_most
 from bench.sql import captured_sql, explain, table_sizes, timed
@@ -64,38 +57,6 @@ NAME = "api"
 DEFAULT_SIZE = 10_000_000
 PAGE = 50  # the API's default page size
 SIGN_IN_THREADS = 8
-
-
-@dataclass(frozen=True)
-class Sizes:
-    runs: int
-    owners: int
-    agents: int
-    items: int
-    read_owners: int  # owners whose inbox and runs are read
-    read_samples: int  # requests per measured figure
-    sse_clients: int
-    sse_owners: int
-    sse_replies: int
-    token_samples: int
-
-    @classmethod
-    def for_runs(cls, runs: int) -> Sizes:
-        base = journal_data.Sizes.for_runs(runs)
-        large = runs >= 1_000_000
-        clients = min(1000, max(8, runs // 10_000))
-        return cls(
-            runs=runs,
-            owners=base.owners,
-            agents=base.agents,
-            items=max(100, runs // 10),
-            read_owners=min(base.owners, 50),
-            read_samples=1000 if large else 60,
-            sse_clients=clients,
-            sse_owners=min(base.owners, max(2, clients // 4)),
-            sse_replies=200 if large else 12,
-            token_samples=5000 if large else 200,
-        )
 
 
 # --- reads: the API against the same statements through psycopg -----------------------
@@ -249,170 +210,6 @@ def measure_runs(
         )
         plans = report.details.setdefault("plans", {})
         plans[f"GET /v1/runs, {label}"] = _plan(database, reads[0].statements, "LATERAL")
-
-
-# --- token verification ----------------------------------------------------------------
-
-
-def measure_tokens(
-    report: Report, provider: oidc.RunningProvider, token: str, sizes: Sizes
-) -> None:
-    verifier = OidcVerifier(
-        provider.issuer, provider.settings.api_audience, oidc.USER_CLAIM, ["RS256"]
-    )
-
-    def verify(checker: OidcVerifier) -> str:
-        if issuer_of(token) != checker.issuer:  # the caller's choice of verifier, too
-            raise RuntimeError("the provider's token names another issuer")
-        return checker.user_key_of(token)
-
-    verify(verifier)  # fetches discovery and the key set once: cached from here on
-    # A verifier remembers tokens it verified: a fresh one (sharing the cached key set)
-    # per sample checks the token in full, as on its first request.
-    fresh = [
-        OidcVerifier(
-            provider.issuer,
-            provider.settings.api_audience,
-            oidc.USER_CLAIM,
-            ["RS256"],
-            keys=verifier.keys,
-        )
-        for _ in range(sizes.token_samples)
-    ]
-    report.latency(
-        "token verification (JWKS cached)",
-        [timed(verify, checker)[0] for checker in fresh],
-        goal=at_most(1, "ms"),
-        note="issuer_of + OidcVerifier.user_key_of on a real RS256 access token of the "
-        "provider, the token not seen before: header, key lookup, signature, "
-        "iss/aud/exp/nbf/iat, the user claim",
-    )
-    report.latency(
-        "token verification: a token seen before",
-        [timed(verify, verifier)[0] for _ in range(sizes.token_samples)],
-        note="the verifier's memory of tokens it verified (SHA-256 of the token, the key "
-        "still the issuer's; exp/nbf/iat checked on every use): a portal's or script's "
-        "repeated token",
-    )
-    header = jwt.get_unverified_header(token)
-    key = verifier.keys.key(header["kid"])
-    if key is None:
-        raise RuntimeError("the provider's key is not in its key set")
-    signing_input, _, signature = token.rpartition(".")
-    raw_signature = base64url_decode(signature)
-    algorithm = RSAAlgorithm(RSAAlgorithm.SHA256)
-
-    def signature_only() -> bool:
-        return algorithm.verify(signing_input.encode(), key.key, raw_signature)
-
-    if not signature_only():
-        raise RuntimeError("the token's signature does not verify")
-    report.latency(
-        "token verification: ceiling (the RS256 signature check alone)",
-        [timed(signature_only)[0] for _ in range(sizes.token_samples)],
-    )
-
-
-# --- events ------------------------------------------------------------------------------
-
-
-def _reply(database: Database, item_id: int, number: int) -> float:
-    """A reply through the inbox's own write; when its commit returned."""
-    with database.transaction() as session:
-        write_reply(
-            session,
-            item_id,
-            f"Approve the oldest first ({number}).",
-            ReplyKind.ANSWER,
-            ReplyChannel.INBOX,
-            by="bench",
-        )
-    return time.perf_counter()
-
-
-async def _events_run(
-    api: api_processes.ApiProcess,
-    database: Database,
-    sizes: Sizes,
-    owners: list[api_data.Owner],
-    items: dict[str, int],
-    tokens: dict[str, str],
-    progress: Progress,
-) -> tuple[list[float], int]:
-    host, port = api.url.removeprefix("http://").rsplit(":", 1)
-    clients = [
-        sse.EventClient(owner.key, tokens[owner.key])
-        for number in range(sizes.sse_clients)
-        for owner in [owners[number % len(owners)]]
-    ]
-    started = time.monotonic()
-    await sse.connect(host, int(port), clients, parallel=50, timeout=60.0)
-    progress(
-        f"{len(clients):,} event streams of {len(owners):,} owners ready "
-        f"({time.monotonic() - started:.1f}s)"
-    )
-    by_owner: dict[str, list[sse.EventClient]] = {}
-    for client in clients:
-        by_owner.setdefault(client.owner, []).append(client)
-    latencies: list[float] = []
-    try:
-        for number in range(sizes.sse_replies):
-            owner = owners[number % len(owners)]
-            item_id = items[owner.key]
-            waits = [client.expect(item_id) for client in by_owner[owner.key]]
-            committed = await asyncio.to_thread(_reply, database, item_id, number)
-            arrived = await asyncio.wait_for(asyncio.gather(*waits), timeout=30.0)
-            latencies += [at - committed for at in arrived]
-            for client in by_owner[owner.key]:
-                client.seen.pop(item_id, None)
-        leaked = sum(
-            1 for client in clients for item_id in client.seen if items.get(client.owner) != item_id
-        )
-    finally:
-        await sse.disconnect(clients)
-    return latencies, leaked
-
-
-def measure_events(
-    report: Report,
-    database: Database,
-    api: api_processes.ApiProcess,
-    dsn: str,
-    owners: list[api_data.Owner],
-    sizes: Sizes,
-    tokens: dict[str, str],
-    progress: Progress,
-) -> None:
-    with database.engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT DISTINCT ON (user_id) user_id, id FROM agent_inbox_items "
-                "WHERE user_id = ANY(:owners) ORDER BY user_id, (state <> 'blocked'), id"
-            ),
-            {"owners": [owner.id for owner in owners]},
-        ).all()
-    first_item = {int(row[0]): int(row[1]) for row in rows}
-    items = {owner.key: first_item[owner.id] for owner in owners}
-    latencies, leaked = asyncio.run(
-        _events_run(api, database, sizes, owners, items, tokens, progress)
-    )
-    if leaked:
-        raise RuntimeError(f"{leaked} events reached another owner's stream")
-    per_owner = sizes.sse_clients // len(owners)
-    report.latency(
-        "reply commit -> the owner's SSE clients",
-        latencies,
-        unit="ms",
-        goal=at_most(250, "ms"),
-        note=f"{sizes.sse_clients:,} streams open ({len(owners):,} owners, {per_owner}+ each); "
-        f"{sizes.sse_replies} replies, each timed at every stream of its owner; no event "
-        "reached another owner's stream",
-    )
-    report.latency(
-        "reply commit -> SSE: ceiling (NOTIFY -> LISTEN alone)",
-        sse.notify_listen_latencies(dsn, sizes.sse_replies),
-        note="pg_notify committed on one psycopg connection, read by a thread on another",
-    )
 
 
 # --- the whole ---------------------------------------------------------------------------

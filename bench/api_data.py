@@ -1,6 +1,6 @@
-"""The data of `achilles bench api`: inbox items over the journal's agents, written
-straight into the tables with `generate_series` (bench/api.py describes the layout), and
-the owners the benchmark reads as.
+"""The data of `achilles bench api`: its sizes, inbox items over the journal's agents,
+written straight into the tables with `generate_series` (bench/api.py describes the
+layout), and the owners the benchmark reads as.
 """
 
 from __future__ import annotations
@@ -8,21 +8,44 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Protocol
 
 from sqlalchemy import text
 
 from achilles.db.database import Database
+from bench import journal_data
 from bench.report import Progress
 
 
-class InboxSizes(Protocol):
-    @property
-    def owners(self) -> int: ...
-    @property
-    def agents(self) -> int: ...
-    @property
-    def items(self) -> int: ...
+@dataclass(frozen=True)
+class Sizes:
+    runs: int
+    owners: int
+    agents: int
+    items: int
+    read_owners: int  # owners whose inbox and runs are read
+    read_samples: int  # requests per measured figure
+    sse_clients: int
+    sse_owners: int
+    sse_replies: int
+    token_samples: int
+
+    @classmethod
+    def for_runs(cls, runs: int) -> Sizes:
+        base = journal_data.Sizes.for_runs(runs)
+        large = runs >= 1_000_000
+        clients = min(1000, max(8, runs // 10_000))
+        return cls(
+            runs=runs,
+            owners=base.owners,
+            agents=base.agents,
+            items=max(100, runs // 10),
+            read_owners=min(base.owners, 50),
+            read_samples=1000 if large else 60,
+            sse_clients=clients,
+            sse_owners=min(base.owners, max(2, clients // 4)),
+            sse_replies=200 if large else 12,
+            token_samples=5000 if large else 200,
+        )
 
 
 _BOARDS = """
@@ -62,7 +85,7 @@ def _secondary_indexes(database: Database, table: str) -> list[tuple[str, str]]:
     return [(row[0], row[1]) for row in rows]
 
 
-def load_inbox(database: Database, sizes: InboxSizes, progress: Progress) -> float:
+def load_inbox(database: Database, sizes: Sizes, progress: Progress) -> float:
     started = time.monotonic()
     indexes = _secondary_indexes(database, "agent_inbox_items")
     with database.engine.begin() as conn:
