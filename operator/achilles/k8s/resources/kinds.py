@@ -77,6 +77,14 @@ AGENT = CustomResourceKind(
             description="Tokens one run may spend (absent: the platform's)",
             priority=1,
         ),
+        PrinterColumn(
+            "Suspend-After",
+            ".spec.suspendAfterFailures",
+            type="integer",
+            description="Failed runs in a row that stop its schedule (0: never; absent: the "
+            "platform's)",
+            priority=1,
+        ),
         AGE,
     ),
 )
@@ -141,6 +149,13 @@ AGENT_PLATFORM = CustomResourceKind(
             ".spec.suspendAfterFailures",
             type="integer",
             description="Failed runs in a row that stop an agent's schedule",
+            priority=1,
+        ),
+        PrinterColumn(
+            "Retention-Days",
+            ".spec.runRetentionDays",
+            type="integer",
+            description="Days finished runs are kept (absent: all)",
             priority=1,
         ),
         AGE,
