@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import httpx
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, update
+from sqlalchemy.orm import Session
 
+from achilles.db.journal.models import Agent
 from tests.api.conftest import ServedApi, Tokens
 from tests.api.support import add_runs, assert_problem, bearer, database_snapshot, make_cr_agent
 from tests.db.factories import set_settings
@@ -54,6 +56,28 @@ def test_my_agents_with_their_status_columns(api: ServedApi, tokens: Tokens, db:
     assert off["model"] is None
     assert off["schedule"] == "manual"
     assert off["last_run"] is None
+
+
+def test_a_suspended_agent_reads_suspended_as_kubectl_shows_it(
+    api: ServedApi, tokens: Tokens, db: Engine
+) -> None:
+    """Auto-suspend (issue 22) in the portal's list: the phase `kubectl get agents` shows,
+    unless a closed lock explains more."""
+    hourly = {"type": "interval", "every_hours": 1}
+    suspended = make_cr_agent(db, "alice", name="failing", schedule=hourly)
+    paused = make_cr_agent(db, "alice", name="paused", schedule=hourly, admin_paused=True)
+    with Session(db) as session, session.begin():
+        session.execute(
+            update(Agent)
+            .where(Agent.id.in_([suspended, paused]))
+            .values(suspended_at=func.now(), next_run_at=None)
+        )
+    response = httpx.get(f"{api.url}/v1/agents", headers=bearer(tokens("alice")), timeout=10)
+    assert response.status_code == 200, response.text
+    by_name = {agent["name"]: agent for agent in response.json()["items"]}
+    assert by_name["failing"]["phase"] == "Suspended"
+    assert by_name["failing"]["next_run_at"] is None
+    assert by_name["paused"]["phase"] == "AdminPaused"
 
 
 def test_agents_come_in_pages(api: ServedApi, tokens: Tokens, db: Engine) -> None:

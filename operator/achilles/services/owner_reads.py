@@ -42,7 +42,7 @@ def _view(agent: OwnedAgent, row: AgentStatusRow) -> AgentView:
     closed = closed_locks(row.locks)
     return AgentView(
         agent=agent,
-        phase=phase_of(closed),
+        phase=phase_of(closed, suspended=row.suspended_at is not None),
         closed_locks=closed,
         schedule=schedule_summary(row.schedule, row.zone),
         next_run_at=row.next_run_at,

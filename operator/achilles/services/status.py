@@ -111,9 +111,12 @@ def _primary(closed: tuple[LockReason, ...]) -> LockReason:
     return next((lock for lock in closed if lock in owner), closed[0])
 
 
-def phase_of(closed: tuple[LockReason, ...]) -> str:
-    """The Agent's phase (its PHASE column) for these closed durable locks."""
-    return LOCK_REASONS[_primary(closed)] if closed else READY_PHASE
+def phase_of(closed: tuple[LockReason, ...], *, suspended: bool = False) -> str:
+    """The Agent's phase (its PHASE column) for these closed durable locks: the lock that
+    explains it, else Suspended when failed runs in a row stopped its schedule."""
+    if closed:
+        return LOCK_REASONS[_primary(closed)]
+    return SUSPENDED_PHASE if suspended else READY_PHASE
 
 
 def agent_status(
@@ -187,7 +190,7 @@ def agent_status(
         kind = ConditionType.BUDGET_WARNING
         conditions.append(condition(kind, True, reason, message, old_conditions, now))
     status: dict[str, Any] = {
-        "phase": SUSPENDED_PHASE if suspended_at is not None and not closed else phase_of(closed),
+        "phase": phase_of(closed, suspended=suspended_at is not None),
         "conditions": conditions,
         "scheduleSummary": schedule_summary(schedule, row.zone if row else None),
         "observedGeneration": generation,
