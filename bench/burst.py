@@ -22,9 +22,7 @@ first call to the last ADDED event; Achilles' slot -> all Jobs against it, as a 
 from __future__ import annotations
 
 import math
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,21 +31,13 @@ from typing import Any
 from sqlalchemy import text
 
 from achilles.db.database import Database
-from achilles.domain.run_secret import RunSecret
-from achilles.k8s.jobs import (
-    RUN_SELECTOR,
-    JobTemplate,
-    RunJobs,
-    RunJobSpec,
-    SecretKey,
-    build_run_job,
-)
-from achilles.services.dispatch import PARALLEL_CREATES
-from achilles_dev.processes import running_from_pidfile
+from achilles.k8s.jobs import RUN_SELECTOR
 from bench.apiserver_counts import operator_request_counts
+from bench.burst_ceiling import measure_ceiling
 from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster, ensure_namespace
+from bench.cpu_meter import CpuMeter
 from bench.jobwatch import JobWatch, SeenJob
-from bench.operator_process import proc_usage, running_operator
+from bench.operator_process import running_operator
 from bench.report import Progress, Report, Series, at_least, at_most
 from bench.workload import (
     agent_manifest,
@@ -66,10 +56,8 @@ CRON_NAMESPACE = "bench-cronjobs"
 MODEL = "bench"
 AGENTS_PER_OWNER = 10
 ALL_WITHIN_S = 60.0
-CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kubelet")
 ALL_JOBS_WITHIN_S = 5.0  # issue 20, 1,000 Agents
 FIRST_JOB_WITHIN_S = 0.3
-CEILING_RUN_IDS = 10_000_000  # the ceiling's Jobs' run ids: no run's
 DRAIN_TIMEOUT_S = 600.0
 
 
@@ -166,7 +154,7 @@ def _achilles_burst(
         before = operator_request_counts(cluster)
         watcher = JobWatch(cluster.api, RUNS_NAMESPACE, RUN_SELECTOR).start()
         _sleep_until(slot, progress)
-        cpu = _CpuMeter(cluster, operator=operator.process.pid if operator.process else None)
+        cpu = CpuMeter(cluster, operator=operator.process.pid if operator.process else None)
         burst = _collect(watcher, size, slot, progress)
         cpu.report(report, "achilles: cores used, slot -> all Jobs seen")
         report_timeline(report, database, burst.jobs, "achilles: ")
@@ -215,103 +203,6 @@ def cronjob_manifest(name: str, slot: datetime) -> dict[str, Any]:
             },
         },
     }
-
-
-class _CpuMeter:
-    """CPU seconds of the control plane's processes (and the operator's, or this
-    process's) from now until `report`, as cores: what a burst is bound by on 2 cores."""
-
-    def __init__(
-        self, cluster: BenchCluster, *, operator: int | None = None, bench: bool = False
-    ) -> None:
-        self.pids: dict[str, int] = {}
-        for name in CONTROL_PLANE:
-            ref = running_from_pidfile(cluster.stack.config.pidfile(name))
-            if ref is not None:
-                self.pids[name] = ref.pid
-        if operator is not None:
-            self.pids["operator"] = operator
-        if bench:
-            self.pids["bench (the creates and the watch)"] = os.getpid()
-        self.started = time.monotonic()
-        self.before = self._sample()
-
-    def _sample(self) -> dict[str, float]:
-        return {
-            name: usage.cpu_s
-            for name, pid in self.pids.items()
-            if (usage := proc_usage(pid)) is not None
-        }
-
-    def report(self, report: Report, key: str) -> None:
-        after = self._sample()
-        wall = time.monotonic() - self.started
-        cores = {
-            name: round((after[name] - self.before[name]) / wall, 2)
-            for name in after
-            if name in self.before
-        }
-        report.details[key] = {"seconds": round(wall, 2), **cores}
-
-
-def _ceiling(cluster: BenchCluster, size: int, report: Report, progress: Progress) -> float:
-    """Seconds for `size` run Jobs created straight to the API server, the dispatcher's
-    way (its create call, `PARALLEL_CREATES` at a time), until the watch saw them all."""
-    template = JobTemplate(
-        namespace=RUNS_NAMESPACE,
-        image="achilles-runner:bench",
-        database_secret=SecretKey("achilles-database", "url"),
-        command=("/bin/true",),
-    )
-    now = datetime.now(UTC)
-    manifests = [
-        build_run_job(
-            RunJobSpec(
-                run_id=CEILING_RUN_IDS + i,
-                agent_id=i,
-                agent_uid=None,
-                agent_namespace=AGENTS_NAMESPACE,
-                agent_name=f"burst-{i}",
-                trigger="scheduled",
-                scheduled_for=now,
-                run_timeout_seconds=3600,
-                model_secret=None,
-                run_secret=RunSecret.new(),
-            ),
-            template,
-        )
-        for i in range(size)
-    ]
-    jobs = RunJobs(cluster.api, RUNS_NAMESPACE)
-    watcher = JobWatch(cluster.api, RUNS_NAMESPACE, RUN_SELECTOR).start()
-    progress(f"ceiling: {size:,} Job creates straight to the API server")
-    cpu = _CpuMeter(cluster, bench=True)
-    started = time.time()
-    with ThreadPoolExecutor(max_workers=PARALLEL_CREATES) as pool:
-        made = sum(pool.map(jobs.create, manifests))
-    returned = time.time() - started
-    if made != size:
-        raise RuntimeError(f"ceiling: {made} of {size} Jobs created (leftovers in the namespace?)")
-    wait_until(
-        lambda: watcher.count() >= size,
-        120,
-        f"the watch to see {size:,} Jobs",
-        progress,
-        every=0.05,
-    )
-    cpu.report(report, "ceiling: cores used, first call -> all Jobs seen")
-    seen = watcher.snapshot()
-    watcher.stop()
-    took = max(job.seen_at for job in seen) - started
-    report.add_value(
-        "ceiling: N Jobs straight to the API server (first call -> last watch event)",
-        took,
-        "s",
-        note=f"{PARALLEL_CREATES} in parallel, the dispatcher's create call, no operator; "
-        f"the calls returned after {returned:.2f} s",
-    )
-    report.add_value("ceiling: Job creates a second", size / took, "/s")
-    return took
 
 
 def _cronjob_burst(
@@ -374,7 +265,7 @@ def run(
         finally:
             database.dispose()
         _clear_achilles_jobs(cluster, progress)
-        ceiling = _ceiling(cluster, size, report, progress)
+        ceiling = measure_ceiling(cluster, size, AGENTS_NAMESPACE, report, progress)
         _clear_achilles_jobs(cluster, progress)
         cron = _cronjob_burst(cluster, size, lead_s, report, progress)
     ours = _side(report, "achilles", achilles)
