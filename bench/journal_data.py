@@ -1,5 +1,6 @@
 """The journal benchmark's data: a year of runs at production size, generated in the
-database (`generate_series`), indexed and VACUUM ANALYZEd as autovacuum would leave it."""
+database (`generate_series`), indexed and VACUUM ANALYZEd as autovacuum would leave it;
+and the disjoint blocks of agent ids its measurements take."""
 
 from __future__ import annotations
 
@@ -173,3 +174,15 @@ def load(database: Database, sizes: Sizes, progress: Progress) -> dict[str, floa
     took["vacuum_analyze_s"] = time.monotonic() - started
     progress(f"VACUUM ANALYZE done ({took['vacuum_analyze_s']:.1f}s)")
     return took
+
+
+@dataclass
+class AgentBlocks:
+    """Disjoint ranges of agent ids, so no measurement meets another's active run."""
+
+    next_id: int
+
+    def take(self, count: int) -> list[int]:
+        block = list(range(self.next_id, self.next_id + count))
+        self.next_id += count
+        return block

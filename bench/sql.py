@@ -40,6 +40,18 @@ def timed(work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> tuple[floa
     return time.perf_counter() - started, result
 
 
+def repeat_rolled_back(
+    database: Database, repeats: int, work: Callable[[Session], object]
+) -> list[float]:
+    samples = []
+    for attempt in range(repeats + 1):
+        with rolled_back(database) as session:
+            took = timed(work, session)[0]
+        if attempt:  # the first one warms the statement cache
+            samples.append(took)
+    return samples
+
+
 @contextmanager
 def captured_sql(database: Database) -> Iterator[list[tuple[str, Any]]]:
     """Every statement the engine sends inside the block, as (SQL, parameters)."""
