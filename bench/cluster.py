@@ -34,7 +34,8 @@ from kubernetes.client.exceptions import ApiException
 from achilles.db.roles import Component
 from achilles.k8s.client import api_client
 from achilles_dev.build import ensure_built
-from achilles_dev.chart import ChartInstall, apply_crds, install_chart, local_values
+from achilles_dev.chart import ChartInstall, apply_crds, install_chart
+from achilles_dev.chart_values import local_values
 from achilles_dev.config import NodeKind, Ports, StackConfig
 from achilles_dev.logins import ComponentLogins, grant_component_logins
 from achilles_dev.stack import LocalStack

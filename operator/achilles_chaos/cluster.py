@@ -27,15 +27,13 @@ from achilles_chaos.models import BrokenModel, ModelServer
 from achilles_chaos.waiting import wait_for
 from achilles_dev import controlplane, postgres
 from achilles_dev.admission import wait_until_policies_admit
-from achilles_dev.chart import (
+from achilles_dev.chart import ChartInstall, apply_crds, install_chart
+from achilles_dev.chart_secrets import (
     DATABASE_SECRET_KEY,
     MIGRATIONS_DATABASE_SECRET,
     RUNNER_DATABASE_SECRET,
-    ChartInstall,
-    apply_crds,
-    install_chart,
-    local_values,
 )
+from achilles_dev.chart_values import local_values
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.images import ENGINE_IMAGE
 from achilles_dev.logins import ComponentLogins, stack_logins

@@ -28,7 +28,16 @@ import yaml
 
 from achilles.errors import LocalStackError
 from achilles_dev.admission import wait_until_policies_admit
-from achilles_dev.config import API_NODE_PORT
+from achilles_dev.chart_secrets import (
+    API_DATABASE_SECRET,
+    DATABASE_SECRET,
+    MIGRATIONS_DATABASE_SECRET,
+    RUNNER_DATABASE_SECRET,
+    ensure_api_secrets,
+    ensure_namespace,
+    ensure_secret,
+)
+from achilles_dev.chart_values import LocalApi, local_values, stack_api
 
 if TYPE_CHECKING:
     from achilles_dev.logins import ComponentLogins
@@ -38,18 +47,6 @@ if TYPE_CHECKING:
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "achilles"
 RELEASE = "achilles"
 RELEASE_NAMESPACE = "achilles-system"
-# Names of the Secrets (the chart's defaults) that carry database URLs, one per login
-# (values.yaml `database:`); not secrets.
-DATABASE_SECRET = "achilles-database"  # noqa: S105 - the operator's
-MIGRATIONS_DATABASE_SECRET = "achilles-migrations-database"  # noqa: S105
-RUNNER_DATABASE_SECRET = "achilles-runner-database"  # noqa: S105
-API_DATABASE_SECRET = "achilles-api-database"  # noqa: S105
-DATABASE_SECRET_KEY = "url"  # noqa: S105
-# The API's web client and session secrets, which the stack creates (dev values only).
-API_WEB_CLIENT_SECRET = "achilles-api-web-client"  # noqa: S105 - a Secret's name
-API_WEB_CLIENT_SECRET_KEY = "client-secret"  # noqa: S105 - a key's name
-API_SESSION_SECRET = "achilles-api-session"  # noqa: S105 - a Secret's name
-API_SESSION_SECRET_KEY = "session-secret"  # noqa: S105 - a key's name
 FIELD_MANAGER = "achilles-dev"
 _HELM_TIMEOUT = "5m"
 
@@ -80,68 +77,6 @@ class ChartInstall:
         return release_status(
             self.kubeconfig, self.bin_dir, self.release, self.namespace, helm_env=self.helm_env
         )
-
-
-@dataclass(frozen=True)
-class LocalApi:
-    """How a local stack runs the API: whom it trusts and where people reach it."""
-
-    oidc_issuer: str  # the stack's OpenID Provider, as pods reach it (and tokens name it)
-    public_url: str  # the URL the host's curl and browser use: the NodePort on the node IP
-    node_port: int
-
-
-def local_values(
-    *, with_database: bool, image: str | None = None, api: LocalApi | None = None
-) -> dict[str, Any]:
-    """The chart's values for a local stack: the operator and API Deployments and the
-    migrations when a real node and a database run.
-
-    `image` is the locally built engine image (`repository:tag`) a real node runs the
-    chart's Jobs from; the stand-in ignores images. `api` turns the API on (with the
-    stack's OIDC provider for people and its web inbox); without it the API is off.
-    """
-    on_node = image is not None and with_database
-    values: dict[str, Any] = {
-        # The operator runs as the chart's Deployment, from the engine image, where a real
-        # node can run that image and a database is there for it; elsewhere (the stand-in)
-        # it runs as a local process (`achilles operator`).
-        "operator": {"enabled": on_node},
-        "api": {"enabled": on_node and api is not None},
-        "migrations": {"enabled": with_database},
-    }
-    if image is not None:
-        repository, _, tag = image.rpartition(":")
-        values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
-    if on_node and api is not None:
-        values["api"] = local_api_values(api)
-    return values
-
-
-def local_api_values(api: LocalApi) -> dict[str, Any]:
-    """The API as the dev stack runs it: a NodePort the host reaches, people's tokens and
-    the web inbox's sign-in from the stack's provider (its published dev client)."""
-    from achilles_dev import oidc
-
-    return {
-        "enabled": True,
-        "service": {"type": "NodePort", "nodePort": api.node_port},
-        "oidc": {
-            "issuer": api.oidc_issuer,
-            "audience": oidc.API_AUDIENCE,
-            "userClaim": oidc.USER_CLAIM,
-        },
-        "web": {
-            "enabled": True,
-            "publicURL": api.public_url,
-            "clientId": oidc.WEB_CLIENT_ID,
-            "clientSecret": {
-                "secretName": API_WEB_CLIENT_SECRET,
-                "key": API_WEB_CLIENT_SECRET_KEY,
-            },
-            "sessionSecret": {"secretName": API_SESSION_SECRET, "key": API_SESSION_SECRET_KEY},
-        },
-    }
 
 
 def apply_crds(install: ChartInstall) -> None:
@@ -285,16 +220,16 @@ def install_local_chart(
     install = ChartInstall(kubeconfig=kubeconfig, bin_dir=bin_dir)
     apply_crds(install)
     if database is not None:
-        _ensure_namespace(kubeconfig, install.namespace)
+        ensure_namespace(kubeconfig, install.namespace)
         for name, url in (
             (MIGRATIONS_DATABASE_SECRET, database.migrations),
             (DATABASE_SECRET, database.operator),
             (API_DATABASE_SECRET, database.api),
         ):
-            _ensure_secret(kubeconfig, install.namespace, name, url)
+            ensure_secret(kubeconfig, install.namespace, name, url)
     stack_values = local_values(with_database=database is not None, image=image, api=api)
     if stack_values["api"]["enabled"]:
-        _ensure_api_secrets(kubeconfig, install.namespace)
+        ensure_api_secrets(kubeconfig, install.namespace)
     recover_release(install, report)
     # Every `dev up` applies the chart, whatever the release's state: a failed or missing
     # release is installed again and a deleted object (AgentPlatform/default) recreated.
@@ -304,7 +239,7 @@ def install_local_chart(
     install_chart(install, extra_args=("--force-conflicts",))
     if database is not None:
         runs = _runs_namespace(install)
-        _ensure_secret(kubeconfig, runs, RUNNER_DATABASE_SECRET, database.runner)
+        ensure_secret(kubeconfig, runs, RUNNER_DATABASE_SECRET, database.runner)
     deployments = [name for name in ("operator", "api") if install.values[name]["enabled"]]
     report(
         f"chart: release {install.release} in namespace {install.namespace} "
@@ -351,73 +286,6 @@ def _runs_namespace(install: ChartInstall) -> str:
     return str(values["runsNamespace"]["name"])
 
 
-def _ensure_namespace(kubeconfig: Path, name: str) -> None:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    from achilles.k8s.client import api_client
-
-    with api_client(kubeconfig) as api:
-        try:
-            client.CoreV1Api(api).create_namespace(
-                client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
-            )
-        except ApiException as error:
-            if error.status != 409:
-                raise LocalStackError(f"cannot create namespace {name}: {error.reason}") from error
-
-
-def _ensure_secret(kubeconfig: Path, namespace: str, name: str, url: str) -> None:
-    """Create or update the Secret holding a database URL (key `url`)."""
-    _ensure_secret_data(kubeconfig, namespace, name, {DATABASE_SECRET_KEY: url})
-
-
-def _ensure_api_secrets(kubeconfig: Path, namespace: str) -> None:
-    """The web client's secret (the one the stack's provider was given) and a session
-    secret, made once and kept: signed-in browsers stay signed in across `dev up`."""
-    import secrets
-
-    from achilles_dev import oidc
-
-    _ensure_secret_data(
-        kubeconfig,
-        namespace,
-        API_WEB_CLIENT_SECRET,
-        {API_WEB_CLIENT_SECRET_KEY: oidc.WEB_CLIENT_SECRET},
-    )
-    _ensure_secret_data(
-        kubeconfig,
-        namespace,
-        API_SESSION_SECRET,
-        {API_SESSION_SECRET_KEY: secrets.token_urlsafe(48)},
-        replace=False,
-    )
-
-
-def _ensure_secret_data(
-    kubeconfig: Path, namespace: str, name: str, data: Mapping[str, str], *, replace: bool = True
-) -> None:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    from achilles.k8s.client import api_client
-
-    secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace), string_data=dict(data)
-    )
-    with api_client(kubeconfig) as api:
-        core = client.CoreV1Api(api)
-        try:
-            core.create_namespaced_secret(namespace, secret)
-        except ApiException as error:
-            if error.status != 409:
-                raise LocalStackError(
-                    f"cannot create Secret {namespace}/{name}: {error.reason}"
-                ) from error
-            if replace:
-                core.replace_namespaced_secret(name, namespace, secret)
-
-
 # A first start pulls nothing (the image is on the node) but waits for the migrations and
 # two pods' probes; a machine busy building can take a while.
 _API_START_TIMEOUT_S = 180.0
@@ -437,16 +305,6 @@ def wait_until_api_answers(url: str, *, timeout: float = _API_START_TIMEOUT_S) -
             return False
 
     wait_until(ready, timeout=timeout, what=f"the API at {url}/readyz", interval=0.5)
-
-
-def stack_api(stack: LocalStack) -> LocalApi | None:
-    """The API of a stack with a real node and PostgreSQL (and so the OIDC provider)."""
-    config = stack.config
-    if not (config.real_node and stack.with_postgres):
-        return None
-    return LocalApi(
-        oidc_issuer=config.oidc_issuer, public_url=config.api_url, node_port=API_NODE_PORT
-    )
 
 
 def install_into_stack(stack: LocalStack) -> None:

@@ -17,16 +17,9 @@ from achilles.cli.main import cli
 from achilles.errors import LocalStackError
 from achilles.k8s.client import api_client
 from achilles_dev import postgres
-from achilles_dev.chart import (
-    CHART_DIR,
-    MIGRATIONS_DATABASE_SECRET,
-    RELEASE,
-    RELEASE_NAMESPACE,
-    ChartInstall,
-    _ensure_secret,
-    install_chart,
-    local_values,
-)
+from achilles_dev.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE, ChartInstall, install_chart
+from achilles_dev.chart_secrets import MIGRATIONS_DATABASE_SECRET, ensure_secret
+from achilles_dev.chart_values import local_values
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.health import stack_checks
 from achilles_dev.processes import read_pidfile
@@ -190,7 +183,7 @@ def test_up_converges_the_chart_and_status_tells_the_truth(
     install = ChartInstall(
         kubeconfig=kubeconfig, bin_dir=bin_dir(), values=local_values(with_database=True)
     )
-    _ensure_secret(kubeconfig, RELEASE_NAMESPACE, MIGRATIONS_DATABASE_SECRET, bad_url)
+    ensure_secret(kubeconfig, RELEASE_NAMESPACE, MIGRATIONS_DATABASE_SECRET, bad_url)
     with pytest.raises(LocalStackError, match="pre-upgrade hooks failed"):
         install_chart(install)
     status = dev("status", *state)
@@ -209,7 +202,7 @@ def test_up_converges_the_chart_and_status_tells_the_truth(
     up_and_healthy()
 
     # A helm killed mid-upgrade leaves the release pending: nothing upgrades it any more.
-    _ensure_secret(kubeconfig, RELEASE_NAMESPACE, MIGRATIONS_DATABASE_SECRET, bad_url)
+    ensure_secret(kubeconfig, RELEASE_NAMESPACE, MIGRATIONS_DATABASE_SECRET, bad_url)
     helm = subprocess.Popen(
         [
             str(bin_dir() / "helm"), "--kubeconfig", str(kubeconfig), "upgrade", "achilles",

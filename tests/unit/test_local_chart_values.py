@@ -4,7 +4,8 @@ setting made with `helm upgrade --reuse-values --set ...` (or the kubectl handov
 
 from __future__ import annotations
 
-from achilles_dev.chart import LocalApi, local_values, merged_values
+from achilles_dev.chart import merged_values
+from achilles_dev.chart_values import LocalApi, local_values
 
 
 def test_the_stacks_values_replace_only_their_own_keys() -> None:

@@ -28,14 +28,8 @@ from kubernetes import client
 from achilles.db.roles import Component
 from achilles_dev import postgres
 from achilles_dev.admission import wait_until_policies_admit
-from achilles_dev.chart import (
-    CHART_DIR,
-    DATABASE_SECRET_KEY,
-    MIGRATIONS_DATABASE_SECRET,
-    RELEASE,
-    RELEASE_NAMESPACE,
-    ChartInstall,
-)
+from achilles_dev.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE, ChartInstall
+from achilles_dev.chart_secrets import DATABASE_SECRET_KEY, MIGRATIONS_DATABASE_SECRET
 from achilles_dev.images import ENGINE_IMAGE
 from achilles_dev.logins import set_superuser_password, with_login
 from achilles_dev.versions import bin_dir
