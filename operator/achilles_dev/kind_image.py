@@ -1,7 +1,7 @@
 """A kind node image built here, without a registry, and how kind runs it with podman.
 
 kind's node image (`kindest/node`) normally comes from a registry. Here it is built from
-what the local stack already builds, into the same podman store (`achilles_dev.images`):
+what the local stack already builds, into the same podman store (`achilles_dev.podman_store`):
 
 * the **control-plane images** kubeadm names (`kubeadm config images list`):
   `registry.k8s.io/kube-apiserver`, `-controller-manager`, `-scheduler` (`FROM scratch`
@@ -34,23 +34,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from achilles.errors import LocalStackError
+from achilles_dev.base_image import BASE_IMAGE
 from achilles_dev.build import ensure_built, module_source
-from achilles_dev.images import (
-    _KEY_LABEL,
-    BASE_IMAGE,
-    _build,
-    _images_lock,
-    _key,
-    _label,
-    _ulimits,
-    ensure_images,
+from achilles_dev.images import ensure_images
+from achilles_dev.kind_build import KIND_NODE_DIR, KindBinaries, ensure_kind_binaries
+from achilles_dev.podman_store import (
+    KEY_LABEL,
+    build_image,
+    build_ulimits,
     image_id,
+    image_key,
+    images_lock,
     images_root,
+    labelled_key,
     podman,
     podman_argv,
     podman_env,
 )
-from achilles_dev.kind_build import KIND_NODE_DIR, KindBinaries, ensure_kind_binaries
 from achilles_dev.versions import Versions, bin_dir, coredns_version, kind_version, load_versions
 
 Report = Callable[[str], None]
@@ -82,7 +82,7 @@ def _kind_podman_files() -> tuple[Path, Path]:
     """containers.conf and storage.conf for the podman kind runs: our store, our rlimits."""
     root = images_root()
     root.mkdir(parents=True, exist_ok=True)
-    nofile, nproc = (_ulimits()[i].split("=", 1)[1] for i in (1, 3))
+    nofile, nproc = (build_ulimits()[i].split("=", 1)[1] for i in (1, 3))
     containers = root / "kind-containers.conf"
     containers_text = (
         '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
@@ -146,7 +146,7 @@ def _component_images(
                 f"FROM scratch\nCOPY --chmod=0755 {name} /usr/local/bin/{name}\n"
                 "ENV PATH=/usr/local/bin:/usr/bin:/bin\n"
             )
-            _build(context, tag, what=f"{name} image", report=report)
+            build_image(context, tag, what=f"{name} image", report=report)
             tags.append(tag)
         context = Path(work) / "coredns"
         context.mkdir()
@@ -156,7 +156,7 @@ def _component_images(
             'ENTRYPOINT ["/coredns"]\n'
         )
         tag = f"{_REGISTRY}/coredns/coredns:{coredns_version()}"
-        _build(context, tag, what="coredns image", report=report)
+        build_image(context, tag, what="coredns image", report=report)
         tags.append(tag)
         context = Path(work) / "kube-proxy"
         context.mkdir()
@@ -169,7 +169,7 @@ def _component_images(
             "COPY --chmod=0755 kube-proxy /usr/local/bin/kube-proxy\n"
         )
         tag = f"{_REGISTRY}/kube-proxy:{versions.kubernetes}"
-        _build(context, tag, what="kube-proxy image", report=report)
+        build_image(context, tag, what="kube-proxy image", report=report)
         tags.append(tag)
     pause_tag = f"{_REGISTRY}/pause:{pause.rsplit(':', 1)[1]}"
     podman("tag", pause, pause_tag)
@@ -205,7 +205,7 @@ def _node_base(versions: Versions, binaries: KindBinaries, pause_tag: str, repor
             "12-achilles-cgroup-v1.conf",
         ):
             shutil.copy2(KIND_NODE_DIR / name, context / name)
-        _build(
+        build_image(
             context,
             tag,
             what="kind node base",
@@ -225,7 +225,7 @@ def _assemble(base: str, images: list[str], target: str, key: str, report: Repor
     commit the result as `target`."""
     name = f"achilles-kind-node-build-{uuid.uuid4().hex[:8]}"
     podman(
-        "run", "--detach", "--init", "--privileged", *_ulimits(), "--name", name,
+        "run", "--detach", "--init", "--privileged", *build_ulimits(), "--name", name,
         "--entrypoint", "sleep", base, "infinity",
     )  # fmt: skip
     try:
@@ -275,7 +275,7 @@ def _assemble(base: str, images: list[str], target: str, key: str, report: Repor
             "commit", "--quiet",
             "--change", 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]',
             "--change", "CMD []",
-            "--change", f"LABEL {_KEY_LABEL}={key}",
+            "--change", f"LABEL {KEY_LABEL}={key}",
             name, target,
         )  # fmt: skip
     finally:
@@ -292,13 +292,13 @@ def ensure_node_image(*, report: Report = _print) -> str:
     binaries = ensure_kind_binaries(report=report)
     local = ensure_images(versions, report=report)
     target = node_image(versions)
-    with _images_lock():
+    with images_lock():
         components = _component_images(versions, binaries, local.pause, report)
         pause_tag = next(tag for tag in components if "/pause:" in tag)
         base = _node_base(versions, binaries, pause_tag, report)
         ids = [image_id(tag) or "" for tag in (base, *components)]
-        key = _key("kind-node", kind_version(), *components, *ids)
-        if _label(target) == key:
+        key = image_key("kind-node", kind_version(), *components, *ids)
+        if labelled_key(target) == key:
             report(f"kind node image: {target} is current")
             return target
         report(f"kind node image: importing {len(components)} images into {target}")

@@ -29,7 +29,7 @@ from kubernetes import client
 
 from achilles.errors import LocalStackError
 from achilles.k8s.client import api_client
-from achilles_dev.images import ENGINE_IMAGE, RUNNER_IMAGE, podman
+from achilles_dev.images import ENGINE_IMAGE, RUNNER_IMAGE
 from achilles_dev.kind_build import kind_binary_path
 from achilles_dev.kind_image import (
     ensure_host_ready,
@@ -38,6 +38,7 @@ from achilles_dev.kind_image import (
     node_image,
     write_cluster_config,
 )
+from achilles_dev.podman_store import podman
 from achilles_dev.versions import bin_dir
 from tests.waiting import wait_for
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from achilles_dev.base_image import _qualified, debian_mirror
 from achilles_dev.config import StackConfig
-from achilles_dev.images import _qualified, debian_mirror
 from achilles_dev.node.configs import (
     NodeLayout,
     cni_conflist,

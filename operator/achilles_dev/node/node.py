@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from achilles.errors import LocalStackError
-from achilles_dev.images import LocalImages, image_id, podman_argv, podman_env
+from achilles_dev.images import LocalImages
 from achilles_dev.node import host, network
 from achilles_dev.node.configs import (
     CONTAINERD_NAMESPACE,
@@ -38,6 +38,7 @@ from achilles_dev.node.configs import (
 )
 from achilles_dev.node.network import NodeNetwork
 from achilles_dev.pki import Pki
+from achilles_dev.podman_store import image_id, podman_argv, podman_env
 from achilles_dev.processes import stop_group
 
 Report = Callable[[str], None]
