@@ -172,7 +172,7 @@ def token(state_dir: Path | None, user: str) -> None:
     from achilles.errors import LocalStackError
     from achilles_dev import oidc
     from achilles_dev.processes import running_from_pidfile
-    from achilles_dev.stack import OIDC_PROVIDER
+    from achilles_dev.stack_components import OIDC_PROVIDER
 
     check_user_key(user)
     stack = _stack(state_dir)

@@ -22,7 +22,8 @@ from achilles_dev.chart import RELEASE, RELEASE_NAMESPACE, ReleaseStatus, releas
 from achilles_dev.oidc import is_serving
 from achilles_dev.pki import Pki
 from achilles_dev.processes import running_from_pidfile
-from achilles_dev.stack import MODEL_SERVER, OIDC_PROVIDER, LocalStack
+from achilles_dev.stack import LocalStack
+from achilles_dev.stack_components import MODEL_SERVER, OIDC_PROVIDER
 from achilles_dev.versions import bin_dir
 
 UP_HINT = "run `achilles dev up`"

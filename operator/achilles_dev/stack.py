@@ -17,71 +17,36 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from achilles.errors import LocalStackError
 from achilles_dev import controlplane, postgres
 from achilles_dev.build import ensure_built
 from achilles_dev.config import DATABASE_NAME, StackConfig
-from achilles_dev.kubelet.runs import recorded_shims
 from achilles_dev.node import network
 from achilles_dev.node.node import RealNode, require_root
 from achilles_dev.oidc import is_serving, stack_provider_settings
 from achilles_dev.oidc_build import ensure_provider_built
 from achilles_dev.pki import NodeIdentity, Pki, ensure_pki
-from achilles_dev.processes import (
-    ProcessRef,
-    is_alive,
-    running_from_pidfile,
-    spawn,
-    stop_group,
+from achilles_dev.processes import running_from_pidfile, stop_group
+from achilles_dev.stack_components import (
+    COMPONENTS,
+    MODEL_SERVER,
+    OIDC_PROVIDER,
+    REAL_NODE_COMPONENTS,
+    ComponentState,
+    start_component,
 )
+from achilles_dev.stack_teardown import stop_real_node, stop_stand_in
 from achilles_dev.versions import bin_dir
 from achilles_dev.waiting import wait_until
 
 Report = Callable[[str], None]
 
-# Start order; `down` stops them in reverse. The stand-in binds pods itself (no scheduler).
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet")
-REAL_NODE_COMPONENTS = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "containerd",
-    "kubelet",
-    "kube-proxy",
-)
-_START_TIMEOUT_S = {
-    "etcd": 60.0,
-    "kube-apiserver": 120.0,
-    "kube-controller-manager": 60.0,
-    "kube-scheduler": 60.0,
-    "containerd": 60.0,
-    "kubelet": 120.0,
-    "kube-proxy": 60.0,
-    "model-server": 30.0,
-    "oidc-provider": 30.0,  # built before it starts (oidc_build), so only its start counts
-}
-MODEL_SERVER = "model-server"
-OIDC_PROVIDER = "oidc-provider"
 _SETTLE_TIMEOUT_S = 60.0
 
 
 def _print(line: str) -> None:
     print(line, flush=True)
-
-
-@dataclass(frozen=True)
-class ComponentState:
-    name: str
-    process: ProcessRef | None
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None
 
 
 class LocalStack:
@@ -334,28 +299,7 @@ class LocalStack:
         is_ready: Callable[[], bool],
         env: dict[str, str] | None = None,
     ) -> None:
-        pidfile, log = self.config.pidfile(name), self.config.log(name)
-        process = running_from_pidfile(pidfile)
-        if process is None:
-            process = spawn(argv, log=log, pidfile=pidfile, env=env)
-        started = time.monotonic()
-
-        def ready() -> bool:
-            if not is_alive(process):
-                raise LocalStackError(
-                    f"{name} exited during start-up; last lines of {log}:\n{_tail(log)}"
-                )
-            return is_ready()
-
-        try:
-            wait_until(
-                ready, timeout=_START_TIMEOUT_S[name], what=f"{name} to become ready", interval=0.2
-            )
-        except LocalStackError as error:
-            raise LocalStackError(f"{error}\n(log: {log})") from error
-        self.report(
-            f"{name}: ready (pid {process.pid}, {time.monotonic() - started:.1f}s, log {log})"
-        )
+        start_component(self.config, name, argv, is_ready, env, report=self.report)
 
     def _kubelet_argv(self, pki: Pki) -> list[str]:
         return [
@@ -421,84 +365,9 @@ class LocalStack:
 
     def down(self) -> None:
         if self.config.real_node:
-            self._down_real_node()
+            stop_real_node(self)
             return
-        stopped = []
-        for component in reversed(self.components()):
-            if component.process is not None:
-                stop_group(component.process, what=component.name)
-                stopped.append(component.name)
-            self.config.pidfile(component.name).unlink(missing_ok=True)
-        pods = [shim for shim in _pod_shims(self.config.kubelet_dir / "pods") if is_alive(shim)]
-        for shim in pods:
-            stop_group(shim, grace=5.0, what=f"pod process {shim.pid}")
-        if pods:
-            stopped.append(f"{len(pods)} pod process(es)")
-        if self.with_postgres and postgres.stop(self.config.postgres_dir):
-            stopped.append("postgres")
-        leftovers = [c.name for c in self.components() if c.running]
-        leftovers += [
-            f"pod process {s.pid}"
-            for s in _pod_shims(self.config.kubelet_dir / "pods")
-            if is_alive(s)
-        ]
-        if self.with_postgres and postgres.is_running(self.config.postgres_dir):
-            leftovers.append("postgres")
-        if leftovers:
-            raise LocalStackError(f"still running after down: {', '.join(leftovers)}")
-        self.report(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
-
-    def _down_real_node(self) -> None:
-        """Stop the node first (kubelet, pods, kube-proxy, containerd), then the control plane."""
-        stopped = []
-        has_node = bool(self.config.network_index)
-        node = self.node() if has_node else None
-
-        def stop(name: str) -> None:
-            process = running_from_pidfile(self.config.pidfile(name))
-            if process is not None:
-                stop_group(process, what=name)
-                stopped.append(name)
-            self.config.pidfile(name).unlink(missing_ok=True)
-
-        stop("kubelet")  # first, so that it recreates nothing
-        if node is not None and node.containerd_is_ready():
-            pods = node.remove_pods()
-            if pods:
-                stopped.append(f"{pods} pod sandbox(es)")
-        for name in (
-            MODEL_SERVER,  # listens on the node network's host address: before the network
-            OIDC_PROVIDER,  # the same
-            "kube-proxy",
-            "containerd",
-            "kube-scheduler",
-            "kube-controller-manager",
-            "kube-apiserver",
-            "etcd",
-        ):
-            stop(name)
-        if node is not None:
-            node.clean_host()
-        if self.with_postgres and postgres.stop(self.config.postgres_dir):
-            stopped.append("postgres")
-        leftovers = [c.name for c in self.components() if c.running]
-        leftovers += node.leftovers() if node is not None else []
-        if self.with_postgres and postgres.is_running(self.config.postgres_dir):
-            leftovers.append("postgres")
-        if leftovers:
-            raise LocalStackError(f"still there after down: {', '.join(leftovers)}")
-        self.report(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
-
-
-def _pod_shims(pods_dir: Path) -> list[ProcessRef]:
-    return recorded_shims(pods_dir) if pods_dir.is_dir() else []
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+        stop_stand_in(self)
 
 
 def _ensure_database(dsn: str, name: str) -> None:

@@ -23,7 +23,8 @@ from achilles_dev.chart_values import local_values
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.health import stack_checks
 from achilles_dev.processes import read_pidfile
-from achilles_dev.stack import COMPONENTS, MODEL_SERVER, OIDC_PROVIDER, LocalStack
+from achilles_dev.stack import LocalStack
+from achilles_dev.stack_components import COMPONENTS, MODEL_SERVER, OIDC_PROVIDER
 from achilles_dev.versions import bin_dir
 from tests.cluster.kube import create_pod, gated_program, pid_from, pod_phase, process_is_gone
 from tests.waiting import wait_for

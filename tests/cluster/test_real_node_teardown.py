@@ -29,7 +29,8 @@ from achilles_dev.images import ENGINE_IMAGE
 from achilles_dev.logins import stack_logins, with_login
 from achilles_dev.node import host, network
 from achilles_dev.processes import read_pidfile
-from achilles_dev.stack import REAL_NODE_COMPONENTS, LocalStack
+from achilles_dev.stack import LocalStack
+from achilles_dev.stack_components import REAL_NODE_COMPONENTS
 from tests.cluster.conftest import EXTERNAL_KUBECONFIG, NodeCluster, kind_requested
 from tests.cluster.kube import create_pod, pod_phase, present, process_is_gone
 from tests.waiting import wait_for

@@ -17,7 +17,8 @@ from achilles_dev import oidc
 from achilles_dev.cli import dev
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.health import process_check
-from achilles_dev.stack import OIDC_PROVIDER, LocalStack
+from achilles_dev.stack import LocalStack
+from achilles_dev.stack_components import OIDC_PROVIDER
 
 
 def _token(state_dir: Path, user: str) -> Result:
