@@ -10,7 +10,6 @@ non-zero when any is.
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from achilles_dev.oidc import is_serving
 from achilles_dev.pki import Pki
 from achilles_dev.processes import running_from_pidfile
 from achilles_dev.stack import LocalStack
-from achilles_dev.stack_components import MODEL_SERVER, OIDC_PROVIDER
+from achilles_dev.stack_components import MODEL_SERVER, OIDC_PROVIDER, is_http_ok
 from achilles_dev.versions import bin_dir
 
 UP_HINT = "run `achilles dev up`"
@@ -70,7 +69,7 @@ def _component_check(stack: LocalStack, name: str, process: Any) -> Check:
         return Check(name, "stopped", UP_HINT, False)
     if name == MODEL_SERVER:
         url = stack.config.model_server_url
-        if not _answers(f"{url}/models"):
+        if not is_http_ok(f"{url}/models"):
             return Check(name, "not answering", f"pid {process.pid}, {url}", False)
         return Check(name, "running", f"pid {process.pid}, {url}", True)
     if name == OIDC_PROVIDER:
@@ -214,11 +213,3 @@ def _deployment_check(
             component, "not ready", f"{where}: kubectl -n {namespace} describe pods", False
         )
     return Check(component, "ready", where, True)
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own URL
-            return bool(response.status == 200)
-    except OSError:
-        return False

@@ -15,7 +15,6 @@ import dataclasses
 import os
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +33,7 @@ from achilles_dev.stack_components import (
     OIDC_PROVIDER,
     REAL_NODE_COMPONENTS,
     ComponentState,
+    is_http_ok,
     start_component,
 )
 from achilles_dev.stack_teardown import stop_real_node, stop_stand_in
@@ -248,7 +248,7 @@ class LocalStack:
             "--port",
             str(self.config.ports.model_server),
         ]
-        self._start(MODEL_SERVER, argv, lambda: _http_ok(f"{url}/models"))
+        self._start(MODEL_SERVER, argv, lambda: is_http_ok(f"{url}/models"))
 
     def start_oidc_provider(self) -> None:
         """The dev OpenID Provider (built once first), unless it already runs."""
@@ -380,11 +380,3 @@ def _ensure_database(dsn: str, name: str) -> None:
         ).fetchone()
         if exists is None:
             connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own URL
-            return bool(response.status == 200)
-    except OSError:
-        return False

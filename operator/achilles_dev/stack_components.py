@@ -7,6 +7,7 @@ dies on the way).
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,3 +91,12 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def is_http_ok(url: str) -> bool:
+    """Whether `url` answers 200 now: the model server's readiness, at start and in health."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own URL
+            return bool(response.status == 200)
+    except OSError:
+        return False
