@@ -24,6 +24,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
+from achilles.domain.run_controls import RESUME_HINT
 from achilles.k8s.annotations import CANCEL_RUN
 from achilles.k8s.jobs import RUN_ID_LABEL
 from tests.cluster.conftest import Cluster
@@ -42,6 +43,7 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
+SUSPENDED_HINT = f"the agent is no longer scheduled; {RESUME_HINT}"
 # Every call of this model holds its reply: a run that is running until it is cancelled.
 HOLDING_SCRIPT = {"rules": [{"reply": {"content": "held", "delay_seconds": 600}}]}
 
@@ -173,6 +175,7 @@ def test_a_running_run_cancelled_through_its_agent_ends_and_its_job_goes(
 
 
 def test_the_token_cap_fails_the_run_and_failures_suspend_the_schedule_until_the_spec_changes(
+    cluster: Cluster,
     admin_api: Achilles,
     operator: OperatorProcess,
     models: dict[str, str],
@@ -229,6 +232,19 @@ def test_the_token_cap_fails_the_run_and_failures_suspend_the_schedule_until_the
     assert (scheduled["status"], scheduled["reason"]) == ("False", "SuspendedAfterFailures")
     assert "manual runs are still allowed" in scheduled["message"]
     assert _run_count(journal, agent_id) == runs_before
+    suspended = wait_for(
+        lambda: [
+            e
+            for e in cluster.core.list_namespaced_event(namespace).items
+            if e.reason == "AgentSuspended" and e.involved_object.name == "capped"
+        ],
+        30,
+        what="the AgentSuspended Event",
+        interval=0.5,
+    )
+    assert [(e.type, e.message) for e in suspended] == [
+        ("Warning", f"the last 1 runs failed (runs {run.id}): {SUSPENDED_HINT}")
+    ]
 
     # A manual run still starts.
     _annotate(admin_api, "capped", namespace, "achilles.io/run-requested-at", "second")
