@@ -12,6 +12,7 @@ import kopf
 
 from achilles.db.database import Database
 from achilles.handlers.config import OperatorConfig
+from achilles.handlers.diffbase import NoDiffBase
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.retries import CONTEXT_KEY
 from achilles.handlers.runtime.runtime import Runtime
@@ -35,9 +36,8 @@ def configure(
     # Our own prefix for kopf's bookkeeping, so it never collides with another operator's.
     settings.persistence.finalizer = f"{API_GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=API_GROUP, key="last-handled-configuration"
-    )
+    # Event handlers only: no diff is ever computed, so no body is copied to keep one.
+    settings.persistence.diffbase_storage = NoDiffBase()
     # API calls must not hang a handler forever on a dead connection.
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10

@@ -1,0 +1,36 @@
+"""What the operator registers with kopf, held to what its settings assume.
+
+`handlers/diffbase.py` keeps no diff base (kopf's last-handled state), which is right
+only while every resource handler is a watching one (`kopf.on.event`): a changing or
+spawning handler (on.create/update/delete/resume/field, a daemon, a timer) would be
+handed an empty `old` for every event. This fails first if one is added.
+"""
+
+from __future__ import annotations
+
+import kopf
+
+import achilles.handlers  # noqa: F401  (registers the handlers on kopf's default registry)
+from achilles.handlers.agents import agent_event
+from achilles.handlers.catalogue import model_changed, platform_changed, tool_changed
+from achilles.handlers.diffbase import NoDiffBase
+
+
+def test_every_resource_handler_is_a_watching_one() -> None:
+    registry = kopf.get_default_registry()
+    # kopf has no public reader of its registries; these are the ones its processing
+    # asks before it builds a diff (kopf/_core/reactor/processing.py, _detect_causes).
+    assert list(registry._changing.get_all_handlers()) == []
+    assert list(registry._spawning.get_all_handlers()) == []
+    watching = {handler.fn for handler in registry._watching.get_all_handlers()}
+    assert watching == {agent_event, model_changed, tool_changed, platform_changed}
+
+
+def test_no_diff_base_is_built_read_or_stored() -> None:
+    storage = NoDiffBase()
+    body = kopf.Body({"metadata": {"name": "a", "annotations": {"x": "y"}}, "spec": {"p": 1}})
+    assert storage.build(body=body) == {}
+    assert storage.fetch(body=body) is None
+    patch = kopf.Patch()
+    storage.store(body=body, patch=patch, essence=storage.build(body=body))
+    assert not patch  # nothing written onto the object
