@@ -106,10 +106,9 @@ class SettledAgents:
         return wanted is None or wanted == wake
 
     def preload(self) -> threading.Thread:
-        """Read the snapshot now, in a thread of its own: the operator's start, so that
-        the read overlaps kopf's start and listing rather than holding the first listed
-        Agents (every handler thread waits for it). A failed read is logged; the first
-        question reads again."""
+        """Read the snapshot now, in a thread of its own (the operator's start waits for
+        it, with a bound, before kopf lists the Agents). A failed read is logged; the
+        first question reads again."""
 
         def read() -> None:
             try:
