@@ -58,3 +58,26 @@ def test_refresh_gives_no_slot_in_an_unknown_zone(db: Engine) -> None:
     with Session(db) as session, session.begin():
         assert refresh_next_run(session, agent_id, database_now(session), reset=True) is False
     assert _slot(db, agent_id) is None
+
+
+def test_an_agent_without_a_schedule_leaves_the_slot_repair_running(
+    db: Engine, database_url: str
+) -> None:
+    """`create_agent` with no schedule (a manual-only agent, as docs/runner.md's standalone
+    example makes one) writes SQL NULL, not JSON null, which the repair would take for a
+    schedule and fail to parse on every pass (found by tests/db/test_operator_tracing.py)."""
+    manual = make_agent(db)
+    scheduled = make_agent(db, schedule={"type": "interval", "every_hours": 6})
+    with db.begin() as conn:
+        no_schedule = conn.execute(
+            text("SELECT schedule IS NULL FROM agents WHERE id = :a"), {"a": manual}
+        ).scalar_one()
+    assert no_schedule is True
+    database = Database(database_url, pool_size=1)
+    try:
+        tick = scheduler.schedule_due_agents(database, repair=True)
+    finally:
+        database.dispose()
+    assert tick.rescheduled == [scheduled]
+    assert tick.unschedulable == []
+    assert _slot(db, manual) is None

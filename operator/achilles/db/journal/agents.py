@@ -45,7 +45,9 @@ def create_agent(
             name=name,
             description=description,
             prompt=prompt,
-            schedule=schedule,
+            # SQL NULL, not JSON null: "no schedule" must read `schedule IS NULL` (the
+            # scheduler's repair parses every schedule that is not).
+            schedule=schedule if schedule is not None else null(),
             model_id=model_id,
             enabled=enabled,
             admin_paused=admin_paused,
