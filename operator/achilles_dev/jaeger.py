@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,20 @@ class RunningJaeger:
         response.raise_for_status()
         data = response.json().get("data") or []
         return _spans(data[0]) if data else None
+
+    def traces_of(self, service: str, lookback_seconds: float = 3600.0) -> list[list[Span]]:
+        """The traces holding a span of `service` that started within the lookback, each
+        whole (every service's spans of it)."""
+        end = time.time()
+        params: dict[str, str | int] = {
+            "service": service,
+            "start": int((end - lookback_seconds) * 1_000_000),
+            "end": int((end + 60) * 1_000_000),
+            "limit": 1000,
+        }
+        response = httpx.get(f"{self.query_url}/api/traces", params=params, timeout=10)
+        response.raise_for_status()
+        return [_spans(trace) for trace in response.json().get("data") or []]
 
     def stop(self) -> None:
         stop_group(self.process, grace=5.0, what="Jaeger")
