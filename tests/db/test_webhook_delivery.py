@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -224,13 +224,13 @@ class _Kubernetes:
     """The API server as the operator's notifier uses it: the Secret, and its Events."""
 
     def __init__(self) -> None:
-        self.core = self  # read_namespaced_secret, as CoreV1Api
+        self.core = self  # read_namespaced_secret, as k8s/rest.py's CoreApi
         self.reads: list[tuple[str, str]] = []
         self.events: list[tuple[str, str | None, str, str, str]] = []
 
-    def read_namespaced_secret(self, name: str, namespace: str) -> SimpleNamespace:
+    def read_namespaced_secret(self, name: str, namespace: str) -> dict[str, Any]:
         self.reads.append((namespace, name))
-        return SimpleNamespace(data={"secret": base64.b64encode(SECRET).decode()})
+        return {"data": {"secret": base64.b64encode(SECRET).decode()}}
 
     def post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
         self.events.append((ref.kind, ref.namespace, event_type, reason, message))

@@ -1,4 +1,5 @@
-"""Run Jobs: the pure manifest builder and the few API calls the operator makes on them.
+"""Run Jobs: the pure manifest builder, the few API calls the operator makes on them,
+and what it reads of a run's Job and pods (their JSON, never the client's models).
 
 DESIGN.md §4: one Job per run, named from the run id (a retry finds its Job instead of
 making a second), `backoffLimit: 0`, an active deadline from `runTimeoutSeconds`, a
@@ -18,11 +19,12 @@ from kubernetes.client.exceptions import ApiException
 from urllib3 import HTTPResponse
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError
 
-from achilles.domain.pod_outcome import ContainerObservation, PodObservation
+from achilles.domain.pod_outcome import ContainerObservation, JobObservation, PodObservation
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.timestamps import iso_utc
 from achilles.domain.trace_context import TRACEPARENT_ENV
 from achilles.k8s.resources.common import API_GROUP
+from achilles.k8s.rest import CoreApi
 
 JOB_NAME_PREFIX = "achilles-run-"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -222,7 +224,7 @@ class RunJobs:
         self.api = api
         self.namespace = namespace
         self.batch = client.BatchV1Api(api)
-        self.core = client.CoreV1Api(api)
+        self.core = CoreApi(api)
 
     def create(self, manifest: dict[str, Any]) -> bool:
         """True when created now, False when it already existed (dispatched before).
@@ -302,7 +304,8 @@ class RunJobs:
         pods = self.core.list_namespaced_pod(
             self.namespace, label_selector=f"{RUN_SELECTOR},{RUN_ID_LABEL}={run_id}"
         )
-        return [obs for pod in pods.items if (obs := observe_pod(pod)) is not None]
+        items = pods.get("items") or []
+        return [obs for pod in items if (obs := pod_from_json(pod)) is not None]
 
 
 def _body_message(exc: ApiException) -> str:
@@ -314,36 +317,71 @@ def _body_message(exc: ApiException) -> str:
         return str(exc.body)
 
 
-def observe_pod(pod: Any, *, deleted: bool = False) -> PodObservation | None:
-    labels = pod.metadata.labels or {}
-    run_id = labels.get(RUN_ID_LABEL)
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def _timestamp(value: Any) -> datetime:
+    # RFC 3339 in UTC, as the API server writes it ("2026-12-02T01:49:32Z").
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def pod_from_json(pod: dict[str, Any], deleted: bool = False) -> PodObservation | None:
+    run_id = (_get(pod, "metadata", "labels") or {}).get(RUN_ID_LABEL)
     if run_id is None or not str(run_id).isdigit():
         return None
-    status = pod.status
+    status = pod.get("status") or {}
     runner = None
-    for container in status.container_statuses or []:
-        if container.name != RUNNER_CONTAINER:
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") != RUNNER_CONTAINER:
             continue
-        state = container.state
+        waiting = _get(container, "state", "waiting") or {}
+        terminated = _get(container, "state", "terminated") or {}
         runner = ContainerObservation(
-            waiting_reason=state.waiting.reason if state and state.waiting else None,
-            waiting_message=state.waiting.message if state and state.waiting else None,
-            terminated_reason=state.terminated.reason if state and state.terminated else None,
-            terminated_message=state.terminated.message if state and state.terminated else None,
-            exit_code=state.terminated.exit_code if state and state.terminated else None,
+            waiting_reason=waiting.get("reason"),
+            waiting_message=waiting.get("message"),
+            terminated_reason=terminated.get("reason"),
+            terminated_message=terminated.get("message"),
+            exit_code=terminated.get("exitCode"),
         )
     unschedulable = None
-    for condition in status.conditions or []:
-        if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
-            unschedulable = condition.message or "Unschedulable"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            unschedulable = condition.get("message") or "Unschedulable"
     return PodObservation(
         run_id=int(run_id),
-        name=pod.metadata.name,
-        phase=status.phase or "Unknown",
-        reason=status.reason,
-        message=status.message,
-        created_at=pod.metadata.creation_timestamp,
+        name=str(_get(pod, "metadata", "name")),
+        phase=status.get("phase") or "Unknown",
+        reason=status.get("reason"),
+        message=status.get("message"),
+        created_at=_timestamp(_get(pod, "metadata", "creationTimestamp")),
         runner=runner,
         unschedulable_message=unschedulable,
         deleted=deleted,
+    )
+
+
+def job_from_json(job: dict[str, Any], deleted: bool = False) -> JobObservation | None:
+    name = str(_get(job, "metadata", "name") or "")
+    run_id = run_id_of(name)
+    if run_id is None:
+        return None
+    failed_reason = failed_message = None
+    succeeded = False
+    for condition in _get(job, "status", "conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Failed":
+            failed_reason, failed_message = condition.get("reason"), condition.get("message")
+        if condition.get("type") == "Complete":
+            succeeded = True
+    return JobObservation(
+        run_id=run_id,
+        name=name,
+        failed_reason=failed_reason,
+        failed_message=failed_message,
+        succeeded=succeeded,
+        active_deadline_seconds=_get(job, "spec", "activeDeadlineSeconds"),
     )

@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.resources.common import API_GROUP, API_VERSION, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
+from achilles.k8s.rest import CoreApi
 
 COMPONENT = "achilles-operator"
 
@@ -34,7 +35,7 @@ class Resources:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
+        self.core = CoreApi(api)
 
     def patch_status(self, ref: ObjectRef, status: dict[str, Any]) -> bool:
         """Merge-patch `status`; False when the object is gone."""
@@ -122,27 +123,27 @@ class Resources:
         """A core/v1 Event on the object, as `kubectl describe` shows them."""
         now = datetime.now(UTC)
         namespace = ref.namespace or "default"
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{ref.name}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                api_version=API_VERSION,
-                kind=ref.kind,
-                name=ref.name,
-                namespace=ref.namespace,
-                uid=ref.uid,
-            ),
-            type=event_type,
-            reason=reason,
-            message=message[:1024],
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-            reporting_instance=COMPONENT,
-            first_timestamp=now,
-            last_timestamp=now,
-            event_time=None,
-            count=1,
-            action=reason,
-        )
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{ref.name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": ref.kind,
+                "name": ref.name,
+                **({"namespace": ref.namespace} if ref.namespace else {}),
+                **({"uid": ref.uid} if ref.uid else {}),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": COMPONENT,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "action": reason,
+        }
         # An Event is a courtesy; losing one must not stop the operator.
         with contextlib.suppress(ApiException):
             self.core.create_namespaced_event(namespace, body)

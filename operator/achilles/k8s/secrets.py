@@ -6,16 +6,17 @@ from __future__ import annotations
 import base64
 import binascii
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
+
+from achilles.k8s.rest import CoreApi
 
 
 class SecretUnavailable(Exception):
     """The Secret or its key cannot be read; the message says which and why."""
 
 
-def read_secret_key(core: client.CoreV1Api, namespace: str, name: str, key: str) -> bytes:
+def read_secret_key(core: CoreApi, namespace: str, name: str, key: str) -> bytes:
     try:
         secret = core.read_namespaced_secret(name, namespace)
     except ApiException as exc:
@@ -31,7 +32,7 @@ def read_secret_key(core: client.CoreV1Api, namespace: str, name: str, key: str)
         ) from exc
     except (HTTPError, OSError) as exc:
         raise SecretUnavailable(f"the Kubernetes API server is unreachable: {exc}") from exc
-    data = secret.data or {}
+    data = secret.get("data") or {}
     if key not in data:
         raise SecretUnavailable(f"Secret {namespace}/{name} has no key {key!r}")
     try:
