@@ -8,6 +8,7 @@ real collector (Jaeger v2) on the host: the operator's dispatch span, then the r
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -111,6 +112,7 @@ def test_the_demo_agent_runs_through_the_operator_deployment(
         )
         assert agent["status"]["lastRun"]["state"] == "succeeded"
         assert agent["status"]["phase"] == "Ready"
+        _assert_demo_run_shows_its_steps(dev_stack, int(agent["status"]["lastRun"]["id"]))
         operator_ns, operator_name = OPERATOR_DEPLOYMENT
         deployment: Any = client.AppsV1Api(api).read_namespaced_deployment(
             operator_name, operator_ns
@@ -147,6 +149,26 @@ def test_the_demo_agent_runs_through_the_operator_deployment(
 
     ended = wait_for(runner_exit_code, 60, what="the run pod's container to end")
     assert ended == ("exit code", 0)
+
+
+def _assert_demo_run_shows_its_steps(dev_stack: LocalStack, run_id: int) -> None:
+    """`achilles runs show RUN --steps` on the demo's run (issue 21, done when): its model
+    and tool calls as the run pod's runner recorded them, and what it used."""
+    url = ("--database-url", dev_stack.config.database_url)
+    shown = CliRunner().invoke(cli, ["runs", "show", str(run_id), "--steps", *url])
+    assert shown.exit_code == 0, shown.output
+    assert "steps: " in shown.stdout
+    assert f"{DEMO_MODEL} (achilles-demo at " in shown.stdout  # used model: name (id at host)
+    as_json = CliRunner().invoke(cli, ["runs", "show", str(run_id), "--steps", "--json", *url])
+    assert as_json.exit_code == 0, as_json.output
+    record = json.loads(as_json.stdout)
+    kinds = [step["kind"] for step in record["steps"]]
+    assert kinds[0] == kinds[-1] == "model_call", kinds
+    assert set(kinds) <= {"model_call", "tool_call"}, kinds
+    assert "tool_call" in kinds, kinds
+    assert record["steps"][-1]["finish_reason"] == "stop"
+    assert [step["seq"] for step in record["steps"]] == list(range(1, len(kinds) + 1))
+    assert record["used"]["model"] == DEMO_MODEL
 
 
 def _demo_trace(jaeger: RunningJaeger, trace_id: str) -> list[Span] | None:
