@@ -35,6 +35,7 @@ from achilles.db.roles import Component
 from achilles.k8s.client import api_client
 from achilles_dev.build import ensure_built
 from achilles_dev.chart import ChartInstall, apply_crds, install_chart
+from achilles_dev.chart_secrets import RUNNER_DATABASE_SECRET
 from achilles_dev.chart_values import local_values
 from achilles_dev.config import NodeKind, Ports, StackConfig
 from achilles_dev.logins import ComponentLogins, grant_component_logins
@@ -43,7 +44,6 @@ from achilles_dev.versions import bin_dir
 from bench.pg import LOOPBACK_ONLY, BenchDatabase, Reach, bench_database
 
 RUNS_NAMESPACE = "achilles-runs"
-RUNNER_SECRET = "achilles-runner-database"
 GROUP, VERSION = "achilles.io", "v1alpha1"
 
 Progress = Callable[[str], None]
@@ -164,7 +164,7 @@ def _install_chart(cluster: BenchCluster, max_concurrency: int, progress: Progre
     )
     apply_crds(install)
     install_chart(install)
-    _apply_secret(cluster.core, RUNS_NAMESPACE, RUNNER_SECRET, cluster.pod_database_url)
+    _apply_secret(cluster.core, RUNS_NAMESPACE, RUNNER_DATABASE_SECRET, cluster.pod_database_url)
     progress(f"chart installed (maxConcurrency {max_concurrency}, operator Deployment off)")
 
 

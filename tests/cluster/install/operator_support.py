@@ -21,13 +21,13 @@ from sqlalchemy import Engine, text
 
 from achilles.db.roles import Component
 from achilles.k8s.jobs import RUN_SELECTOR
+from achilles_dev.chart_secrets import RUNNER_DATABASE_SECRET
 from achilles_dev.images import RUNNER_IMAGE
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.conftest import Release
 from tests.waiting import wait_for
 
 RUNS_NAMESPACE = "achilles-runs"
-RUNNER_SECRET = "achilles-runner-database"
 SLOW_RUNNER = Path(__file__).with_name("slow_runner.py")
 
 
@@ -43,14 +43,14 @@ def slow_runner_command(cluster: Cluster) -> str:
 def ensure_runner_secret(cluster: Cluster, database_url: str) -> None:
     core = cluster.core
     body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=RUNNER_SECRET), string_data={"url": database_url}
+        metadata=client.V1ObjectMeta(name=RUNNER_DATABASE_SECRET), string_data={"url": database_url}
     )
     try:
         core.create_namespaced_secret(RUNS_NAMESPACE, body)
     except client.ApiException as exc:
         if exc.status != 409:
             raise
-        core.replace_namespaced_secret(RUNNER_SECRET, RUNS_NAMESPACE, body)
+        core.replace_namespaced_secret(RUNNER_DATABASE_SECRET, RUNS_NAMESPACE, body)
 
 
 @dataclass
