@@ -4,18 +4,19 @@ connection pool and credentials.
 The generated `CoreV1Api` imports the model module of every core kind it names: about
 240 modules, 14 MiB of the operator's RSS and 0.9 s of its start beside the Job API's
 (`python -X importtime`), for three calls (list pods, read a Secret, post an Event)
-whose answers are read as JSON anyway. `CoreApi` keeps `CoreV1Api`'s method names and keywords, so
-k8s/watching.py's `ListWatch` takes its `list_namespaced_pod` as it takes a generated
-one; answers are dicts (or, with `_preload_content=False`, the unread response).
+whose answers are read as JSON anyway. `CoreApi` keeps `CoreV1Api`'s method names and
+keywords, so k8s/watching.py's `ListWatch` takes its `list_namespaced_pod` as it takes a
+generated one; answers are dicts (or, with `_preload_content=False`, the unread response).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from achilles.k8s.client import json_body
 
 # The generated clients' keywords -> the API's query parameters.
 _QUERY = {
@@ -73,7 +74,7 @@ def request_json(api: client.ApiClient, method: str, path: str, **kwargs: Any) -
     """The decoded JSON answer to `method path` (see `request`)."""
     response = request(api, method, path, **kwargs)
     try:
-        return json.loads(response.data)
+        return json_body(response)
     finally:
         response.release_conn()
 
