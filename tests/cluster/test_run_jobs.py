@@ -14,6 +14,8 @@ import pytest
 from kubernetes import client
 
 from achilles.domain.run_secret import RunSecret
+from achilles.k8s import jobs as jobs_module
+from achilles.k8s import rest
 from achilles.k8s.client import api_client
 from achilles.k8s.jobs import (
     JobRejected,
@@ -33,7 +35,7 @@ pytestmark = pytest.mark.cluster
 TIMEOUT = 60.0
 
 
-def _job(run_id: int, namespace: str, secret: RunSecret) -> dict[str, object]:
+def _job(run_id: int, namespace: str, secret: RunSecret, agent_id: int = 1) -> dict[str, object]:
     # `true` ignores its arguments: the stand-in's pod ends at once, touching nothing.
     template = JobTemplate(
         namespace=namespace,
@@ -43,7 +45,7 @@ def _job(run_id: int, namespace: str, secret: RunSecret) -> dict[str, object]:
     )
     spec = RunJobSpec(
         run_id=run_id,
-        agent_id=1,
+        agent_id=agent_id,
         agent_uid=None,
         agent_namespace=None,
         agent_name=None,
@@ -66,6 +68,29 @@ def test_a_create_says_made_then_made_before_and_the_job_keeps_its_first_secret(
     assert jobs.create(_job(7, namespace, second)) is False  # 409: an earlier dispatch's
     assert jobs.run_secret(7) == first
     assert jobs.run_secret(8) is None
+
+
+def test_the_jobs_of_gone_agents_are_deleted_and_no_other(
+    cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two agents per list and a page of one Job: the batches and the pages both show.
+    monkeypatch.setattr(jobs_module, "AGENTS_PER_LIST", 2)
+    monkeypatch.setattr(rest, "METADATA_PAGE", 1)
+    jobs = RunJobs(cluster.api, namespace)
+    owners = {21: 1, 22: 1, 23: 2, 24: 3, 25: 4}  # run id -> agent id
+    for run_id, agent_id in owners.items():
+        assert jobs.create(_job(run_id, namespace, RunSecret.new(), agent_id=agent_id))
+
+    assert jobs.delete_for_agents([3, 1, 2, 99]) == 4
+    assert jobs.delete_for_agents([]) == 0
+
+    def left() -> set[str] | None:
+        found = cluster.batch.list_namespaced_job(namespace).items
+        names = {job.metadata.name for job in found if job.metadata and job.metadata.name}
+        gone = not any(job.metadata and job.metadata.deletion_timestamp for job in found)
+        return names if gone and len(names) == 1 else None
+
+    assert wait_for(left, TIMEOUT, what="the gone agents' Jobs deleted") == {job_name(25)}
 
 
 def test_a_quota_refusal_is_a_refusal_for_sure(cluster: Cluster, namespace: str) -> None:

@@ -10,6 +10,7 @@ labels linking it to its agent and run. The operator watches only what carries
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -24,7 +25,7 @@ from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.timestamps import iso_utc
 from achilles.domain.trace_context import TRACEPARENT_ENV
 from achilles.k8s.resources.common import API_GROUP
-from achilles.k8s.rest import CoreApi
+from achilles.k8s.rest import CoreApi, list_metadata
 
 JOB_NAME_PREFIX = "achilles-run-"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -37,6 +38,8 @@ AGENT_ANNOTATION = f"{API_GROUP}/agent"
 SLOT_ANNOTATION = f"{API_GROUP}/scheduled-for"
 RUNNER_CONTAINER = "runner"
 RUN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+# Agents whose Jobs one list selects (`agent-id in (...)`): a query string of ~1 KB.
+AGENTS_PER_LIST = 100
 
 
 def job_name(run_id: int) -> str:
@@ -289,15 +292,29 @@ class RunJobs:
             raise
         return True
 
-    def delete_for_agent(self, agent_id: int) -> int:
-        """Delete every Job of an agent (the agent is gone)."""
-        jobs = self.batch.list_namespaced_job(
-            self.namespace, label_selector=f"{RUN_SELECTOR},{AGENT_ID_LABEL}={agent_id}"
-        )
-        names = [job.metadata.name for job in jobs.items if job.metadata and job.metadata.name]
-        for name in names:
-            self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background")
-        return len(names)
+    def delete_for_agents(self, agent_ids: Collection[int]) -> int:
+        """Delete every Job of these agents (they are gone): one metadata list for up to
+        AGENTS_PER_LIST of them, then each Job by name. The number deleted."""
+        ids = sorted(agent_ids)
+        deleted = 0
+        for start in range(0, len(ids), AGENTS_PER_LIST):
+            some = ",".join(str(agent_id) for agent_id in ids[start : start + AGENTS_PER_LIST])
+            jobs = list_metadata(
+                self.batch.api_client,
+                f"/apis/batch/v1/namespaces/{self.namespace}/jobs",
+                label_selector=f"{RUN_SELECTOR},{AGENT_ID_LABEL} in ({some})",
+            )
+            for job in jobs:
+                try:
+                    self.batch.delete_namespaced_job(
+                        job["name"], self.namespace, propagation_policy="Background"
+                    )
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                else:
+                    deleted += 1
+        return deleted
 
     def list_pods(self, run_id: int) -> list[PodObservation]:
         """The pods of one run (a failed Job's fold asks them why it failed)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -13,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.resources.common import API_GROUP, API_VERSION, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
-from achilles.k8s.rest import CoreApi
+from achilles.k8s.rest import CoreApi, list_metadata
 
 COMPONENT = "achilles-operator"
 
@@ -25,10 +24,6 @@ class ObjectRef:
     name: str
     namespace: str | None = None
     uid: str | None = None
-
-
-# The API server answers a list with only each object's metadata.
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
 class Resources:
@@ -92,32 +87,22 @@ class Resources:
 
     def agent_uids(self) -> set[str] | None:
         """The uids of every Agent in the cluster (metadata only); None on failure."""
-        items = self._list_metadata(AGENT.plural)
-        return None if items is None else {item["metadata"]["uid"] for item in items}
+        found = self._list_metadata(AGENT.plural)
+        return None if found is None else {meta["uid"] for meta in found}
 
     def object_names(self, plural: str) -> set[str] | None:
         """The names of every object of a cluster-scoped kind of ours (metadata only);
         None on failure."""
-        items = self._list_metadata(plural)
-        return None if items is None else {item["metadata"]["name"] for item in items}
+        found = self._list_metadata(plural)
+        return None if found is None else {meta["name"] for meta in found}
 
     def _list_metadata(self, plural: str) -> list[dict[str, Any]] | None:
+        """Every object's metadata, all namespaces (without it every object comes whole,
+        status and all); None on failure."""
         try:
-            response = self.custom.list_cluster_custom_object(
-                API_GROUP,
-                API_VERSION_NAME,
-                plural,
-                _preload_content=False,
-                _request_timeout=60,
-                # Only the metadata: without it every object comes whole, status and all.
-                _headers={"Accept": METADATA_LIST},
-            )
+            return list_metadata(self.api, f"/apis/{API_GROUP}/{API_VERSION_NAME}/{plural}")
         except ApiException:
             return None
-        # A metadata list of no objects comes as `"items": null` (the API server's empty
-        # slice): that is "none exist", not a failure, or the last one deleted is never seen.
-        items: list[dict[str, Any]] = json.loads(cast(Any, response).data).get("items") or []
-        return items
 
     def post_event(self, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on the object, as `kubectl describe` shows them."""

@@ -30,6 +30,12 @@ _QUERY = {
     "timeout_seconds": "timeoutSeconds",
 }
 DEFAULT_TIMEOUT = (10.0, 60.0)
+JSON = "application/json"
+# The API server answers a list with only each object's metadata.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+# A metadata list comes in pages of this many objects: one list of 10,000 Agents is
+# parsed at once otherwise, beside kopf's listing of them at a start.
+METADATA_PAGE = 500
 
 
 def _query_value(value: Any) -> str:
@@ -44,6 +50,7 @@ def request(
     query: dict[str, Any] | None = None,
     body: dict[str, Any] | None = None,
     timeout: Any = DEFAULT_TIMEOUT,
+    accept: str = JSON,
 ) -> Any:
     """The unread response (urllib3's) to `method path`; `ApiException` for a status
     outside 2xx, as the generated clients raise it."""
@@ -52,9 +59,9 @@ def request(
         for key, value in (query or {}).items()
         if value is not None
     ]
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": accept}
     if body is not None:
-        headers["Content-Type"] = "application/json"
+        headers["Content-Type"] = JSON
     serialized = api.param_serialize(
         method=method,
         resource_path=path,
@@ -77,6 +84,27 @@ def request_json(api: client.ApiClient, method: str, path: str, **kwargs: Any) -
         return json_body(response)
     finally:
         response.release_conn()
+
+
+def list_metadata(api: client.ApiClient, path: str, **query: Any) -> list[dict[str, Any]]:
+    """The metadata of every object the list at `path` holds, read in pages of
+    METADATA_PAGE (`query`: the generated clients' keywords, e.g. `label_selector`)."""
+    found: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        answer = request_json(
+            api,
+            "GET",
+            path,
+            query={**query, "limit": METADATA_PAGE, "_continue": token},
+            accept=METADATA_LIST,
+        )
+        # A metadata list of no objects comes as `"items": null` (the API server's empty
+        # slice): that is "none exist", not a failure.
+        found.extend(item["metadata"] for item in answer.get("items") or [])
+        token = (answer.get("metadata") or {}).get("continue")
+        if not token:
+            return found
 
 
 class CoreApi:

@@ -142,9 +142,15 @@ def forget_deleted_objects(context: RuntimeContext) -> bool:
     listed_at = agents.database_clock(database)  # before the listings begin
     live = resources.agent_uids()
     if live is not None:
-        for agent_id in agents.forget_agents_not_in(database, live, listed_at=listed_at):
-            context.jobs.delete_for_agent(agent_id)
-            log.info("agent row %s removed: its Agent no longer exists", agent_id)
+        forgotten = agents.forget_agents_not_in(database, live, listed_at=listed_at)
+        if forgotten:
+            jobs = context.jobs.delete_for_agents(forgotten)
+            log.info(
+                "%d agent row(s) removed, their Agents no longer exist (%d Job(s) deleted): %s",
+                len(forgotten),
+                jobs,
+                ", ".join(str(agent_id) for agent_id in forgotten),
+            )
     converged = catalogue.forget_deleted_catalogue(
         database,
         live_models=resources.object_names(AGENT_MODEL.plural),
