@@ -25,6 +25,7 @@ RSS and CPU over the idle window after.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -36,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from sqlalchemy import text
 
 from achilles.db.database import Database
+from achilles.handlers.operator import LISTING_PAGE
 from bench.apiserver_counts import (
     etcd_sizes,
     mean_object_bytes,
@@ -284,6 +286,13 @@ def run(
                 "agent_json_bytes": round(mean_object_bytes(cluster, "agents")),
             }
             _move_on(cluster, population, size, owners, progress)
+            listed, seconds = _listing_alone(cluster)
+            report.add_value(
+                f"the API server alone: list {listed:,} Agents in pages of {LISTING_PAGE}, decoded",
+                seconds,
+                "s",
+                note="kopf's listing at a start, without kopf or operator: the restart's floor",
+            )
             _restart(report, cluster, database, population, size, idle_window_s, env, progress)
             if compare_env:
                 # Again under the same Agents, nothing changed, with other settings.
@@ -297,6 +306,22 @@ def run(
     path = report.write(json_path)
     progress(f"wrote {path} and {path.with_suffix('.md')}")
     return report
+
+
+def _listing_alone(cluster: BenchCluster) -> tuple[int, float]:
+    """Every Agent listed and decoded in the operator's pages, one page after the other
+    as kopf lists them at a start, with no operator running: (Agents, seconds)."""
+    started = time.monotonic()
+    listed, token = 0, None
+    while True:
+        response = cluster.custom.list_cluster_custom_object(
+            GROUP, VERSION, "agents", limit=LISTING_PAGE, _continue=token, _preload_content=False
+        )
+        page = json.loads(cast(Any, response).data)
+        listed += len(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return listed, time.monotonic() - started
 
 
 def _restart(

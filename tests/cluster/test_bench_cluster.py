@@ -81,6 +81,10 @@ def test_intake(postgres_server: LocalPostgres, tmp_path: Path, leaves_nothing: 
     # the added one are reconciled, the 18 others cost nothing.
     assert figures["restart: listed Agents unchanged"]["value"] == 18
     assert figures["restart: listed Agents reconciled"]["value"] == 2
+    # Their two status writes came back as watch events, told apart as the operator's own.
+    events = result["details"]["Agent events during the restart"]
+    assert events.get("modified/echo", 0) >= 2, events
+    assert figures["the API server alone: list 20 Agents in pages of 500, decoded"]["value"] > 0
     assert figures["RSS after malloc_trim(0), after the restart"]["value"] > 0
 
 

@@ -30,6 +30,10 @@ RUNTIME_KEY = "achilles-runtime"
 # The longest the start waits for the intake snapshot (about 2 s at 10,000 rows, 17 s
 # at 100,000), well inside the chart's startupProbe (120 s).
 SNAPSHOT_WAIT_SECONDS = 30.0
+# The listing at start comes in pages of this many objects: a single list of 10,000
+# Agents is ~50 MB of JSON parsed at once, a peak the process's RSS keeps (`achilles
+# bench intake`, which also times the API server's own listing in these pages).
+LISTING_PAGE = 500
 
 
 @kopf.on.startup()
@@ -49,9 +53,7 @@ def configure(
     settings.watching.client_timeout = 330
     settings.watching.inactivity_timeout = 600
     settings.watching.reconnect_backoff = 1.0
-    # The listing at start comes in pages: a single list of 10,000 Agents is ~50 MB of
-    # JSON parsed at once, a peak the process's RSS keeps (`achilles bench intake`).
-    settings.watching.chunk_size = 500
+    settings.watching.chunk_size = LISTING_PAGE
     # The sync handlers' threads. A handling is mostly Python (the listing's bodies, the
     # intake's digests) under one GIL, with a few short statements: more threads only
     # wait for the GIL and the pool (10 connections, shared with the loops).
