@@ -144,7 +144,7 @@ def test_a_listed_agent_that_agrees_costs_no_statement(
     assert {uid: _xmin(db, uid) for uid in uids} == before
     # Without the snapshot the same event is a transaction of its own.
     reconcile_agent_event(database, cluster.event("agent-1"))
-    assert statements.count > 5
+    assert statements.count > 0  # a full reconcile (tests/db/test_reconcile_statements.py)
 
 
 def test_a_snapshot_read_at_start_leaves_the_first_listed_agent_no_statement(

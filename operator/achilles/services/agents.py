@@ -16,10 +16,8 @@ from achilles.db.database import Database
 from achilles.db.inbox import settings as inbox_settings
 from achilles.db.journal import agents as agent_rows
 from achilles.db.journal import catalogue, owed_spec
-from achilles.db.journal.schedule import refresh_next_run
+from achilles.db.journal import reconcile as reconcile_rows
 from achilles.db.journal.settings import database_now
-from achilles.db.journal.status import agent_status_rows
-from achilles.db.journal.users import find_user
 from achilles.domain.schedule import schedule_to_db
 from achilles.k8s.resources.agent import AgentSpec
 from achilles.services.status import agent_status
@@ -70,14 +68,16 @@ def reconcile_agent(
 ) -> AgentReconciled:
     spec_patch: dict[str, Any] = {}
     with database.transaction() as session:
-        now = database_now(session)
-        owner = find_user(session, agent.spec.owner)
+        # The clock, the owner and the row (locked) in one statement (db/journal/reconcile.py).
+        start = reconcile_rows.begin_reconcile(session, agent.uid, agent.spec.owner)
+        now, owner, row = start.now, start.owner, start.row
         # What the operator still owes this CR (a withdrawn model, a deactivated owner)
         # wins over what the CR says until it is delivered: re-creating a model of that
         # name meanwhile must not revive the agent silently (seed 000).
         owed = owed_spec.settle_owed(
             session,
-            agent.uid,
+            row.agent_id if row else None,
+            row.owed if row else None,
             {
                 owed_spec.MODEL_FIELD: agent.spec.model,
                 owed_spec.ENABLED_FIELD: agent.spec.enabled,
@@ -110,17 +110,20 @@ def reconcile_agent(
             # Owner deactivation writes the owner's own switch (seed 000: no third lock).
             definition = agent_rows.AgentDefinition(**{**definition.__dict__, "enabled": False})
             spec_patch["enabled"] = False
-        agent_id, _created, schedule_changed = agent_rows.upsert_agent(
-            session, definition, owner.user_id
+        agent_id, created, schedule_changed = agent_rows.upsert_agent(
+            session, definition, owner.user_id, row
         )
-        unknown_tools = agent_rows.link_tools(session, agent_id, definition.tool_names)
+        unknown_tools = agent_rows.link_tools(
+            session, agent_id, definition.tool_names, inserted=created
+        )
         if agent.spec.wake_on_reply is not None:
             # The owner's consent, as the portal writes it: the spec wins over the CLI's.
             inbox_settings.mirror_wake_on_reply(session, agent_id, agent.spec.wake_on_reply)
-        refresh_next_run(session, agent_id, now, reset=schedule_changed)
-        rows = agent_status_rows(session, [agent_id], now)
+        status_row = reconcile_rows.settle_slot_and_status(
+            session, agent_id, now, reset=schedule_changed
+        )
     status = agent_status(
-        rows[0],
+        status_row,
         owner_missing=False,
         unknown_tools=unknown_tools,
         schedule=definition.schedule,

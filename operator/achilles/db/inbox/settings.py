@@ -10,8 +10,9 @@ whatever else reconciles into `meta` is left alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import case, cast, func, literal, select, update
+from sqlalchemy import ColumnElement, case, cast, false, func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
@@ -48,7 +49,8 @@ def load_inbox_settings(session: Session, agent_id: int) -> AgentInboxSettings:
     )
 
 
-def set_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> InboxSettings:
+def _with_wake_on_reply(enabled: bool) -> ColumnElement[Any]:
+    """`agents.meta` with the inbox section's `wake_on_reply` set (an UPDATE's value)."""
     meta = func.coalesce(Agent.meta, cast(literal("{}"), JSONB))
     section = meta[META_SECTION]
     # A section that is not an object (hand-edited) is replaced, not merged into.
@@ -56,10 +58,14 @@ def set_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> InboxSe
         (func.jsonb_typeof(section) == "object", section), else_=cast(literal("{}"), JSONB)
     )
     updated = current.op("||")(func.jsonb_build_object(WAKE_ON_REPLY, enabled))
+    return meta.op("||")(func.jsonb_build_object(META_SECTION, updated))
+
+
+def set_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> InboxSettings:
     new_meta = session.execute(
         update(Agent)
         .where(Agent.id == agent_id)
-        .values(meta=meta.op("||")(func.jsonb_build_object(META_SECTION, updated)))
+        .values(meta=_with_wake_on_reply(enabled))
         .returning(Agent.meta)
     ).scalar_one_or_none()
     if new_meta is None:
@@ -69,8 +75,17 @@ def set_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> InboxSe
 
 def mirror_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> bool:
     """The Agent resource's `spec.wakeOnReply`, written into the row only when it differs
-    (a reconcile that changes nothing writes nothing). True when it was written."""
-    if load_inbox_settings(session, agent_id).settings.wake_on_reply == enabled:
-        return False
-    set_wake_on_reply(session, agent_id, enabled)
-    return True
+    (a reconcile that changes nothing writes nothing): one statement, the comparison in
+    its WHERE. True when it was written."""
+    # What `inbox_settings_from_meta` reads as on: exactly JSON `true` (a section that
+    # is not an object, subscripted, gives NULL: off).
+    is_on = func.coalesce(
+        Agent.meta[META_SECTION][WAKE_ON_REPLY] == cast(literal("true"), JSONB), false()
+    )
+    written = session.execute(
+        update(Agent)
+        .where(Agent.id == agent_id, is_on.is_not(enabled))
+        .values(meta=_with_wake_on_reply(enabled))
+        .returning(Agent.id)
+    ).scalar_one_or_none()
+    return written is not None

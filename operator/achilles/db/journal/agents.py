@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, Tool, User
 from achilles.db.journal.owed_spec import owing, owner_deactivated
+from achilles.db.journal.reconcile import LockedAgent
 from achilles.db.journal.users import find_owner_id
 from achilles.domain.gates import DurableLocks
 from achilles.errors import NotFound
@@ -124,16 +125,14 @@ class ReconciledAgent:
 
 
 def upsert_agent(
-    session: Session, definition: AgentDefinition, user_id: int
+    session: Session, definition: AgentDefinition, user_id: int, existing: LockedAgent | None
 ) -> tuple[int, bool, bool]:
     """Insert or update the row keyed by the CR's uid: (id, created, schedule changed).
 
-    The row is locked for the rest of the transaction, so a scheduler tick cannot
-    advance `next_run_at` from a schedule that is being replaced.
+    `existing`: the CR's row as `reconcile.begin_reconcile` read and locked it (None:
+    it has none yet), so a scheduler tick cannot advance `next_run_at` from a schedule
+    that is being replaced.
     """
-    existing = session.execute(
-        select(Agent.id, Agent.schedule).where(Agent.cr_uid == definition.uid).with_for_update()
-    ).first()
     # The model by name inside the write itself (NULL when no model of that name exists):
     # one round trip fewer per reconcile.
     model_id: Any = None
@@ -170,13 +169,18 @@ def upsert_agent(
     # (docs/operator.md, "Run controls"): the owner fixed something, or switched it off
     # and on. Its `updated_at` moves with the edit, so the runs before no longer count.
     session.execute(
-        update(Agent).where(Agent.id == existing.id, changed).values(**values, suspended_at=None)
+        update(Agent)
+        .where(Agent.id == existing.agent_id, changed)
+        .values(**values, suspended_at=None)
     )
-    return int(existing.id), False, existing.schedule != definition.schedule
+    return existing.agent_id, False, existing.schedule != definition.schedule
 
 
-def link_tools(session: Session, agent_id: int, tool_names: tuple[str, ...]) -> tuple[str, ...]:
-    """Make the agent's optional tools exactly `tool_names`; return the unknown names."""
+def link_tools(
+    session: Session, agent_id: int, tool_names: tuple[str, ...], *, inserted: bool = False
+) -> tuple[str, ...]:
+    """Make the agent's optional tools exactly `tool_names`; return the unknown names.
+    `inserted`: the row is this transaction's, so it has no links to remove."""
     known = (
         dict(
             session.execute(select(Tool.name, Tool.id).where(Tool.name.in_(tool_names)))
@@ -187,11 +191,12 @@ def link_tools(session: Session, agent_id: int, tool_names: tuple[str, ...]) -> 
         else {}  # most agents: no round trip to learn that no name is known
     )
     wanted = set(known.values())
-    session.execute(
-        delete(AgentToolLink).where(
-            AgentToolLink.agent_id == agent_id, AgentToolLink.tool_id.not_in(wanted)
+    if not inserted:
+        session.execute(
+            delete(AgentToolLink).where(
+                AgentToolLink.agent_id == agent_id, AgentToolLink.tool_id.not_in(wanted)
+            )
         )
-    )
     if wanted:
         session.execute(
             pg_insert(AgentToolLink)

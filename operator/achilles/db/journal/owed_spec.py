@@ -143,16 +143,15 @@ def delivered(session: Session, agent_id: int, writes: Mapping[str, OwedWrite]) 
         )
 
 
-def settle_owed(session: Session, uid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Reconciling the CR `uid` whose spec says `spec` (field -> value): the owed values
-    that must be used instead of the CR's. A write the CR already shows is forgotten
-    here (its delivery's own event came back)."""
-    row = session.execute(
-        select(Agent.id, Agent.meta[META_KEY]).where(Agent.cr_uid == uid).with_for_update()
-    ).first()
-    if row is None:
+def settle_owed(
+    session: Session, agent_id: int | None, section: Any, spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Reconciling a CR whose spec says `spec` (field -> value), its row `agent_id` (None:
+    no row yet) owing `section` (its `meta[META_KEY]`, read with the row locked): the
+    owed values that must be used instead of the CR's. A write the CR already shows is
+    forgotten here (its delivery's own event came back)."""
+    if agent_id is None:
         return {}
-    agent_id, section = row
     overrides: dict[str, Any] = {}
     shown: dict[str, OwedWrite] = {}
     for field, write in _writes_from(section).items():

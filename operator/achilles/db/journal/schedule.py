@@ -49,6 +49,17 @@ def _effective_zone() -> ColumnElement[str]:
     return func.coalesce(User.timezone, PlatformSettings.timezone)
 
 
+# What `scheduled_of` reads besides the agent's id, schedule and slot, for a query that
+# joins the owner (`User`) and the platform settings (`PlatformSettings`, id 1).
+SCHEDULING_COLUMNS = (
+    _effective_zone().label("zone"),
+    _startable().label("startable"),
+    Agent.schedule_zone,
+    Agent.suspend_after_failures,
+    Agent.updated_at,
+)
+
+
 def _select_scheduled() -> Select[Any]:
     return (
         select(
@@ -190,33 +201,61 @@ def nearest_next_run(session: Session) -> datetime | None:
 
 def refresh_next_run(session: Session, agent_id: int, now: datetime, *, reset: bool) -> bool:
     """Give a startable scheduled agent its next slot; no slot for any other. True when
-    the agent has a slot afterwards.
+    the agent has a slot afterwards (`settle_next_run`, its schedule read here)."""
+    scheduled = schedule_of(session, agent_id)
+    return settle_next_run(session, agent_id, scheduled, now, reset=reset)[0] is not None
+
+
+def scheduled_of(row: Any) -> ScheduledAgent | None:
+    """A row that selected SCHEDULING_COLUMNS (and `Agent.id`, `schedule`,
+    `next_run_at`), as `schedule_of` would read it: None unless it may be scheduled."""
+    if not row.startable or row.schedule is None:
+        return None
+    return _rows([row])[0]
+
+
+def settle_next_run(
+    session: Session,
+    agent_id: int,
+    scheduled: ScheduledAgent | None,
+    now: datetime,
+    *,
+    reset: bool,
+    current: tuple[datetime | None, str | None] | None = None,
+) -> tuple[datetime | None, str | None]:
+    """`refresh_next_run` for an agent whose schedule was read already (`scheduled`:
+    None when it may not be scheduled); the (slot, zone) it has afterwards. `current`:
+    the row's (next_run_at, schedule_zone) when the caller read them with the row
+    locked, so that a slot that would not change costs no statement.
 
     `reset` (the schedule itself changed) starts over from now; otherwise a slot
     computed in the current zone stays, and an interval keeps its grid (anchor = the
     previous `next_run_at`). An owner's zone that is no zone (`users` is the platform's
     table) gives no slot, rather than failing the reconcile or the scheduler's pass.
     """
-    scheduled = schedule_of(session, agent_id)
+
+    def write(slot: datetime | None, zone: str | None) -> tuple[datetime | None, str | None]:
+        zone = zone if slot else None
+        if current is None or current != (slot, zone):
+            set_next_run(session, agent_id, slot, zone)
+        return slot, zone
+
     if scheduled is None:
-        set_next_run(session, agent_id, None, None)
-        return False
+        return write(None, None)
     if (
         not reset
         and scheduled.next_run_at is not None
         and scheduled.schedule_zone == scheduled.zone
     ):
-        return True
+        return scheduled.next_run_at, scheduled.schedule_zone
     schedule = parse_schedule(scheduled.schedule)
     try:
         tz = load_timezone(scheduled.zone)
     except UnknownTimezoneError:
-        set_next_run(session, agent_id, None, None)
-        return False
+        return write(None, None)
     anchor = None if reset else scheduled.next_run_at
     if anchor is not None and anchor > now and schedule.type == "interval":
         next_run_at = anchor  # the grid's next slot is still ahead
     else:
         next_run_at = next_slot_after(schedule, now, tz, anchor)
-    set_next_run(session, agent_id, next_run_at, scheduled.zone)
-    return True
+    return write(next_run_at, scheduled.zone)

@@ -30,7 +30,13 @@ class Settings:
 
 
 def load_settings(session: Session) -> Settings:
-    row = session.execute(select(PlatformSettings).where(PlatformSettings.id == 1)).scalar_one()
+    return settings_of(
+        session.execute(select(PlatformSettings).where(PlatformSettings.id == 1)).scalar_one()
+    )
+
+
+def settings_of(row: PlatformSettings) -> Settings:
+    """The settings row as read with another query (joined on `PlatformSettings.id == 1`)."""
     return Settings(
         timezone=row.timezone,
         weekly_token_budget=row.agent_weekly_token_budget,

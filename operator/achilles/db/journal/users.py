@@ -28,11 +28,6 @@ class Owner:
     active: bool
 
 
-def find_user(session: Session, key: str) -> Owner | None:
-    row = session.execute(select(User.id, User.active).where(User.key == key)).first()
-    return None if row is None else Owner(user_id=row.id, active=row.active)
-
-
 @dataclass(frozen=True)
 class UserUpsert:
     user_id: int

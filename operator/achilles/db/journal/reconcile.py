@@ -1,0 +1,113 @@
+"""The reads of one Agent's full reconcile (`services/agents.py`), folded into two.
+
+At an operator restart every changed Agent is reconciled on a few handler threads that
+share the GIL with kopf's event loop, so each statement's Python cost and round trip
+slows the restart (issue 20, `achilles bench intake`). `begin_reconcile` reads the
+database clock, the owner and the CR's row (locked) in one statement. After the writes,
+`settle_slot_and_status` reads the reconciled row with its schedule inputs, the platform
+settings and its last run in one more, and gives it its slot and status from that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, true
+from sqlalchemy.orm import Session
+
+from achilles.db.journal.models import Agent, AgentRun, PlatformSettings, User
+from achilles.db.journal.owed_spec import META_KEY
+from achilles.db.journal.schedule import SCHEDULING_COLUMNS, scheduled_of, settle_next_run
+from achilles.db.journal.settings import settings_of
+from achilles.db.journal.status import (
+    LAST_RUN_COLUMNS,
+    STATUS_COLUMNS,
+    AgentStatusRow,
+    last_run_of,
+    status_rows_of,
+)
+from achilles.db.journal.users import Owner
+
+
+@dataclass(frozen=True)
+class LockedAgent:
+    """The row of an Agent CR, locked for the rest of the transaction: a scheduler tick
+    cannot advance `next_run_at` from a schedule that is being replaced."""
+
+    agent_id: int
+    schedule: dict[str, Any] | None
+    owed: Any  # `meta["owed_spec"]` as stored (`owed_spec.settle_owed` reads it)
+
+
+@dataclass(frozen=True)
+class ReconcileStart:
+    now: datetime  # the database's clock (the transaction's start)
+    owner: Owner | None  # None: no user has the key the CR names
+    row: LockedAgent | None  # None: the CR has no row yet
+
+
+def begin_reconcile(session: Session, uid: str, owner_key: str) -> ReconcileStart:
+    """The clock, the owner by key and the row of the CR `uid`, locked: one statement.
+
+    The row is locked inside its own subquery (PostgreSQL refuses a lock on the
+    nullable side of an outer join), so the answer has one row whether or not the owner
+    and the agent exist."""
+    clock = select(func.now().label("now")).subquery("clock")
+    locked = (
+        select(Agent.id, Agent.schedule, Agent.meta[META_KEY].label("owed"))
+        .where(Agent.cr_uid == uid)
+        .with_for_update()
+        .subquery("locked")
+    )
+    found = session.execute(
+        select(clock.c.now, User.id.label("user_id"), User.active, locked)
+        .select_from(clock)
+        .outerjoin(User, User.key == owner_key)
+        .outerjoin(locked, true())
+    ).one()
+    return ReconcileStart(
+        now=found.now,
+        owner=None if found.user_id is None else Owner(found.user_id, found.active),
+        row=None if found.id is None else LockedAgent(found.id, found.schedule, found.owed),
+    )
+
+
+def settle_slot_and_status(
+    session: Session, agent_id: int, now: datetime, *, reset: bool
+) -> AgentStatusRow:
+    """The reconciled row's slot (`schedule.settle_next_run`; `reset`: its schedule
+    changed) and status row, from one read of the row, its owner, the platform settings
+    and its last run (then its owner's weekly tokens: one statement more)."""
+    last_run = (
+        select(*LAST_RUN_COLUMNS)
+        .where(AgentRun.agent_id == Agent.id)
+        .order_by(AgentRun.id.desc())  # ix_agent_runs_agent_id_id
+        .limit(1)
+        .lateral("last_run")
+    )
+    row = session.execute(
+        select(*STATUS_COLUMNS, *SCHEDULING_COLUMNS, PlatformSettings, last_run)
+        .join(User, User.id == Agent.user_id)
+        .join(PlatformSettings, PlatformSettings.id == 1)
+        .outerjoin(last_run, true())
+        .where(Agent.id == agent_id)
+    ).one()
+    next_run_at, _zone = settle_next_run(
+        session,
+        agent_id,
+        scheduled_of(row),
+        now,
+        reset=reset,
+        current=(row.next_run_at, row.schedule_zone),
+    )
+    last = last_run_of(row)
+    (status,) = status_rows_of(
+        session,
+        [row],
+        now=now,
+        settings=settings_of(row.PlatformSettings),
+        last_runs={agent_id: last} if last else {},
+    )
+    return replace(status, next_run_at=next_run_at)
