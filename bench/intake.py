@@ -160,6 +160,13 @@ def _idle_since(samples: list[Usage], since: float) -> float | None:
     return None
 
 
+def _cpu_between(samples: list[Usage], since: float, until: float) -> float:
+    """The process's CPU seconds between the samples nearest `since` and `until`."""
+    inside = [s for s in samples if since <= s.at <= until] or samples[-1:]
+    before = [s for s in samples if s.at <= since] or inside[:1]
+    return inside[-1].cpu_s - before[-1].cpu_s
+
+
 def _wait_idle(operator: OperatorUnderTest, since: float, what: str, progress: Progress) -> float:
     def idle() -> float | None:
         operator.check_alive()
@@ -401,6 +408,12 @@ def _restart(
             note="status and spec, all kinds",
         )
         report.add_value(f"{label}: operator peak RSS", peak, "MiB")
+        report.add_value(
+            f"{label}: operator CPU until drained",
+            _cpu_between(op.samples, started, idle_at),
+            "core-s",
+            note="its work, less sensitive than the seconds to what else the host runs",
+        )
         cores, rss = op.usage_over(idle_window_s)
         rss_goal = (
             (at_most(256, "MiB") if size <= 10_000 else at_most(512, "MiB")) if goals else None

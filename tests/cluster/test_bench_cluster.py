@@ -77,6 +77,7 @@ def test_intake(postgres_server: LocalPostgres, tmp_path: Path, leaves_nothing: 
     result = _result(out)
     figures = _figures(result)
     assert figures["restart -> all reconciled"]["value"] > 0
+    assert figures["restart: operator CPU until drained"]["value"] > 0
     # One Agent changed, one deleted and one added while no operator ran: the changed and
     # the added one are reconciled, the 18 others cost nothing.
     assert figures["restart: listed Agents unchanged"]["value"] == 18
