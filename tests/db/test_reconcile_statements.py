@@ -71,19 +71,19 @@ def _agent(
     )
 
 
-def test_a_full_reconcile_costs_five_statements(db: Engine, database: Database) -> None:
+def test_a_full_reconcile_costs_four_statements(db: Engine, database: Database) -> None:
     owner, model, uid = make_owner(db), make_model(db), str(uuid.uuid4())
     statements = Statements(database)
-    # New: clock+owner+row, INSERT, the row with its settings and last run, its slot,
-    # the owner's weekly tokens.
+    # New: clock+settings+owner+row, INSERT, the row with its last run and its owner's
+    # tokens of the week, its first slot.
     new = agents.reconcile_agent(database, _agent(uid, owner, model, 1), is_new=True)
-    assert len(statements.take()) == 5
+    assert len(statements.take()) == 4
     assert new.agent_id is not None
     assert new.status["nextRunAt"] is not None
-    # Changed: clock+owner+row, UPDATE, tool links, the row..., weekly tokens (the slot
-    # is kept: no write).
+    # Changed: clock+settings+owner+row, UPDATE, tool links, the row with its last run
+    # and tokens (the slot is kept: no write).
     changed = agents.reconcile_agent(database, _agent(uid, owner, model, 2, prompt="Other."))
-    assert len(statements.take()) == 5
+    assert len(statements.take()) == 4
     assert changed.agent_id == new.agent_id
     assert changed.status["nextRunAt"] == new.status["nextRunAt"]  # the slot is kept
     with db.connect() as conn:
@@ -97,7 +97,7 @@ def test_a_full_reconcile_costs_five_statements(db: Engine, database: Database) 
     agents.reconcile_agent(
         database, _agent(uid, owner, model, 3, prompt="Other.", wakeOnReply=True)
     )
-    assert len(statements.take()) == 6
+    assert len(statements.take()) == 5
     # Its last runs: the newest one, read with the row (and tokens of the week).
     with db.begin() as conn:
         for reason in ("stale", "error"):
@@ -109,10 +109,11 @@ def test_a_full_reconcile_costs_five_statements(db: Engine, database: Database) 
                 {"a": new.agent_id, "r": reason},
             )
     ran = agents.reconcile_agent(database, _agent(uid, owner, model, 4, prompt="Other."))
-    assert len(statements.take()) == 5
+    assert len(statements.take()) == 4
     assert ran.status["lastRun"]["reason"] == "error"
     assert ran.status["weeklyTokens"]["used"] == 14
-    # No owner: the clock+owner+row read and the DELETE of a row that may be left.
+    assert type(ran.status["weeklyTokens"]["used"]) is int  # not the sum's Decimal
+    # No owner: the first read and the DELETE of a row that may be left.
     gone = agents.reconcile_agent(database, _agent(uid, "nobody", model, 5), is_new=False)
     assert len(statements.take()) == 2
     assert gone.agent_id is None
@@ -130,6 +131,7 @@ def test_the_first_read_locks_the_row_and_sees_a_missing_owner_and_row(
         start = begin_reconcile(session, uid, owner)
         assert start.owner is not None
         assert start.owner.active
+        assert start.settings.weekly_token_budget >= 0
         assert start.row is not None
         assert start.row.agent_id == agent_id
         with db.connect() as other, pytest.raises(OperationalError) as refused:

@@ -120,7 +120,7 @@ def reconcile_agent(
             # The owner's consent, as the portal writes it: the spec wins over the CLI's.
             inbox_settings.mirror_wake_on_reply(session, agent_id, agent.spec.wake_on_reply)
         status_row = reconcile_rows.settle_slot_and_status(
-            session, agent_id, now, reset=schedule_changed
+            session, agent_id, start, reset=schedule_changed
         )
     status = agent_status(
         status_row,

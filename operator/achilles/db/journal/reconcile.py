@@ -3,9 +3,10 @@
 At an operator restart every changed Agent is reconciled on a few handler threads that
 share the GIL with kopf's event loop, so each statement's Python cost and round trip
 slows the restart (issue 20, `achilles bench intake`). `begin_reconcile` reads the
-database clock, the owner and the CR's row (locked) in one statement. After the writes,
-`settle_slot_and_status` reads the reconciled row with its schedule inputs, the platform
-settings and its last run in one more, and gives it its slot and status from that.
+database clock, the platform settings, the owner and the CR's row (locked) in one
+statement. After the writes, `settle_slot_and_status` reads the reconciled row with its
+schedule inputs, its last run and its owner's tokens of the budget week in one more, and
+gives it its slot and status from that.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session
 from achilles.db.journal.models import Agent, AgentRun, PlatformSettings, User
 from achilles.db.journal.owed_spec import META_KEY
 from achilles.db.journal.schedule import SCHEDULING_COLUMNS, scheduled_of, settle_next_run
-from achilles.db.journal.settings import settings_of
+from achilles.db.journal.settings import Settings, settings_of
 from achilles.db.journal.status import (
     LAST_RUN_COLUMNS,
     STATUS_COLUMNS,
@@ -28,7 +29,9 @@ from achilles.db.journal.status import (
     last_run_of,
     status_rows_of,
 )
+from achilles.db.journal.usage import tokens_used_by
 from achilles.db.journal.users import Owner
+from achilles.domain.budget import week_window
 
 
 @dataclass(frozen=True)
@@ -44,12 +47,14 @@ class LockedAgent:
 @dataclass(frozen=True)
 class ReconcileStart:
     now: datetime  # the database's clock (the transaction's start)
+    settings: Settings
     owner: Owner | None  # None: no user has the key the CR names
     row: LockedAgent | None  # None: the CR has no row yet
 
 
 def begin_reconcile(session: Session, uid: str, owner_key: str) -> ReconcileStart:
-    """The clock, the owner by key and the row of the CR `uid`, locked: one statement.
+    """The clock, the platform settings, the owner by key and the row of the CR `uid`,
+    locked: one statement.
 
     The row is locked inside its own subquery (PostgreSQL refuses a lock on the
     nullable side of an outer join), so the answer has one row whether or not the owner
@@ -62,24 +67,28 @@ def begin_reconcile(session: Session, uid: str, owner_key: str) -> ReconcileStar
         .subquery("locked")
     )
     found = session.execute(
-        select(clock.c.now, User.id.label("user_id"), User.active, locked)
+        select(clock.c.now, PlatformSettings, User.id.label("user_id"), User.active, locked)
         .select_from(clock)
+        .join(PlatformSettings, PlatformSettings.id == 1)
         .outerjoin(User, User.key == owner_key)
         .outerjoin(locked, true())
     ).one()
     return ReconcileStart(
         now=found.now,
+        settings=settings_of(found.PlatformSettings),
         owner=None if found.user_id is None else Owner(found.user_id, found.active),
         row=None if found.id is None else LockedAgent(found.id, found.schedule, found.owed),
     )
 
 
 def settle_slot_and_status(
-    session: Session, agent_id: int, now: datetime, *, reset: bool
+    session: Session, agent_id: int, start: ReconcileStart, *, reset: bool
 ) -> AgentStatusRow:
     """The reconciled row's slot (`schedule.settle_next_run`; `reset`: its schedule
-    changed) and status row, from one read of the row, its owner, the platform settings
-    and its last run (then its owner's weekly tokens: one statement more)."""
+    changed) and status row, from one read of the row, its owner, its last run and the
+    owner's tokens of the budget week (`start`: its clock and settings)."""
+    now, settings = start.now, start.settings
+    window = week_window(now, settings.zone)  # as `status.status_rows_of` computes it
     last_run = (
         select(*LAST_RUN_COLUMNS)
         .where(AgentRun.agent_id == Agent.id)
@@ -88,7 +97,12 @@ def settle_slot_and_status(
         .lateral("last_run")
     )
     row = session.execute(
-        select(*STATUS_COLUMNS, *SCHEDULING_COLUMNS, PlatformSettings, last_run)
+        select(
+            *STATUS_COLUMNS,
+            *SCHEDULING_COLUMNS,
+            tokens_used_by(Agent.user_id, window.start, window.end).label("week_tokens"),
+            last_run,
+        )
         .join(User, User.id == Agent.user_id)
         .join(PlatformSettings, PlatformSettings.id == 1)
         .outerjoin(last_run, true())
@@ -106,8 +120,9 @@ def settle_slot_and_status(
     (status,) = status_rows_of(
         session,
         [row],
+        {row.user_id: int(row.week_tokens)},  # a sum of BIGINTs: numeric
         now=now,
-        settings=settings_of(row.PlatformSettings),
+        settings=settings,
         last_runs={agent_id: last} if last else {},
     )
     return replace(status, next_run_at=next_run_at)
