@@ -113,17 +113,6 @@ class AgentDefinition:
     suspend_after_failures: int | None = None
 
 
-@dataclass(frozen=True)
-class ReconciledAgent:
-    agent_id: int
-    created: bool
-    user_id: int
-    owner_active: bool
-    model_found: bool
-    unknown_tools: tuple[str, ...]
-    schedule_changed: bool
-
-
 def upsert_agent(
     session: Session, definition: AgentDefinition, user_id: int, existing: LockedAgent | None
 ) -> tuple[int, bool, bool]:
