@@ -5,6 +5,12 @@ is written: this is where the journal's stack (SQLAlchemy) comes in. The row is
 `running` from here on, so every way out ends it: refused (no model, a login too
 powerful, a bad time zone), or carried by the agent loop (`runner/execution.py`), or
 failed with the crash that stopped it.
+
+The heartbeat starts with it, before the run's spec is read: a database that goes away
+right after the claim is waited for (`_when_reachable`), as a run whose database goes
+away mid-call waits, and the reaper judges both by the same rule (issue 20's claim
+before the agent loop's imports made this window; `achilles chaos postgres-outage`
+stops PostgreSQL in it).
 """
 
 from __future__ import annotations
@@ -12,14 +18,16 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from achilles.db.database import Database
 from achilles.db.roles import Component
 from achilles.domain.run_spec import RunSpec
 from achilles.domain.runs import FailReason
 from achilles.domain.timezones import load_timezone
-from achilles.errors import ConfigurationError, UnknownTimezoneError
+from achilles.errors import ConfigurationError, DatabaseUnavailable, UnknownTimezoneError
 from achilles.runner.config import API_KEY_ENV, RunnerConfig
 from achilles.runner.events import EXIT_CRASH, EXIT_OK, Event, RowLost
 from achilles.runner.heartbeat import Heartbeat
@@ -28,6 +36,11 @@ from achilles.services import db_roles
 from achilles.services.run_journal import RunJournal
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# A database unreachable after the claim is tried again this often, doubling.
+REACH_FIRST_SECONDS = 0.5
+REACH_MOST_SECONDS = 5.0
 
 
 def carry_claimed_run(
@@ -47,19 +60,28 @@ def carry_claimed_run(
             session_settings=session_settings,
         )
     )
+    stop = threading.Event()
+    Heartbeat(
+        beat=lambda: database.heartbeat(config.run_id),
+        interval=config.heartbeat_interval,
+        on_row_lost=lambda: events.put(RowLost()),
+        stop=stop,
+    ).start()
     try:
         try:
-            spec = database.load(config.run_id)
+            spec = _when_reachable("reading the run", lambda: database.load(config.run_id))
             if spec is None:
                 log.info("run %d is gone (deleted with its agent); nothing to do", config.run_id)
                 return EXIT_OK
             log.info("run %d: agent %d (%s)", spec.run_id, spec.agent_id, spec.agent_name)
-            powerful = _powerful_login(database, config)
+            powerful = _when_reachable(
+                "checking the login", lambda: _powerful_login(database, config)
+            )
             if powerful is not None:
                 log.error("run %d: %s", spec.run_id, powerful)
                 database.fail(spec.run_id, FailReason.ERROR, powerful)
                 return EXIT_OK
-            return _start(spec, config, database, events, claimed)
+            return _start(spec, config, database, events, claimed, stop)
         except Exception as exc:
             # A bug or a lost database after the claim: never leave the row `running`.
             log.exception("run %d: the runner crashed", config.run_id)
@@ -70,7 +92,21 @@ def carry_claimed_run(
             )
             return EXIT_CRASH
     finally:
+        stop.set()
         database.database.dispose()
+
+
+def _when_reachable(what: str, call: Callable[[], T]) -> T:
+    """`call`, tried again while the database is unreachable (the pod's deadline bounds
+    the wait; the heartbeat thread keeps trying too)."""
+    delay = REACH_FIRST_SECONDS
+    while True:
+        try:
+            return call()
+        except DatabaseUnavailable as exc:
+            log.warning("%s: %s; trying again in %.1f s", what, exc, delay)
+        time.sleep(delay)  # a backoff between attempts, not a wait for another thread
+        delay = min(2 * delay, REACH_MOST_SECONDS)
 
 
 def _powerful_login(database: RunJournal, config: RunnerConfig) -> str | None:
@@ -108,29 +144,19 @@ def _start(
     database: RunJournal,
     events: queue.SimpleQueue[Event],
     claimed: float,
+    stop: threading.Event,
 ) -> int:
-    """The claimed run (at `claimed`, monotonic): refused, or its heartbeat started and
-    its agent loop run."""
+    """The claimed run (at `claimed`, monotonic): refused, or its agent loop run (`stop`
+    ends the heartbeat)."""
     refusal = _refusal(spec, config)
     if refusal is not None or spec.model is None:
         database.fail(spec.run_id, FailReason.ERROR, refusal or "no model")
         return EXIT_OK
+    # Here, not at the top: the agent loop's stack (openai alone is most of a second of
+    # CPU) would otherwise delay the heartbeat.
+    with permanent_imports():
+        from achilles.runner.execution import execute
 
-    stop = threading.Event()
-    Heartbeat(
-        beat=lambda: database.heartbeat(spec.run_id),
-        interval=config.heartbeat_interval,
-        on_row_lost=lambda: events.put(RowLost()),
-        stop=stop,
-    ).start()
-    try:
-        # Here, not at the top: the agent loop's stack (openai alone is most of a
-        # second of CPU) would otherwise delay the heartbeat.
-        with permanent_imports():
-            from achilles.runner.execution import execute
-
-        return execute(
-            spec, config, database, events, model_endpoint=spec.model, claimed=claimed, stop=stop
-        )
-    finally:
-        stop.set()
+    return execute(
+        spec, config, database, events, model_endpoint=spec.model, claimed=claimed, stop=stop
+    )
