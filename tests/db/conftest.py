@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -7,6 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine
 
+from achilles.db.database import Database
 from achilles.db.schema import metadata
 
 
@@ -26,3 +28,11 @@ def schema_diff(db_engine: Engine) -> list[Any]:
         )
         diff: list[Any] = compare_metadata(context, metadata)
     return diff
+
+
+@pytest.fixture
+def database(database_url: str, db: Engine) -> Iterator[Database]:
+    """The application's database handle on the test database, emptied (`db`) first."""
+    handle = Database(database_url)
+    yield handle
+    handle.dispose()

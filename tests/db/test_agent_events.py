@@ -3,10 +3,8 @@ the kopf handler only applies this answer, so the decision is tested here whole.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
@@ -15,13 +13,6 @@ from achilles.domain.vocabulary import ConditionType, EventReason
 from achilles.k8s.annotations import RUN_REQUESTED_AT
 from achilles.services.agent_events import AgentEvent, reconcile_agent_event
 from tests.db.factories import make_model, make_owner
-
-
-@pytest.fixture
-def database(database_url: str, db: Engine) -> Iterator[Database]:
-    handle = Database(database_url)
-    yield handle
-    handle.dispose()
 
 
 def _event(uid: str, spec: dict[str, Any], **fields: Any) -> AgentEvent:

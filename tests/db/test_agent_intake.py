@@ -9,12 +9,11 @@ operator's merge patch (null fields dropped). Statements are counted on the engi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
 from achilles.k8s.annotations import RUN_REQUESTED_AT
@@ -28,24 +27,7 @@ from achilles.services.agent_events import (
 from achilles.services.agent_intake import SettledAgents
 from achilles.services.status import needs_patch
 from tests.db.factories import make_model, make_owner
-
-
-@pytest.fixture
-def database(database_url: str, db: Engine) -> Iterator[Database]:
-    handle = Database(database_url)
-    yield handle
-    handle.dispose()
-
-
-class Statements:
-    """Statements the database handle sends, counted as the driver executes them."""
-
-    def __init__(self, database: Database) -> None:
-        self.count = 0
-        event.listen(database.engine, "before_cursor_execute", self._seen)
-
-    def _seen(self, *_: Any) -> None:
-        self.count += 1
+from tests.db.statements import Statements
 
 
 def _as_stored(value: Any) -> Any:

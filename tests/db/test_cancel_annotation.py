@@ -5,10 +5,8 @@ id and another agent's run change nothing, each answered once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
@@ -17,13 +15,6 @@ from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
 from achilles.services.agent_events import AgentEvent, reconcile_agent_event
 from achilles.services.status import is_own_status_echo
 from tests.db.factories import make_model, make_owner
-
-
-@pytest.fixture
-def database(database_url: str, db: Engine) -> Iterator[Database]:
-    handle = Database(database_url)
-    yield handle
-    handle.dispose()
 
 
 def _event(

@@ -7,11 +7,9 @@ it, and the agent runs every day.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -23,13 +21,6 @@ from achilles.services import agents
 from tests.db.factories import make_agent, make_model, make_owner
 
 DAILY_ON_A_WEDNESDAY = {"type": "calendar", "cadence": "daily", "weekday": 2, "time": "09:00"}
-
-
-@pytest.fixture
-def database(database_url: str, db: Engine) -> Iterator[Database]:
-    handle = Database(database_url)
-    yield handle
-    handle.dispose()
 
 
 def _row(db: Engine, where: str, value: object) -> Any:

@@ -3,11 +3,9 @@ Kubernetes one is exercised in tests/cluster/install/test_inbox_wake.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import pytest
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
@@ -28,13 +26,6 @@ class FakeRequester:
             raise self.refuse_with
         self.requests.append((namespace, name, at))
         return f"request-{len(self.requests)}"
-
-
-@pytest.fixture
-def database(database_url: str, db: Engine) -> Iterator[Database]:
-    handle = Database(database_url)
-    yield handle
-    handle.dispose()
 
 
 def _waking_agent(db: Engine, database: Database, *, with_resource: bool = True) -> int:

@@ -12,10 +12,8 @@ server and operator (tests/cluster/install/test_operator_convergence.py).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
@@ -24,13 +22,6 @@ from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.services import agents, catalogue, users
 from tests.db.factories import make_owner
-
-
-@pytest.fixture
-def database(database_url: str, db: Engine) -> Iterator[Database]:
-    handle = Database(database_url)
-    yield handle
-    handle.dispose()
 
 
 def _model(database: Database, name: str) -> None:

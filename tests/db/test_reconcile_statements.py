@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from psycopg.errors import LockNotAvailable
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -26,28 +25,7 @@ from achilles.db.journal.reconcile import begin_reconcile
 from achilles.k8s.resources.agent import AgentSpec
 from achilles.services import agents
 from tests.db.factories import make_agent, make_model, make_owner
-
-
-@pytest.fixture
-def database(database_url: str, db: Engine) -> Iterator[Database]:
-    handle = Database(database_url)
-    yield handle
-    handle.dispose()
-
-
-class Statements:
-    """Statements the database handle sends, as the driver executes them."""
-
-    def __init__(self, database: Database) -> None:
-        self.seen: list[str] = []
-        event.listen(database.engine, "before_cursor_execute", self._seen)
-
-    def _seen(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        self.seen.append(" ".join(statement.split())[:120])
-
-    def take(self) -> list[str]:
-        seen, self.seen = self.seen, []
-        return seen
+from tests.db.statements import Statements
 
 
 def _agent(

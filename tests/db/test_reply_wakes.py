@@ -10,11 +10,9 @@ cluster tier runs it end to end (tests/cluster/install/test_operator_convergence
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -30,13 +28,6 @@ from achilles.services import inbox as inbox_service
 from achilles.services.run_journal import RunJournal
 from tests.db import inbox_support as box
 from tests.db.factories import make_agent, make_model, make_owner
-
-
-@pytest.fixture
-def database(database_url: str, db: Engine) -> Iterator[Database]:
-    handle = Database(database_url)
-    yield handle
-    handle.dispose()
 
 
 def _waking_agent(db: Engine, database: Database) -> int:
