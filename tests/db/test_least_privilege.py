@@ -20,6 +20,7 @@ from achilles.db.database import Database
 from achilles.db.inbox import board
 from achilles.db.journal import runs as journal
 from achilles.db.roles import Component
+from achilles.db.run_claim import HeartbeatAlone, claim_run_alone, runner_conninfo
 from achilles.domain.run_secret import RunSecret, session_settings
 from achilles.domain.runs import RunTrigger
 from achilles.errors import ConfigurationError, InvalidInputError
@@ -265,6 +266,51 @@ def test_once_its_run_ended_a_run_pod_sees_and_writes_nothing(
     ):
         assert _attempt(runner_a, [statement], world) == NOTHING, statement
     assert _snapshot(db) == before
+
+
+def test_a_run_pod_claims_and_beats_with_psycopg_alone_its_own_run_only(
+    db: Engine, database_url: str, world: World
+) -> None:
+    def conninfo(run_id: int, secret: str) -> str:
+        return runner_conninfo(
+            login_url(database_url, Component.RUNNER),
+            session_settings=session_settings(run_id, secret),
+            application_name="test-runner",
+            connect_timeout=5,
+        )
+
+    own = conninfo(world.run_a, world.secret_a)
+    assert claim_run_alone(own, world.run_a)
+    assert not claim_run_alone(own, world.run_a)  # claimed already
+    with db.connect() as conn:
+        conn.execute(
+            text("UPDATE agent_runs SET heartbeat_at = now() - interval '1 hour' WHERE id = :id"),
+            {"id": world.run_a},
+        )
+        conn.commit()
+    beat = HeartbeatAlone(own, world.run_a)
+    assert beat.beat()
+    with db.connect() as conn:
+        age = conn.execute(
+            text(
+                "SELECT now() - heartbeat_at < interval '1 minute' FROM agent_runs WHERE id = :id"
+            ),
+            {"id": world.run_a},
+        ).scalar_one()
+    assert age is True
+    # Another run's id with this pod's secret: its row is not this login's to see.
+    assert not HeartbeatAlone(own, world.run_b).beat()
+    with db.connect() as conn:
+        conn.execute(
+            text(
+                "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = now()"
+                " WHERE id = :id"
+            ),
+            {"id": world.run_a},
+        )
+        conn.commit()
+    assert not beat.beat()  # reaped: the beater is told, and writes nothing
+    beat.close()
 
 
 def test_a_run_pod_cannot_read_another_pods_secret(

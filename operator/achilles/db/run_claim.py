@@ -42,17 +42,16 @@ def libpq_url(url: str) -> str:
     return plain
 
 
-def claim_run_alone(
+def runner_conninfo(
     url: str,
-    run_id: int,
     *,
     session_settings: Mapping[str, str] | None,
     application_name: str,
     connect_timeout: int,
-) -> bool:
-    """`queued -> running` in a transaction of its own; False if the run is not queued
-    (claimed, finished, deleted). `session_settings` ride on the connection as libpq's
-    `options`, as `Database` sets them, so they are set before any statement."""
+) -> str:
+    """The runner's libpq connection string: `session_settings` ride on the connection
+    as libpq's `options`, as `Database` sets them, so they are set before any
+    statement."""
     conninfo = libpq_url(url)
     given = conninfo_to_dict(conninfo)
     extra: dict[str, str] = {}
@@ -67,8 +66,14 @@ def claim_run_alone(
         extra["application_name"] = application_name
     if "connect_timeout" not in given:
         extra["connect_timeout"] = str(connect_timeout)
+    return make_conninfo(conninfo, **extra)
+
+
+def claim_run_alone(conninfo: str, run_id: int) -> bool:
+    """`queued -> running` in a transaction of its own; False if the run is not queued
+    (claimed, finished, deleted)."""
     try:
-        with psycopg.connect(make_conninfo(conninfo, **extra)) as conn:  # commits on a clean exit
+        with psycopg.connect(conninfo) as conn:  # commits on a clean exit
             row = conn.execute("SELECT achilles_claim_run(%s)", (run_id,)).fetchone()
     except psycopg.OperationalError as exc:
         raise driver_errors.unreachable(exc) from exc
@@ -78,3 +83,36 @@ def claim_run_alone(
             raise
         raise behind from exc
     return bool(row and row[0])
+
+
+class HeartbeatAlone:
+    """The run's heartbeat with psycopg alone, on a connection of its own (opened at the
+    first beat, and again after one failed): it beats from just after the claim, while
+    the journal's stack is still being imported, which on a starved node took longer
+    than the stale threshold (`achilles chaos double-leader`)."""
+
+    def __init__(self, conninfo: str, run_id: int) -> None:
+        self._conninfo = conninfo
+        self._run_id = run_id
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+
+    def beat(self) -> bool:
+        """`heartbeat_at` moved to the database's now; False when the row is no longer
+        `running` (the reaper failed it, or it finished)."""
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._conninfo, autocommit=True)
+            row = self._conn.execute(
+                "UPDATE agent_runs SET heartbeat_at = now()"
+                " WHERE id = %s AND state = 'running' RETURNING id",
+                (self._run_id,),
+            ).fetchone()
+        except psycopg.OperationalError as exc:
+            self.close()
+            raise driver_errors.unreachable(exc) from exc
+        return row is not None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

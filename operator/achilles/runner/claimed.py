@@ -6,11 +6,11 @@ is written: this is where the journal's stack (SQLAlchemy) comes in. The row is
 powerful, a bad time zone), or carried by the agent loop (`runner/execution.py`), or
 failed with the crash that stopped it.
 
-The heartbeat starts with it, before the run's spec is read: a database that goes away
-right after the claim is waited for (`_when_reachable`), as a run whose database goes
-away mid-call waits, and the reaper judges both by the same rule (issue 20's claim
-before the agent loop's imports made this window; `achilles chaos postgres-outage`
-stops PostgreSQL in it).
+The heartbeat beats from just after the claim (`runner/main.py`, psycopg alone): a
+database that goes away right after the claim is waited for (`_when_reachable`), as a
+run whose database goes away mid-call waits, and the reaper judges both by the same rule
+(issue 20's claim before the agent loop's imports made this window; `achilles chaos
+postgres-outage` stops PostgreSQL in it).
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from achilles.domain.runs import FailReason
 from achilles.domain.timezones import load_timezone
 from achilles.errors import ConfigurationError, DatabaseUnavailable, UnknownTimezoneError
 from achilles.runner.config import API_KEY_ENV, RunnerConfig
-from achilles.runner.events import EXIT_CRASH, EXIT_OK, Event, RowLost
-from achilles.runner.heartbeat import Heartbeat
+from achilles.runner.events import EXIT_CRASH, EXIT_OK, Event
 from achilles.runner.startup import permanent_imports
 from achilles.services import db_roles
 from achilles.services.run_journal import RunJournal
@@ -48,10 +47,12 @@ def carry_claimed_run(
     session_settings: Mapping[str, str] | None,
     events: queue.SimpleQueue[Event],
     claimed: float,
+    stop: threading.Event,
 ) -> int:
-    """Run `config.run_id`, claimed at `claimed` (monotonic), to its end; the exit code."""
-    # One pool for the rest of the process: the loop's transactions and the heartbeat
-    # thread's, each connection with the run's secret (session settings), as the claim's.
+    """Run `config.run_id`, claimed at `claimed` (monotonic), to its end; the exit code
+    (`stop`: set when the agent loop ends, and by the caller at the end)."""
+    # One pool for the rest of the process, each connection with the run's secret
+    # (session settings), as the claim's.
     database = RunJournal(
         Database(
             config.database_url,
@@ -60,13 +61,6 @@ def carry_claimed_run(
             session_settings=session_settings,
         )
     )
-    stop = threading.Event()
-    Heartbeat(
-        beat=lambda: database.heartbeat(config.run_id),
-        interval=config.heartbeat_interval,
-        on_row_lost=lambda: events.put(RowLost()),
-        stop=stop,
-    ).start()
     try:
         try:
             spec = _when_reachable("reading the run", lambda: database.load(config.run_id))
@@ -92,7 +86,6 @@ def carry_claimed_run(
             )
             return EXIT_CRASH
     finally:
-        stop.set()
         database.database.dispose()
 
 

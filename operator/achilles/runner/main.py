@@ -36,14 +36,16 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import threading
 import time
 from types import FrameType
 
 from achilles.db.driver_errors import CONNECT_TIMEOUT_SECONDS
-from achilles.db.run_claim import claim_run_alone
+from achilles.db.run_claim import HeartbeatAlone, claim_run_alone, runner_conninfo
 from achilles.domain.run_secret import session_settings
 from achilles.runner.config import RunnerConfig
-from achilles.runner.events import EXIT_OK, Event, Terminated
+from achilles.runner.events import EXIT_OK, Event, RowLost, Terminated
+from achilles.runner.heartbeat import Heartbeat
 from achilles.runner.startup import permanent_imports
 
 log = logging.getLogger(__name__)
@@ -70,20 +72,31 @@ def run(config: RunnerConfig) -> int:
     # The run's secret rides on the connection (session settings), so the runner login's
     # policies show this run's row and no other (0011_least_privilege).
     settings = session_settings(config.run_id, config.run_secret) if config.run_secret else None
-    claimed = claim_run_alone(
+    conninfo = runner_conninfo(
         config.database_url,
-        config.run_id,
         session_settings=settings,
         application_name=APPLICATION_NAME,
         connect_timeout=CONNECT_TIMEOUT_SECONDS,  # as `Database`'s
     )
-    if not claimed:
+    if not claim_run_alone(conninfo, run_id):
         log.info("run %d is not queued (claimed, finished or deleted); nothing to do", run_id)
         return EXIT_OK
     claimed_at = time.monotonic()
     log.info("run %d claimed", config.run_id)
-    # From here on the row is `running`: `carry_claimed_run` ends it whatever happens.
-    with permanent_imports():
-        from achilles.runner.claimed import carry_claimed_run
+    # The claim was the first beat; the next ones come from here, before the journal's
+    # stack is imported (on a starved node that import alone outlasted the threshold).
+    stop = threading.Event()
+    Heartbeat(
+        beat=HeartbeatAlone(conninfo, run_id).beat,
+        interval=config.heartbeat_interval,
+        on_row_lost=lambda: events.put(RowLost()),
+        stop=stop,
+    ).start()
+    try:
+        # From here on the row is `running`: `carry_claimed_run` ends it whatever happens.
+        with permanent_imports():
+            from achilles.runner.claimed import carry_claimed_run
 
-    return carry_claimed_run(config, settings, events, claimed_at)
+        return carry_claimed_run(config, settings, events, claimed_at, stop)
+    finally:
+        stop.set()
