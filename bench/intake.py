@@ -25,7 +25,6 @@ RSS and CPU over the idle window after.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -64,7 +63,8 @@ from bench.intake_checks import (
     touched_reconciled,
 )
 from bench.intake_memory import memory_figures, probe_env
-from bench.operator_process import OperatorUnderTest, Usage, running_operator
+from bench.intake_usage import IDLE_CORES, IDLE_PROBE_S, cpu_between, idle_since, listing_alone
+from bench.operator_process import OperatorUnderTest, running_operator
 from bench.report import Progress, Report, at_most
 from bench.steady import AGENTS_PER_OWNER, MODEL, _namespace, _schedule
 from bench.workload import (
@@ -79,9 +79,6 @@ from bench.workload import (
 NAME = "intake"
 DEFAULT_SIZE = 10_000
 IDLE_WINDOW_S = 60.0
-# The operator counts as idle once its CPU over the trailing IDLE_PROBE_S is at most this.
-IDLE_CORES = 0.1
-IDLE_PROBE_S = 5.0
 CHANGED_FRACTION = 0.05
 DELETED_FRACTION = 0.01
 ADDED_FRACTION = 0.01
@@ -144,33 +141,10 @@ def _database_counters(database: Database) -> dict[str, int]:
     return {"transactions": int(commits), "agents row writes": int(writes)}
 
 
-def _idle_since(samples: list[Usage], since: float) -> float | None:
-    """The first instant after `since` that ends a window of at least IDLE_PROBE_S
-    seconds in which the operator's CPU was at most IDLE_CORES."""
-    window = [s for s in samples if s.at >= since]
-    start = 0
-    for last in window:
-        # The latest sample at least IDLE_PROBE_S before `last`.
-        while start + 1 < len(window) and last.at - window[start + 1].at >= IDLE_PROBE_S:
-            start += 1
-        first = window[start]
-        span = last.at - first.at
-        if span >= IDLE_PROBE_S and (last.cpu_s - first.cpu_s) / span <= IDLE_CORES:
-            return last.at
-    return None
-
-
-def _cpu_between(samples: list[Usage], since: float, until: float) -> float:
-    """The process's CPU seconds between the samples nearest `since` and `until`."""
-    inside = [s for s in samples if since <= s.at <= until] or samples[-1:]
-    before = [s for s in samples if s.at <= since] or inside[:1]
-    return inside[-1].cpu_s - before[-1].cpu_s
-
-
 def _wait_idle(operator: OperatorUnderTest, since: float, what: str, progress: Progress) -> float:
     def idle() -> float | None:
         operator.check_alive()
-        return _idle_since(list(operator.samples), since)
+        return idle_since(list(operator.samples), since)
 
     at: float = wait_until(idle, INTAKE_TIMEOUT_S, what, progress, every=1)
     return at
@@ -293,7 +267,7 @@ def run(
                 "agent_json_bytes": round(mean_object_bytes(cluster, "agents")),
             }
             _move_on(cluster, population, size, owners, progress)
-            listed, seconds = _listing_alone(cluster)
+            listed, seconds = listing_alone(cluster)
             report.add_value(
                 f"the API server alone: list {listed:,} Agents in pages of {LISTING_PAGE}, decoded",
                 seconds,
@@ -313,22 +287,6 @@ def run(
     path = report.write(json_path)
     progress(f"wrote {path} and {path.with_suffix('.md')}")
     return report
-
-
-def _listing_alone(cluster: BenchCluster) -> tuple[int, float]:
-    """Every Agent listed and decoded in the operator's pages, one page after the other
-    as kopf lists them at a start, with no operator running: (Agents, seconds)."""
-    started = time.monotonic()
-    listed, token = 0, None
-    while True:
-        response = cluster.custom.list_cluster_custom_object(
-            GROUP, VERSION, "agents", limit=LISTING_PAGE, _continue=token, _preload_content=False
-        )
-        page = json.loads(cast(Any, response).data)
-        listed += len(page.get("items") or [])
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return listed, time.monotonic() - started
 
 
 def _restart(
@@ -410,7 +368,7 @@ def _restart(
         report.add_value(f"{label}: operator peak RSS", peak, "MiB")
         report.add_value(
             f"{label}: operator CPU until drained",
-            _cpu_between(op.samples, started, idle_at),
+            cpu_between(op.samples, started, idle_at),
             "core-s",
             note="its work, less sensitive than the seconds to what else the host runs",
         )
