@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubernetes import client
 from sqlalchemy import Engine, text
@@ -38,6 +39,38 @@ def slow_runner_command(cluster: Cluster) -> str:
     if cluster.stack is not None:
         return f"{sys.executable} {SLOW_RUNNER}"
     return f"python -c {shlex.quote(SLOW_RUNNER.read_text())}"
+
+
+def runner_pid(run_id: int, release: Release) -> int | None:
+    """The slow runner's process for `run_id`, found from the host: the stand-in's is a
+    host process, kind's a container's, which the host's /proc lists too. Run ids start
+    at 1 in every test session's database, so a runner of another session on this host
+    (its own cluster and PostgreSQL) is told apart by the database port it was given."""
+    needle = f"--run-id\x00{run_id}\x00"
+    source = SLOW_RUNNER.read_text()  # on a real node it runs as `python -c <source>`
+    port = urlsplit(release.database_url).port
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_text()
+            environ = (entry / "environ").read_bytes().split(b"\x00")
+        except OSError:
+            continue
+        # The runner itself, not the stand-in's shim whose argv ends with the same command.
+        shim = "achilles_dev.kubelet.shim" in cmdline
+        slow = str(SLOW_RUNNER) in cmdline or source in cmdline
+        if slow and cmdline.endswith(needle) and not shim and _database_port(environ) == port:
+            return int(entry.name)
+    return None
+
+
+def _database_port(environ: list[bytes]) -> int | None:
+    prefix = b"ACHILLES_DATABASE_URL="
+    for variable in environ:
+        if variable.startswith(prefix):
+            return urlsplit(variable[len(prefix) :].decode()).port
+    return None
 
 
 def ensure_runner_secret(cluster: Cluster, database_url: str) -> None:

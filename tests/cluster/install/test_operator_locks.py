@@ -29,9 +29,10 @@ from tests.cluster.install.operator_support import (
     journal_rows,
     new_owner,
     run_jobs,
+    runner_pid,
     running_operator,
 )
-from tests.cluster.install.test_operator_runs import _env, _runner_pid
+from tests.cluster.install.test_operator_runs import _env
 from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
 
@@ -213,7 +214,7 @@ def test_a_frozen_runner_is_reaped_stale_and_writes_nothing_after(
         60,
         what="the run to be running",
     )
-    pid = wait_for(lambda: _runner_pid(run.id), 30, what="the runner process")
+    pid = wait_for(lambda: runner_pid(run.id, operator.release), 30, what="the runner process")
     os.kill(pid, signal.SIGSTOP)
     try:
         reaped = wait_for(

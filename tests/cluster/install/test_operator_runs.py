@@ -27,9 +27,9 @@ from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
 from tests.cluster.install.conftest import Release
 from tests.cluster.install.operator_support import (
-    SLOW_RUNNER,
     OperatorProcess,
     run_jobs,
+    runner_pid,
     running_operator,
     slow_runner_command,
 )
@@ -268,7 +268,9 @@ def test_killed_runner_fails_via_its_pod_and_deleted_agent_removes_its_job(
             60,
             what="the run to be running",
         )
-        pid = wait_for(lambda: _runner_pid(run.id), 30, what="the runner's process")
+        pid = wait_for(
+            lambda: runner_pid(run.id, achilles_release), 30, what="the runner's process"
+        )
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         failed = wait_for(
@@ -317,26 +319,6 @@ def test_killed_runner_fails_via_its_pod_and_deleted_agent_removes_its_job(
             30,
             what="the Job to be removed",
         )
-
-
-def _runner_pid(run_id: int) -> int | None:
-    """The slow runner's process for `run_id`, found from the host: the stand-in's is a
-    host process, kind's a container's, which the host's /proc lists too."""
-    needle = f"--run-id\x00{run_id}\x00"
-    source = SLOW_RUNNER.read_text()  # on a real node it runs as `python -c <source>`
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_text()
-        except OSError:
-            continue
-        # The runner itself, not the stand-in's shim whose argv ends with the same command.
-        shim = "achilles_dev.kubelet.shim" in cmdline
-        slow = str(SLOW_RUNNER) in cmdline or source in cmdline
-        if slow and cmdline.endswith(needle) and not shim:
-            return int(entry.name)
-    return None
 
 
 def test_a_run_whose_models_secret_is_missing_fails_at_the_start_deadline(
