@@ -30,6 +30,20 @@ from achilles_dev import postgres
 pytest_plugins = ["tests.oidc_provider", "tests.jaeger_collector"]
 
 
+# The session's clusters are the costliest servers a worker can start, so one worker takes
+# every test on them; the other takes the rest (the stacks of their own: benchmarks, the
+# fault suite, `achilles dev`; the database, API and browser tiers). `make test` runs
+# `pytest -n 2 --dist loadgroup`: one group per worker.
+SESSION_CLUSTERS = "session-clusters"
+THE_REST = "the-rest"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        on_clusters = {"cluster", "node_cluster"} & set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.xdist_group(SESSION_CLUSTERS if on_clusters else THE_REST))
+
+
 @contextmanager
 def session_postgres(
     listen: tuple[str, ...] = (), pod_networks: tuple[str, ...] = ()
