@@ -10,6 +10,8 @@ from sqlalchemy import Engine
 
 from achilles.db.database import Database
 from achilles.db.schema import metadata
+from achilles_dev.postgres import LocalPostgres
+from tests.conftest import create_database, drop_database
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,3 +38,13 @@ def database(database_url: str, db: Engine) -> Iterator[Database]:
     handle = Database(database_url)
     yield handle
     handle.dispose()
+
+
+@pytest.fixture
+def scratch_engine(postgres_server: LocalPostgres) -> Iterator[Engine]:
+    """An empty database of its own, for migrating up and down."""
+    name = create_database(postgres_server, prefix="achilles_scratch")
+    engine = Database(postgres_server.url(name)).engine
+    yield engine
+    engine.dispose()
+    drop_database(postgres_server, name)

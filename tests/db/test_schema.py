@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, inspect, text
 
 from achilles.db import migrate
-from achilles.db.database import Database
 from achilles.db.schema import metadata
-from achilles_dev.postgres import LocalPostgres
-from tests.conftest import create_database, drop_database
 
 ENGINE_TABLES = {"agents", "agent_runs", "agent_tools"}
 NEIGHBOUR_TABLES = {"users", "agent_models", "tools", "platform_settings"}
-
-
-@pytest.fixture
-def scratch_engine(postgres_server: LocalPostgres) -> Iterator[Engine]:
-    """An empty database of its own, for migrating up and down."""
-    name = create_database(postgres_server, prefix="achilles_scratch")
-    engine = Database(postgres_server.url(name)).engine
-    yield engine
-    engine.dispose()
-    drop_database(postgres_server, name)
 
 
 def _tables(engine: Engine) -> set[str]:

@@ -1,6 +1,7 @@
-"""LISTEN for the journal's NOTIFYs (migration 0005): a run inserted or changing state
-(payload: its agent id) and a `next_run_at` changing. Wakes the operator's loops at
-once; they still tick on their own, so a lost connection delays, never loses, work."""
+"""LISTEN for the journal's NOTIFYs: a run inserted or changing state (payload: its
+agent id) and a `next_run_at` changing (migration 0005), a notification written to the
+outbox (0014), an owner deactivated (0015). Wakes the operator's loops at once; they
+still tick on their own, so a lost connection delays, never loses, work."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ RUNS_CHANNEL = "achilles_runs"
 SCHEDULE_CHANNEL = "achilles_schedule"
 # A row inserted into the notification outbox (0014).
 OUTBOX_CHANNEL = "achilles_notifications"
+# A user's `active` going from true to false (0015).
+OWNERS_CHANNEL = "achilles_owners"
+CHANNELS = (RUNS_CHANNEL, SCHEDULE_CHANNEL, OUTBOX_CHANNEL, OWNERS_CHANNEL)
 
 
 def libpq_dsn(url: URL) -> str:
@@ -34,9 +38,8 @@ def listen(
     while not stop.is_set():
         try:
             with psycopg.connect(libpq_dsn(url), autocommit=True, connect_timeout=10) as conn:
-                conn.execute(f"LISTEN {RUNS_CHANNEL}")
-                conn.execute(f"LISTEN {SCHEDULE_CHANNEL}")
-                conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
+                for channel in CHANNELS:
+                    conn.execute(f"LISTEN {channel}")
                 on_connected()
                 while not stop.is_set():
                     for note in conn.notifies(timeout=1.0):

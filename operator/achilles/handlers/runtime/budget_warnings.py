@@ -20,8 +20,10 @@ from achilles.k8s.objects import ObjectRef
 from achilles.services import budget_warnings
 from achilles.services.budget_condition import budget_condition, with_condition
 
-# A threshold is crossed when a run ends; a minute late is soon enough for a warning,
-# for 5 transactions per 5 min of an idle operator.
+# A threshold is crossed when a run ends, and a run's NOTIFY wakes the pass at the
+# sweeper's next tick (sweeper.wakes); the period is the safety net for a lost NOTIFY:
+# a minute late is soon enough for a warning, for 5 transactions per 5 min of an idle
+# operator.
 BUDGET_WARNINGS_EVERY = 60.0
 
 

@@ -49,6 +49,17 @@ class Wake:
         self.event.wait(timeout)
         self.event.clear()
 
+    def take(self) -> bool:
+        """Whether it was set, clearing it: for a loop that looks at the wake on its own
+        tick (the sweeper) instead of waiting on it. Taken just before the work it asks
+        for: a set during the work is kept for the next look, and one cleared unseen
+        (set between the look and the clear) came from a commit before the work began,
+        which the work then reads."""
+        if not self.event.is_set():
+            return False
+        self.event.clear()
+        return True
+
 
 @dataclass
 class RuntimeContext:
@@ -65,6 +76,11 @@ class RuntimeContext:
     status_wake: Wake = field(default_factory=Wake)
     # A notification written to the outbox (NOTIFY) wakes the notifier.
     notify_wake: Wake = field(default_factory=Wake)
+    # Two of the sweeper's passes run at its next tick when woken, not only on their
+    # period: an owner deactivated (NOTIFY) wakes the owners pass, a run changing state
+    # (NOTIFY) the budget-warnings pass.
+    owners_wake: Wake = field(default_factory=Wake)
+    budget_warnings_wake: Wake = field(default_factory=Wake)
     statuses: StatusQueue = field(
         default_factory=lambda: StatusQueue(SIBLING_REFRESH_SECONDS, SIBLING_BATCH)
     )

@@ -1,6 +1,11 @@
 """The sweeper: the passes that catch what no event reports, each at its own period
 (`periods`), checked every SWEEP_TICK. Idle, they are the operator's steady cost in
-database transactions, so each runs as rarely as what it catches allows.
+database transactions, so each runs as rarely as what it catches allows. Two are also
+woken (`wakes`, set by the listener's NOTIFYs) and then run at the next tick: the
+owners pass by an owner's deactivation, the budget-warnings pass by a run changing
+state. The tick is their debounce (a burst of NOTIFYs costs one pass) and their period
+stays the safety net (a lost NOTIFY delays, never loses); idle, nothing wakes them, so
+they cost no transaction more than their period.
 
 - reaper: runs silent past `stale_after` end `failed/stale`, their Jobs deleted; runs
   whose Job vanished are failed (running) or queued again (never started);
@@ -27,13 +32,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
 from achilles.handlers.runtime import events
 from achilles.handlers.runtime.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.context import RuntimeContext, Wake
 from achilles.handlers.runtime.memory import TRIM_EVERY, release_free_memory
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retention import RETENTION_BUSY_EVERY, RetentionPass
@@ -48,6 +53,8 @@ SWEEP_TICK = 5.0
 # A third of the silence that makes a run stale: a reaped run is found at most a third
 # late (90 s -> 30 s).
 REAP_FRACTION = 3
+# The owners pass runs at the next tick after a deactivation's NOTIFY (migration 0015);
+# this period only catches a NOTIFY lost with the listener's connection.
 OWNERS_EVERY = 30.0
 REPLY_WAKES_EVERY = 30.0
 PENDING_PODS_EVERY = 10.0
@@ -71,15 +78,53 @@ def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], obje
     }
 
 
+def wakes(context: RuntimeContext) -> dict[str, Wake]:
+    """pass name -> the wake that runs it at the next tick, before its period is up."""
+    return {"owners": context.owners_wake, "budget-warnings": context.budget_warnings_wake}
+
+
+class PassSchedule:
+    """When each pass is due: its period after it last ran (every pass at the first
+    tick), or at the first tick after its wake was set."""
+
+    def __init__(self, every: Mapping[str, float], woken_by: Mapping[str, Wake]) -> None:
+        self.every = dict(every)
+        self.woken_by = dict(woken_by)
+        self.last: dict[str, float] = {}
+
+    def is_due(self, name: str, now: float) -> bool:
+        """Takes the pass's wake: a pass about to run answers what woke it (the rows it
+        reads were committed before their NOTIFY came)."""
+        wake = self.woken_by.get(name)
+        woken = wake is not None and wake.take()
+        return woken or now - self.last.get(name, float("-inf")) >= self.every[name]
+
+    def ran(self, name: str, now: float) -> None:
+        self.last[name] = now
+
+
 def run(context: RuntimeContext) -> None:
     passes = periods(context)
-    last: dict[str, float] = {}  # every pass runs at start
+    schedule = PassSchedule({name: every for name, (every, _) in passes.items()}, wakes(context))
     while not context.stop.is_set():
-        for name, (every, work) in passes.items():
-            if time.monotonic() - last.get(name, float("-inf")) >= every:
-                context.run_pass(name, work)
-                last[name] = time.monotonic()
+        tick(context, passes, schedule)
         context.stop.wait(SWEEP_TICK)
+
+
+def tick(
+    context: RuntimeContext,
+    passes: Mapping[str, tuple[float, Callable[[], object]]],
+    schedule: PassSchedule,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """One tick: the passes due, in `periods` order; returns their names."""
+    done = []
+    for name, (_, work) in passes.items():
+        if schedule.is_due(name, clock()):
+            context.run_pass(name, work)
+            schedule.ran(name, clock())
+            done.append(name)
+    return done
 
 
 def reap(context: RuntimeContext) -> outcomes.SweepResult:
