@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, insert, null, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Delete,
+    Insert,
+    Table,
+    Update,
+    all_,
+    bindparam,
+    delete,
+    insert,
+    null,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -113,6 +129,56 @@ class AgentDefinition:
     suspend_after_failures: int | None = None
 
 
+# The columns an Agent's definition writes (`upsert_agent`), each bound as `v_<column>`
+# (a parameter may not be named as the column it sets).
+_DEFINED = (
+    "user_id",
+    "name",
+    "description",
+    "prompt",
+    "schedule",
+    "model_id",
+    "enabled",
+    "admin_paused",
+    "max_run_tokens",
+    "suspend_after_failures",
+    "cr_namespace",
+    "cr_name",
+)
+
+
+@functools.cache
+def _upsert_statement(*, insert_row: bool, scheduled: bool) -> Insert | Update:
+    """The INSERT (returning the id) or the UPDATE of `upsert_agent`, built once for each
+    case and run on the session's connection: building the statement and its cache key
+    on each call, then the ORM's execution around it, was most of the write's Python (a
+    cProfile of changed Agents' reconciles; `db/journal/reconcile.py` says why it
+    matters). `scheduled`: False writes SQL NULL, not JSON null, as the schedule: "no
+    schedule" must read `schedule IS NULL`."""
+    agents = cast(Table, Agent.__table__)
+    values: dict[str, Any] = {column: bindparam(f"v_{column}") for column in _DEFINED}
+    # The model by name inside the write itself (NULL when no model of that name exists,
+    # or none is named): one round trip fewer per reconcile.
+    values["model_id"] = (
+        select(AgentModel.id).where(AgentModel.name == bindparam("model_name")).scalar_subquery()
+    )
+    if not scheduled:
+        values["schedule"] = null()
+    if insert_row:
+        return insert(agents).values(cr_uid=bindparam("v_cr_uid"), **values).returning(agents.c.id)
+    # Written only when something differs: an Agent event that changed nothing (a status
+    # write, a resync) must not churn the row.
+    changed = or_(*(agents.c[column].is_distinct_from(value) for column, value in values.items()))
+    # A change of the spec resumes an agent suspended after failed runs in a row
+    # (docs/operator.md, "Run controls"): the owner fixed something, or switched it off
+    # and on. Its `updated_at` moves with the edit, so the runs before no longer count.
+    return (
+        update(agents)
+        .where(agents.c.id == bindparam("agent_id"), changed)
+        .values(**values, suspended_at=None)
+    )
+
+
 def upsert_agent(
     session: Session, definition: AgentDefinition, user_id: int, existing: LockedAgent | None
 ) -> tuple[int, bool, bool]:
@@ -122,47 +188,45 @@ def upsert_agent(
     it has none yet), so a scheduler tick cannot advance `next_run_at` from a schedule
     that is being replaced.
     """
-    # The model by name inside the write itself (NULL when no model of that name exists):
-    # one round trip fewer per reconcile.
-    model_id: Any = None
-    if definition.model_name is not None:
-        model_id = (
-            select(AgentModel.id).where(AgentModel.name == definition.model_name).scalar_subquery()
-        )
-    values: dict[str, Any] = {
-        "user_id": user_id,
-        "name": definition.name,
-        "description": definition.description,
-        "prompt": definition.prompt,
-        # SQL NULL, not JSON null: "no schedule" must read `schedule IS NULL`.
-        "schedule": definition.schedule if definition.schedule is not None else null(),
-        "model_id": model_id,
-        "enabled": definition.enabled,
-        "admin_paused": definition.admin_paused,
-        "max_run_tokens": definition.max_run_tokens,
-        "suspend_after_failures": definition.suspend_after_failures,
-        "cr_namespace": definition.namespace,
-        "cr_name": definition.cr_name,
+    params: dict[str, Any] = {
+        "v_user_id": user_id,
+        "v_name": definition.name,
+        "v_description": definition.description,
+        "v_prompt": definition.prompt,
+        "v_schedule": definition.schedule,
+        "model_name": definition.model_name,
+        "v_enabled": definition.enabled,
+        "v_admin_paused": definition.admin_paused,
+        "v_max_run_tokens": definition.max_run_tokens,
+        "v_suspend_after_failures": definition.suspend_after_failures,
+        "v_cr_namespace": definition.namespace,
+        "v_cr_name": definition.cr_name,
     }
+    scheduled = definition.schedule is not None
+    if not scheduled:
+        del params["v_schedule"]
+    connection = session.connection()
     if existing is None:
-        agent_id = session.execute(
-            insert(Agent).values(cr_uid=definition.uid, **values).returning(Agent.id)
+        statement = _upsert_statement(insert_row=True, scheduled=scheduled)
+        agent_id = connection.execute(
+            statement, {**params, "v_cr_uid": definition.uid}
         ).scalar_one()
         return int(agent_id), True, True
-    # Written only when something differs: an Agent event that changed nothing (a status
-    # write, a resync) must not churn the row.
-    changed = or_(
-        *(getattr(Agent, column).is_distinct_from(value) for column, value in values.items())
-    )
-    # A change of the spec resumes an agent suspended after failed runs in a row
-    # (docs/operator.md, "Run controls"): the owner fixed something, or switched it off
-    # and on. Its `updated_at` moves with the edit, so the runs before no longer count.
-    session.execute(
-        update(Agent)
-        .where(Agent.id == existing.agent_id, changed)
-        .values(**values, suspended_at=None)
-    )
+    statement = _upsert_statement(insert_row=False, scheduled=scheduled)
+    connection.execute(statement, {**params, "agent_id": existing.agent_id})
     return existing.agent_id, False, existing.schedule != definition.schedule
+
+
+def _unlink_statement() -> Delete:
+    links = cast(Table, AgentToolLink.__table__)
+    kept = bindparam("kept", type_=ARRAY(BigInteger))
+    return delete(links).where(
+        links.c.agent_id == bindparam("agent_id"), links.c.tool_id != all_(kept)
+    )
+
+
+# Built once (see `_upsert_statement`): every changed Agent's reconcile runs it.
+_UNLINK = _unlink_statement()
 
 
 def link_tools(
@@ -181,11 +245,8 @@ def link_tools(
     )
     wanted = set(known.values())
     if not inserted:
-        session.execute(
-            delete(AgentToolLink).where(
-                AgentToolLink.agent_id == agent_id, AgentToolLink.tool_id.not_in(wanted)
-            )
-        )
+        # `<> ALL(kept)`: every link when none is kept, as NOT IN () would.
+        session.connection().execute(_UNLINK, {"agent_id": agent_id, "kept": sorted(wanted)})
     if wanted:
         session.execute(
             pg_insert(AgentToolLink)

@@ -12,7 +12,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, Table, and_, bindparam, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    Update,
+    and_,
+    bindparam,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, PlatformSettings, User
@@ -152,20 +162,32 @@ def clear_closed_schedules(session: Session) -> int:
     return len(result.all())
 
 
+def _set_next_run_statement() -> Update:
+    agents = cast(Table, Agent.__table__)
+    # Only a real change is written: an unchanged slot must not wake every scheduler
+    # (the NOTIFY trigger fires on any UPDATE OF next_run_at) nor touch `updated_at`.
+    return (
+        update(agents)
+        .where(
+            agents.c.id == bindparam("agent"),
+            agents.c.next_run_at.is_distinct_from(bindparam("slot"))
+            | agents.c.schedule_zone.is_distinct_from(bindparam("zone")),
+        )
+        .values(next_run_at=bindparam("slot"), schedule_zone=bindparam("zone"))
+    )
+
+
+# Built once and run on the session's connection (no statement built, no ORM execution
+# per call): a reconcile that moves the slot writes it.
+_SET_NEXT_RUN = _set_next_run_statement()
+
+
 def set_next_run(
     session: Session, agent_id: int, next_run_at: datetime | None, zone: str | None
 ) -> None:
     zone = zone if next_run_at else None
-    # Only a real change is written: an unchanged slot must not wake every scheduler
-    # (the NOTIFY trigger fires on any UPDATE OF next_run_at) nor touch `updated_at`.
-    session.execute(
-        update(Agent)
-        .where(
-            Agent.id == agent_id,
-            Agent.next_run_at.is_distinct_from(next_run_at)
-            | Agent.schedule_zone.is_distinct_from(zone),
-        )
-        .values(next_run_at=next_run_at, schedule_zone=zone)
+    session.connection().execute(
+        _SET_NEXT_RUN, {"agent": agent_id, "slot": next_run_at, "zone": zone}
     )
 
 
@@ -176,15 +198,8 @@ def set_next_runs(
     batch), each written only if it changes; `slots` maps an agent to (slot, zone)."""
     if not slots:
         return
-    agents = cast(Table, Agent.__table__)
-    session.execute(
-        update(agents)
-        .where(
-            agents.c.id == bindparam("agent"),
-            agents.c.next_run_at.is_distinct_from(bindparam("slot"))
-            | agents.c.schedule_zone.is_distinct_from(bindparam("zone")),
-        )
-        .values(next_run_at=bindparam("slot"), schedule_zone=bindparam("zone")),
+    session.connection().execute(
+        _SET_NEXT_RUN,
         [
             {"agent": agent_id, "slot": slot, "zone": zone if slot else None}
             for agent_id, (slot, zone) in slots.items()

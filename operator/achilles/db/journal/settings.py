@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import PlatformSettings
@@ -29,24 +30,33 @@ class Settings:
         return ZoneInfo(self.timezone)
 
 
+# The settings row's columns by the `Settings` field each fills, read as plain labelled
+# columns (`SETTINGS_COLUMNS`), not as an ORM entity: a whole-entity select through the
+# session builds and tracks an instance per read, the bulk of a short read's Python
+# cost (a full reconcile reads the settings with its first statement).
+_FIELDS = {
+    "timezone": PlatformSettings.timezone,
+    "weekly_token_budget": PlatformSettings.agent_weekly_token_budget,
+    "max_iterations": PlatformSettings.agent_max_iterations,
+    "max_concurrency": PlatformSettings.agent_max_concurrency,
+    "run_timeout_seconds": PlatformSettings.agent_run_timeout_seconds,
+    "platform_prompt": PlatformSettings.agent_platform_prompt,
+    "max_run_tokens": PlatformSettings.agent_max_run_tokens,
+    "suspend_after_failures": PlatformSettings.agent_suspend_after_failures,
+}
+SETTINGS_COLUMNS = tuple(column.label(f"settings_{name}") for name, column in _FIELDS.items())
+_LOAD = select(*SETTINGS_COLUMNS).where(PlatformSettings.id == 1)
+
+
 def load_settings(session: Session) -> Settings:
-    return settings_of(
-        session.execute(select(PlatformSettings).where(PlatformSettings.id == 1)).scalar_one()
-    )
+    return settings_of(session.connection().execute(_LOAD).one())
 
 
-def settings_of(row: PlatformSettings) -> Settings:
-    """The settings row as read with another query (joined on `PlatformSettings.id == 1`)."""
-    return Settings(
-        timezone=row.timezone,
-        weekly_token_budget=row.agent_weekly_token_budget,
-        max_iterations=row.agent_max_iterations,
-        max_concurrency=row.agent_max_concurrency,
-        run_timeout_seconds=row.agent_run_timeout_seconds,
-        platform_prompt=row.agent_platform_prompt,
-        max_run_tokens=row.agent_max_run_tokens,
-        suspend_after_failures=row.agent_suspend_after_failures,
-    )
+def settings_of(row: Row[Any]) -> Settings:
+    """The settings from a row that selected `SETTINGS_COLUMNS` (a query of its own, or
+    another one joined on `PlatformSettings.id == 1`)."""
+    values = row._mapping
+    return Settings(**{name: values[f"settings_{name}"] for name in _FIELDS})
 
 
 def database_now(session: Session) -> datetime:
