@@ -14,6 +14,7 @@ from achilles.db.database import Database
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.diffbase import NoDiffBase
 from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.memory import settle_collector
 from achilles.handlers.runtime.retries import CONTEXT_KEY
 from achilles.handlers.runtime.runtime import Runtime
 from achilles.k8s.client import api_client
@@ -100,6 +101,9 @@ def configure(
         context.settled_agents.preload().join(SNAPSHOT_WAIT_SECONDS)
     memo[CONTEXT_KEY] = context
     memo[RUNTIME_KEY] = runtime = Runtime(context)
+    # Before the loops and kopf's listing allocate: the start's objects leave the
+    # collector's walks (handlers/runtime/memory.py).
+    settle_collector()
     runtime.start()
     logger.info("achilles runtime started: runs in namespace %s", config.job_template.namespace)
 
