@@ -162,9 +162,11 @@ def _last_runs(session: Session, agent_ids: list[int]) -> dict[int, LastRunRow]:
         .distinct(AgentRun.agent_id)
         .order_by(AgentRun.agent_id, AgentRun.id.desc())
     )
-    rows = session.execute(
-        select(AgentRun.agent_id, *LAST_RUN_COLUMNS).where(AgentRun.id.in_(last_ids))
-    ).all()
+    rows = (
+        session.connection()
+        .execute(select(AgentRun.agent_id, *LAST_RUN_COLUMNS).where(AgentRun.id.in_(last_ids)))
+        .all()
+    )
     return {row.agent_id: run for row in rows if (run := last_run_of(row)) is not None}
 
 
