@@ -33,7 +33,7 @@ lint: helm ## ruff, mypy (strict), import layering, CRD drift, helm lint
 	"$$($(RUN) python -c 'from achilles_dev.versions import bin_dir; print(bin_dir())')/helm" lint --strict charts/achilles
 
 .PHONY: test
-# Two workers, one group each (tests/conftest.py): the tests on the session's clusters on
+# Two workers, one group each (tests/workers.py): the tests on the session's clusters on
 # one, everything else on the other. Most of the cluster tier waits on its servers, so
 # the two overlap on two cores.
 test: lint ## Everything CI runs: lint, then unit, database and cluster tests

@@ -24,24 +24,23 @@ from sqlalchemy.exc import OperationalError
 from achilles.db import migrate
 from achilles.db.database import Database
 from achilles_dev import postgres
+from tests import workers
 
 # The real OpenID Provider (`oidc_provider` session fixture) and the real trace collector
 # (`jaeger`), for every tier.
 pytest_plugins = ["tests.oidc_provider", "tests.jaeger_collector"]
 
 
-# The session's clusters are the costliest servers a worker can start, so one worker takes
-# every test on them; the other takes the rest (the stacks of their own: benchmarks, the
-# fault suite, `achilles dev`; the database, API and browser tiers). `make test` runs
-# `pytest -n 2 --dist loadgroup`: one group per worker.
-SESSION_CLUSTERS = "session-clusters"
-THE_REST = "the-rest"
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        on_clusters = {"cluster", "node_cluster"} & set(getattr(item, "fixturenames", ()))
-        item.add_marker(pytest.mark.xdist_group(SESSION_CLUSTERS if on_clusters else THE_REST))
+    workers.check_groups(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadgroup` (`make test`): the two groups of tests/workers.py."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    return workers.TwoGroups(config, log)
 
 
 @contextmanager
