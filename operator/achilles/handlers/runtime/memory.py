@@ -9,8 +9,8 @@ intake (`MALLOC_ARENA_MAX=2` gave nothing: 249 MiB). Trimming walks the heaps an
 their free pages back; it costs milliseconds, every TRIM_EVERY seconds.
 
 The cyclic garbage collector is set once the operator has started (`settle_collector`):
-its full collections walk every object the imports made, and a listing of every Agent
-allocates enough containers to trigger several of them.
+its full collections walked every object the imports made, and a listing of every Agent
+allocates enough containers to trigger many of them.
 """
 
 from __future__ import annotations
@@ -21,10 +21,14 @@ import functools
 import gc
 
 TRIM_EVERY = 30.0
-# The youngest generation's threshold (CPython's default: 700 allocations): a parsed
-# Agent body is about 60 containers, most freed by reference counting, not by a
-# collection; the collector's own walks were most of a listed body's decoding time.
-YOUNGEST_THRESHOLD = 10_000
+# The oldest generation's threshold: a full collection once this many collections of the
+# middle one have run (CPython's default: 10), still only when the objects promoted since
+# the last one are a quarter of those it would walk. After the freeze that quarter is
+# small, and a restart under 10,000 Agents ran 19 full collections (3.2 s of CPU) at 10,
+# 5 (0.6 s) at 100. The young generations keep their thresholds: at 10,000 instead of
+# 700 the restart cost 11.3 instead of 14.1 core-s, but left the RSS at 281 MiB, not 238
+# (`achilles bench intake`; the goal is 256).
+OLDEST_THRESHOLD = 100
 
 
 @functools.cache
@@ -48,17 +52,17 @@ def release_free_memory() -> bool:
 
 def settle_collector() -> None:
     """What the start made (modules, classes, the settings, the runtime's objects), moved
-    out of the collector's walks (`gc.freeze`) after one collection, and a young
-    generation that is collected less often (YOUNGEST_THRESHOLD).
+    out of the collector's walks (`gc.freeze`) after one collection, and full collections
+    made rarer (OLDEST_THRESHOLD).
 
-    Each full collection walks every tracked object: the imports alone are about 200,000
-    of them, and at a restart under 10,000 Agents the listing's bodies promoted enough
-    objects to run one every few hundred Agents (a simulation of kopf's listing with the
-    operator's imports loaded: 0.64 s of CPU per 10,000 bodies decoded, 0.47 s of it the
-    collector; 0.20 s frozen, threshold 10,000). Reference counting still frees a frozen
-    object; only a cycle made before the freeze and broken after it is never collected,
-    hence the collection first."""
+    Each full collection walks every tracked object that is not frozen: the imports alone
+    are about 200,000 of them, and at a restart under 10,000 Agents the listing's bodies
+    and kopf's per-object state promote enough objects to run one every few hundred
+    Agents; their walks landed on allocation sites (JSON decoding, a ContextVar.set in
+    kopf) in a py-spy profile of `achilles bench intake`. Reference counting still frees
+    a frozen object; only a cycle made before the freeze and broken after it is never
+    collected, hence the collection first."""
     gc.collect()
     gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(YOUNGEST_THRESHOLD, older, oldest)
+    youngest, older, _ = gc.get_threshold()
+    gc.set_threshold(youngest, older, OLDEST_THRESHOLD)
