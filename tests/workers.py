@@ -52,10 +52,13 @@ class TwoGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no ty
 
 
 def check_groups(items: list[pytest.Item]) -> None:
+    # The session clusters are fixtures of tests/cluster/conftest.py, seen only there (a
+    # `cluster` elsewhere is another fixture of that name).
     strays = [
         item.nodeid
         for item in items
-        if SESSION_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if item.nodeid.startswith("tests/cluster/")
+        and SESSION_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
         and group_of(item.nodeid) != SESSION_CLUSTERS
     ]
     if strays:
