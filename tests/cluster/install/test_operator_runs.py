@@ -20,7 +20,6 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
-from achilles.domain.pod_outcome import START_DEADLINE
 from achilles.handlers.runtime.sweeper import PENDING_PODS_EVERY
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
 from tests.cluster.conftest import Cluster
@@ -37,6 +36,8 @@ from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
+
+START_DEADLINE_SECONDS = 10
 
 CAP = 2
 
@@ -332,20 +333,26 @@ def test_a_run_whose_models_secret_is_missing_fails_at_the_start_deadline(
 ) -> None:
     """The pod waits on a Secret that does not exist (`CreateContainerConfigError`) and its
     status never changes again, so no watch event comes after the start deadline: the
-    sweeper's pass fails the run (found by `achilles chaos bad-input`, no-secret)."""
+    sweeper's pass fails the run (found by `achilles chaos bad-input`, no-secret). The
+    installation's deadline (`ACHILLES_START_DEADLINE_SECONDS`) is shortened here: the
+    default's minute would only be waited out."""
     model = f"nosecret-{uuid.uuid4().hex[:6]}"
     admin_api.create(
         agent_model(model, apiKeySecretRef={"name": "achilles-test-missing", "key": "k"})
     )
     try:
         with running_operator(
-            cluster, achilles_release, tmp_path / "op.log", **_env(cluster, 1.0)
+            cluster,
+            achilles_release,
+            tmp_path / "op.log",
+            **_env(cluster, 1.0),
+            ACHILLES_START_DEADLINE_SECONDS=str(START_DEADLINE_SECONDS),
         ) as op:
             admin_api.create(agent("keyless", model=model), namespace)
             agent_id = _agent_id(journal, namespace, "keyless")
             _request(admin_api, "keyless", namespace)
             requested_at = time.monotonic()
-            limit = START_DEADLINE.total_seconds() + PENDING_PODS_EVERY + 30
+            limit = START_DEADLINE_SECONDS + PENDING_PODS_EVERY + 30
             failed = wait_for(
                 lambda: (
                     _rows(
@@ -364,7 +371,7 @@ def test_a_run_whose_models_secret_is_missing_fails_at_the_start_deadline(
             assert "achilles-test-missing" in failed.error, failed.error
             # Not before the deadline: the pod's age counts from its creationTimestamp,
             # which has whole seconds (floored), so the verdict may come up to 1 s early.
-            assert time.monotonic() - requested_at >= START_DEADLINE.total_seconds() - 1
+            assert time.monotonic() - requested_at >= START_DEADLINE_SECONDS - 1
             admin_api.delete("Agent", "keyless", namespace)
     finally:
         admin_api.delete("AgentModel", model)
