@@ -45,13 +45,16 @@ def iptables_rules() -> str:
 
 
 @pytest.fixture
-def own_stack(tmp_path: Path, node_cluster: NodeCluster) -> Iterator[LocalStack]:
+def own_stack(
+    tmp_path_factory: pytest.TempPathFactory, node_cluster: NodeCluster
+) -> Iterator[LocalStack]:
     if node_cluster.stack is None and not kind_requested():
         pytest.skip(
             f"brings up a local real node beside the session's; {EXTERNAL_KUBECONFIG} is set"
         )
     config = StackConfig(
-        state_dir=tmp_path / "state",
+        # Short: the kubelet's sockets live under it (under xdist, `popen-gwN/` is added).
+        state_dir=tmp_path_factory.mktemp("down") / "state",
         ports=Ports.free(),
         postgres_dir=postgres.default_data_root() / f"node-test-{uuid.uuid4().hex[:8]}",
         durable=False,

@@ -55,6 +55,22 @@ def require_root() -> None:
         )
 
 
+# A Unix socket's path holds at most 107 bytes (sun_path); the kubelet binds its longest
+# under its root dir (pod-resources/<10 digits>) and only says "bind: invalid argument".
+_SOCKET_PATH_MAX = 107
+_LONGEST_KUBELET_SOCKET = Path("pod-resources") / ("0" * 10)
+
+
+def require_short_root(layout: NodeLayout) -> None:
+    longest = layout.kubelet_root / _LONGEST_KUBELET_SOCKET
+    if len(os.fsencode(longest)) > _SOCKET_PATH_MAX:
+        raise LocalStackError(
+            f"the state directory's path is too long for the real node's Unix sockets"
+            f" ({len(os.fsencode(longest))} > {_SOCKET_PATH_MAX} bytes: {longest});"
+            " use a shorter --state-dir"
+        )
+
+
 @dataclass(frozen=True)
 class RealNode:
     name: str
@@ -73,6 +89,7 @@ class RealNode:
     def prepare(self, pki: Pki, pause_image: str) -> None:
         """Network namespace, cgroup subtree and every component's configuration."""
         require_root()
+        require_short_root(self.layout)
         network.ensure_up(self.net)
         host.ensure_cgroup_root(self.cgroup_root)
         write_configs(

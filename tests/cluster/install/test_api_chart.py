@@ -316,14 +316,34 @@ def test_two_replicas_ready_non_root_on_a_read_only_root(api_stack: ApiStack) ->
     apps = client.AppsV1Api(api_stack.api)
     deployment = apps.read_namespaced_deployment(API, RELEASE_NAMESPACE)
     assert deployment.spec.replicas == 2
-    assert present(deployment.status, "the Deployment's status").ready_replicas == 2
-    endpoints = client.DiscoveryV1Api(api_stack.api).list_namespaced_endpoint_slice(
-        RELEASE_NAMESPACE, label_selector=f"kubernetes.io/service-name={API}"
+    # The stack's install returns once one replica answers; the second may start later
+    # on a busy node.
+    wait_for(
+        lambda: (
+            present(
+                apps.read_namespaced_deployment(API, RELEASE_NAMESPACE).status,
+                "the Deployment's status",
+            ).ready_replicas
+            == 2
+        ),
+        120,
+        what="both replicas Ready",
     )
-    ready = [
-        e for s in endpoints.items for e in s.endpoints or [] if e.conditions and e.conditions.ready
-    ]
-    assert len(ready) == 2  # both behind the Service
+
+    def ready_endpoints() -> int:
+        endpoints = client.DiscoveryV1Api(api_stack.api).list_namespaced_endpoint_slice(
+            RELEASE_NAMESPACE, label_selector=f"kubernetes.io/service-name={API}"
+        )
+        return len(
+            [
+                e
+                for s in endpoints.items
+                for e in s.endpoints or []
+                if e.conditions and e.conditions.ready
+            ]
+        )
+
+    wait_for(lambda: ready_endpoints() == 2, 60, what="both behind the Service")
     # What the processes really are, asked inside each container.
     probe = "import os; print(os.getuid(), bool(os.statvfs('/').f_flag & os.ST_RDONLY))"
     pods = client.CoreV1Api(api_stack.api).list_namespaced_pod(
