@@ -70,3 +70,18 @@ def test_handling_and_a_retry_of_one_object_take_the_same_lock() -> None:
         assert not entered.wait(0.2)  # waits while the other handling runs
     thread.join(5)
     assert entered.is_set()
+
+
+def test_a_requeue_is_due_at_once_and_leaves_a_pending_retry_in_its_place() -> None:
+    clock = Clock()
+    retries = Retries(clock)
+    retries.requeue("agent_changed", AGENT)
+    (due,) = retries.due()
+    assert (due.ref, due.attempts) == (AGENT, 0)
+    retries.succeeded("agent_changed", AGENT)
+    # A failing object keeps its backoff: a requeue does not hurry it.
+    retries.failed("agent_changed", OTHER)
+    retries.requeue("agent_changed", OTHER)
+    assert retries.due() == []
+    clock.now += 1
+    assert [(retry.ref, retry.attempts) for retry in retries.due()] == [(OTHER, 1)]

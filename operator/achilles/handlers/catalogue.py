@@ -10,7 +10,9 @@ from pydantic import BaseModel, ValidationError
 
 from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
+from achilles.handlers.agents import agent_changed
 from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.events import agent_ref
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retries import context_of, retried
 from achilles.k8s.objects import ObjectRef
@@ -95,6 +97,16 @@ def model_changed(
     if parsed is None:
         return
     mirrored = catalogue.mirror_model(context.database, name, parsed)
+    for awaiting in mirrored.awaiting:
+        # Reconciled before this model existed: read again by the sweeper's next retries
+        # pass, which links the ones that name it.
+        if awaiting.uid and awaiting.namespace and awaiting.name:
+            ref = agent_ref(awaiting.name, awaiting.namespace, awaiting.uid)
+            context.retries.requeue(agent_changed.__name__, ref)
+    if mirrored.awaiting:
+        logger.info(
+            "model %s created: %d agent(s) without a model read again", name, len(mirrored.awaiting)
+        )
     conditions = [
         mirror.condition(ConditionType.READY, True, ConditionReason.MIRRORED, "in the allowlist")
     ]

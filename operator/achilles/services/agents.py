@@ -122,10 +122,20 @@ def reconcile_agent(
         status_row = reconcile_rows.settle_slot_and_status(
             session, agent_id, start, reset=schedule_changed
         )
+        missing_model = None
+        if model_name is not None and not status_row.locks.has_model:
+            if agent_rows.link_named_model(session, agent_id, model_name):
+                # Created while this reconcile wrote the row: settle with it.
+                status_row = reconcile_rows.settle_slot_and_status(
+                    session, agent_id, start, reset=schedule_changed
+                )
+            else:
+                missing_model = model_name
     status = agent_status(
         status_row,
         owner_missing=False,
         unknown_tools=unknown_tools,
+        missing_model=missing_model,
         schedule=definition.schedule,
         previous=agent.status,
         generation=agent.generation,

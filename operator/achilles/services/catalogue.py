@@ -17,12 +17,16 @@ from achilles.k8s.resources.agent_tool import AgentToolSpec
 class ModelMirrored:
     model_id: int
     default_conflict: str | None  # the other default model, when two claim it
+    # A new model: the agents with none, whose CR may name it (reconciled before it
+    # existed); their handler reads them again (`agents_awaiting_a_model`).
+    awaiting: list[catalogue.AgentRef] = field(default_factory=list)
 
 
 def mirror_model(database: Database, name: str, spec: AgentModelSpec) -> ModelMirrored:
     secret = spec.api_key_secret_ref
     with database.transaction() as session:
-        model_id = catalogue.upsert_model(
+        catalogue.lock_model_name(session, name, shared=False)
+        model_id, created = catalogue.upsert_model(
             session,
             catalogue.ModelRow(
                 name=name,
@@ -36,7 +40,8 @@ def mirror_model(database: Database, name: str, spec: AgentModelSpec) -> ModelMi
         conflict = None
         if not catalogue.set_default_model(session, name, spec.is_default):
             conflict = catalogue.default_model_name(session)
-    return ModelMirrored(model_id, conflict)
+        awaiting = catalogue.agents_awaiting_a_model(session) if created else []
+    return ModelMirrored(model_id, conflict, awaiting)
 
 
 def withdraw_model(database: Database, name: str) -> list[catalogue.AgentRef]:

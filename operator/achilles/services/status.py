@@ -129,19 +129,28 @@ def agent_status(
     generation: int | None,
     now: datetime,
     refusal: str | None = None,
+    missing_model: str | None = None,
 ) -> dict[str, Any]:
-    """The Agent's whole status (without lastHandledRunRequest, which the caller owns)."""
+    """The Agent's whole status (without lastHandledRunRequest, which the caller owns).
+    `missing_model`: the model the spec names, not in the allowlist (the agent links to
+    it once an AgentModel of that name is created)."""
     previous = previous or {}
     old_conditions = previous.get("conditions")
     closed = (
         (LockReason.OWNER_MISSING,) if owner_missing or row is None else closed_locks(row.locks)
     )
     if closed:
+        messages = {lock: LOCK_MESSAGES[lock] for lock in closed}
+        if missing_model is not None and LockReason.NO_MODEL in messages:
+            messages[LockReason.NO_MODEL] = (
+                f"no model: {missing_model} is not an AgentModel (not in the allowlist);"
+                " the agent starts once it is created, or set spec.model to one that is"
+            )
         ready = condition(
             ConditionType.READY,
             False,
             LOCK_REASONS[_primary(closed)],
-            "; ".join(LOCK_MESSAGES[lock] for lock in closed),
+            "; ".join(messages.values()),
             old_conditions,
             now,
             generation,

@@ -1,6 +1,7 @@
 """The operator and the durable locks that change under it, on the real control plane:
-model withdrawal and re-creation, owner deactivation through the CLI, a calendar slot
-firing, and a frozen runner reaped from its heartbeat while its pod looks alive."""
+model withdrawal and re-creation, a model created after its agent, owner deactivation
+through the CLI, a calendar slot firing, and a frozen runner reaped from its heartbeat
+while its pod looks alive."""
 
 from __future__ import annotations
 
@@ -96,6 +97,30 @@ def test_a_withdrawn_model_stops_its_agents_and_its_return_revives_nobody(
     status = agent_status(admin_api, "w", namespace)
     assert status["phase"] == "NoModel"
     assert "model" not in agent_spec(admin_api, "w", namespace)
+    admin_api.delete("AgentModel", model)
+
+
+def test_an_agent_applied_before_its_model_starts_once_the_model_is_created(
+    admin_api: Achilles, operator: OperatorProcess, journal: Engine, namespace: str
+) -> None:
+    # `kubectl apply -f` of a folder takes agent.yaml before model.yaml.
+    model = f"m-{uuid.uuid4().hex[:6]}"
+    admin_api.create(agent("early", owner=new_owner(journal), model=model), namespace)
+    waiting = wait_for(
+        lambda: (s := agent_status(admin_api, "early", namespace)).get("phase") == "NoModel" and s,
+        60,
+        what="NoModel",
+    )
+    (ready,) = [c for c in waiting["conditions"] if c["type"] == "Ready"]
+    assert f"{model} is not an AgentModel" in ready["message"]
+    admin_api.create(agent_model(model))
+    # No event of the Agent's own follows: the new model has it read again.
+    wait_for(
+        lambda: agent_status(admin_api, "early", namespace).get("phase") == "Ready",
+        60,
+        what="the agent Ready once its model exists",
+    )
+    assert agent_spec(admin_api, "early", namespace)["model"] == model
     admin_api.delete("AgentModel", model)
 
 

@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
+from achilles.db.journal.catalogue import lock_model_name
 from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, Tool, User
 from achilles.db.journal.owed_spec import owing, owner_deactivated
 from achilles.db.journal.reconcile import LockedAgent
@@ -215,6 +216,22 @@ def upsert_agent(
     statement = _upsert_statement(insert_row=False, scheduled=scheduled)
     connection.execute(statement, {**params, "agent_id": existing.agent_id})
     return existing.agent_id, False, existing.schedule != definition.schedule
+
+
+def link_named_model(session: Session, agent_id: int, model_name: str) -> bool:
+    """Link the agent to the model it names, which its write found missing; whether it is
+    there now. Under the model name's shared lock (`catalogue.lock_model_name`), so a
+    model created meanwhile is either seen here or sees this agent awaiting it."""
+    lock_model_name(session, model_name, shared=True)
+    linked = session.execute(
+        update(Agent)
+        .where(Agent.id == agent_id)
+        .values(
+            model_id=select(AgentModel.id).where(AgentModel.name == model_name).scalar_subquery()
+        )
+        .returning(Agent.model_id)
+    ).scalar_one()
+    return linked is not None
 
 
 def _unlink_statement() -> Delete:

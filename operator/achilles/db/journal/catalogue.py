@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, literal_column, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, PlatformSettings, Tool
-from achilles.db.journal.owed_spec import model_withdrawn, owing
+from achilles.db.journal.owed_spec import META_KEY as OWED_KEY
+from achilles.db.journal.owed_spec import MODEL_FIELD, model_withdrawn, owing
 
 
 @dataclass(frozen=True)
@@ -24,21 +25,42 @@ class ModelRow:
     is_default: bool
 
 
-def upsert_model(session: Session, model: ModelRow) -> int:
+# The first key of the two-key advisory locks on a model's name (`lock_model_name`); the
+# one-key locks (dispatch, migrations) are a key space of their own.
+MODEL_NAME_LOCK = 0x4AC43
+
+
+def lock_model_name(session: Session, name: str, *, shared: bool) -> None:
+    """Serialise a model's first mirroring with the reconciles of agents that name it
+    and found no such model (`services/catalogue.mirror_model`), for this transaction.
+    The model takes it exclusively before its row is written; such an agent takes it
+    shared, then looks again. Whichever comes second sees the other's commit: the agent
+    finds the model, or the model finds the agent awaiting it. Without it, an agent
+    written while the model commits is missed by both and waits for its next event."""
+    lock = func.pg_advisory_xact_lock_shared if shared else func.pg_advisory_xact_lock
+    session.execute(select(lock(MODEL_NAME_LOCK, func.hashtext(name))))
+
+
+def upsert_model(session: Session, model: ModelRow) -> tuple[int, bool]:
+    """The model's row written: (its id, whether this created it)."""
     values = {
         "base_url": model.base_url,
         "provider_model": model.provider_model,
         "api_key_secret_name": model.api_key_secret_name,
         "api_key_secret_key": model.api_key_secret_key,
     }
-    return int(
+    # `xmax = 0`: the row version is this INSERT's own, not an update of a conflicting row.
+    row: tuple[int, bool] = (
         session.execute(
             insert(AgentModel)
             .values(name=model.name, is_default=False, **values)
             .on_conflict_do_update(index_elements=[AgentModel.name], set_=values)
-            .returning(AgentModel.id)
-        ).scalar_one()
+            .returning(AgentModel.id, literal_column("xmax = 0"))
+        )
+        .tuples()
+        .one()
     )
+    return int(row[0]), bool(row[1])
 
 
 def set_default_model(session: Session, name: str, is_default: bool) -> bool:
@@ -71,6 +93,21 @@ class AgentRef:
     uid: str | None
     namespace: str | None
     name: str | None
+
+
+def agents_awaiting_a_model(session: Session) -> list[AgentRef]:
+    """Agents of a CR with no model and none owed: those whose CR may name a model that
+    did not exist when they were reconciled (the row keeps the id, not the name). A
+    withdrawn model's agents are owed `spec.model: null` until their CR says so, and
+    then name none: a model created under that name revives nobody (DESIGN §4)."""
+    rows = session.execute(
+        select(Agent.id, Agent.cr_uid, Agent.cr_namespace, Agent.cr_name).where(
+            Agent.model_id.is_(None),
+            Agent.cr_uid.is_not(None),
+            ~func.coalesce(Agent.meta[OWED_KEY].has_key(MODEL_FIELD), False),
+        )
+    ).all()
+    return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
 
 
 def withdraw_model(session: Session, name: str) -> list[AgentRef]:

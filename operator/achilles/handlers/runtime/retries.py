@@ -5,9 +5,10 @@ time: without these, a reconcile lost to a database restart would stay lost. A f
 remembered by the object's identity only (its kind, name, namespace and uid), never its
 body, and fired by the sweeper with backoff (1 s, doubling to 60 s): the object is read
 again from the API server and handled as kopf would hand over a listed object (as deleted
-when it is gone). kopf's handling of an object and a retry of it never run at once (one
-lock per object, striped); kopf's next event of the object, once handled, supersedes the
-retry.
+when it is gone). A handler may also requeue another object whose outcome it changed
+(`requeue`: a new model, for the agents that name it). kopf's handling of an object and
+a retry of it never run at once (one lock per object, striped); kopf's next event of the
+object, once handled, supersedes the retry.
 """
 
 from __future__ import annotations
@@ -77,6 +78,14 @@ class Retries:
             delay = min(MOST_DELAY, FIRST_DELAY * 2.0 ** (attempts - 1))
             self._pending[key] = PendingRetry(handler, ref, attempts, self._clock() + delay)
         return delay
+
+    def requeue(self, handler: str, ref: ObjectRef) -> None:
+        """Handle this object again at the next pass, read afresh: something it depends on
+        changed with no event of its own (a model it names was created). A retry already
+        pending keeps its place."""
+        key = retry_key(handler, ref)
+        with self._lock:
+            self._pending.setdefault(key, PendingRetry(handler, ref, 0, self._clock()))
 
     def succeeded(self, handler: str, ref: ObjectRef) -> None:
         with self._lock:

@@ -1,0 +1,123 @@
+"""An Agent reconciled before the model it names exists (`kubectl apply -f` of a folder
+takes `agent.yaml` before `model.yaml`) links to it when the model is created: the new
+model lists the agents without one, which the operator reads again; an agent written
+while the model commits finds it itself (the model name's advisory lock,
+`catalogue.lock_model_name`). A withdrawn model's agents are not among them (DESIGN §4:
+re-creating a model revives nobody). Through the real database, the race with two real
+connections."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+from achilles.db.database import Database
+from achilles.db.journal import catalogue as catalogue_rows
+from achilles.k8s.resources.agent import AgentSpec
+from achilles.k8s.resources.agent_model import AgentModelSpec
+from achilles.services import agents, catalogue
+from tests.db.factories import make_owner
+from tests.waiting import wait_for
+
+MODEL = AgentModelSpec.model_validate({"baseURL": "http://127.0.0.1:1/v1", "model": "m"})
+
+
+def _reconcile(database: Database, name: str, owner: str, **spec: Any) -> agents.AgentReconciled:
+    """One event of Agent `team/<name>` (uid `uid-<name>`), as the operator handles it."""
+    obj = agents.AgentObject(
+        uid=f"uid-{name}",
+        namespace="team",
+        name=name,
+        generation=1,
+        spec=AgentSpec.model_validate({"owner": owner, "prompt": "Summarise.", **spec}),
+        status={"databaseId": 1},
+    )
+    return agents.reconcile_agent(database, obj)
+
+
+def _ready_message(reconciled: agents.AgentReconciled) -> str:
+    (ready,) = [c for c in reconciled.status["conditions"] if c["type"] == "Ready"]
+    return str(ready["message"])
+
+
+def _model_of(db: Engine, name: str) -> int | None:
+    with db.connect() as conn:
+        model_id = conn.execute(
+            text("SELECT model_id FROM agents WHERE cr_name = :n"), {"n": name}
+        ).scalar_one()
+    return None if model_id is None else int(model_id)
+
+
+def test_an_agent_that_came_before_its_model_is_read_again_when_the_model_is_created(
+    db: Engine, database: Database
+) -> None:
+    owner = make_owner(db)
+    early = _reconcile(database, "early", owner, model="late-model")
+    assert early.status["phase"] == "NoModel"
+    assert "late-model is not an AgentModel" in _ready_message(early)
+    _reconcile(database, "unset", owner)  # names no model
+    catalogue.mirror_model(database, "old-model", MODEL)
+    assert _reconcile(database, "withdrawn", owner, model="old-model").status["phase"] == "Ready"
+    catalogue.withdraw_model(database, "old-model")  # owes `spec.model: null`, undelivered
+
+    created = catalogue.mirror_model(database, "late-model", MODEL)
+    updated = catalogue.mirror_model(database, "late-model", MODEL)  # its status echo
+
+    assert sorted(ref.name or "" for ref in created.awaiting) == ["early", "unset"]
+    assert updated.awaiting == []
+    # What the operator's requeue does with them: read and reconciled again.
+    linked = _reconcile(database, "early", owner, model="late-model")
+    assert linked.status["phase"] == "Ready"
+    assert _model_of(db, "early") == created.model_id
+    assert _reconcile(database, "unset", owner).status["phase"] == "NoModel"
+    # Re-created under its old name, the withdrawn model is still owed away from its agent.
+    assert catalogue.mirror_model(database, "old-model", MODEL).awaiting == [
+        ref for ref in created.awaiting if ref.name == "unset"
+    ]
+    assert _reconcile(database, "withdrawn", owner, model="old-model").status["phase"] == "NoModel"
+
+
+def _waiting_for_an_advisory_lock(db: Engine) -> bool:
+    with db.connect() as conn:
+        return bool(
+            conn.execute(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            ).scalar_one()
+        )
+
+
+def test_an_agent_written_while_its_model_commits_finds_the_model(
+    db: Engine, database: Database
+) -> None:
+    owner = make_owner(db)
+    # The model's transaction, as `mirror_model` runs it, held open before its commit: its
+    # row is written and it has looked for awaiting agents.
+    model = Session(db)
+    model.begin()
+    try:
+        catalogue_rows.lock_model_name(model, "racing-model", shared=False)
+        catalogue_rows.upsert_model(
+            model, catalogue_rows.ModelRow("racing-model", "http://x/v1", "m", None, None, False)
+        )
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            # The agent's reconcile on a second connection: its write does not see the
+            # uncommitted model, so it waits on the name's lock to look again.
+            reconcile = pool.submit(_reconcile, database, "racer", owner, model="racing-model")
+            wait_for(
+                lambda: _waiting_for_an_advisory_lock(db) or reconcile.done(),
+                timeout=30,
+                what="the agent's reconcile waiting on the model name's lock",
+            )
+            assert not reconcile.done()
+            # The model does not see the agent's uncommitted row; without the lock both
+            # would miss each other and the agent would wait for an event of its own.
+            assert catalogue_rows.agents_awaiting_a_model(model) == []
+            model.commit()
+            reconciled = reconcile.result(timeout=30)
+    finally:
+        model.close()
+    assert reconciled.status["phase"] == "Ready"
+    assert _model_of(db, "racer") is not None
