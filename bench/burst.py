@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import text
 
 from achilles.db.database import Database
-from achilles.k8s.jobs import RUN_SELECTOR
+from achilles.k8s.run_metadata import RUN_SELECTOR
 from bench.apiserver_counts import operator_request_counts
 from bench.burst_ceiling import measure_ceiling
 from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster, ensure_namespace

@@ -10,14 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from achilles.domain.run_secret import RunSecret
-from achilles.k8s.jobs import (
-    RUN_SELECTOR,
-    JobTemplate,
-    RunJobs,
-    RunJobSpec,
-    SecretKey,
-    build_run_job,
-)
+from achilles.k8s.jobs import JobTemplate, RunJobs, RunJobSpec, SecretKey, build_run_job
+from achilles.k8s.run_metadata import RUN_SELECTOR
 from achilles.services.dispatch import PARALLEL_CREATES
 from bench.cluster import RUNS_NAMESPACE, BenchCluster
 from bench.cpu_meter import CpuMeter

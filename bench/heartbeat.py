@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 
 from achilles.db.database import Database
 from achilles.domain.runs import TERMINAL_STATES
-from achilles.k8s.jobs import RUN_ID_LABEL, RUN_SELECTOR
+from achilles.k8s.run_metadata import RUN_ID_LABEL, RUN_SELECTOR
 from achilles_dev.config import LOOPBACK, NodeKind
 from achilles_dev.images import RUNNER_IMAGE
 from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster, ensure_namespace

@@ -30,7 +30,13 @@ from typing import Any, cast
 
 import psycopg
 
-from achilles.k8s.jobs import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL, RUNNER_CONTAINER, job_name
+from achilles.k8s.run_metadata import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    RUN_ID_LABEL,
+    RUNNER_CONTAINER,
+    job_name,
+)
 from bench.apiserver_counts import operator_request_counts, request_rates
 from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster
 from bench.operator_process import OperatorUnderTest, running_operator

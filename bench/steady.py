@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from achilles.db.database import Database
-from achilles.k8s.jobs import RUN_SELECTOR, SLOT_ANNOTATION
+from achilles.k8s.run_metadata import RUN_SELECTOR, SLOT_ANNOTATION
 from achilles_dev.postgres import pg_bin_dir
 from bench.apiserver_counts import (
     etcd_sizes,

@@ -14,7 +14,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, BIGINT, TIMESTAMP
 
 from achilles.db.database import Database
-from achilles.k8s.jobs import RUN_ID_LABEL
+from achilles.k8s.run_metadata import RUN_ID_LABEL
 from bench.cluster import GROUP, VERSION, BenchCluster, Progress
 from bench.jobwatch import SeenJob
 from bench.report import Report

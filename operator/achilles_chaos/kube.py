@@ -10,10 +10,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
-from achilles.k8s.jobs import RUN_ID_LABEL, RUN_SELECTOR
 from achilles.k8s.resources import KINDS
 from achilles.k8s.resources.common import API_GROUP, API_VERSION, API_VERSION_NAME
 from achilles.k8s.resources.kinds import Scope
+from achilles.k8s.run_metadata import RUN_ID_LABEL, RUN_SELECTOR
 
 PLURALS = {kind.kind: kind.plural for kind in KINDS}
 NAMESPACED = {kind.kind for kind in KINDS if kind.scope is Scope.NAMESPACED}

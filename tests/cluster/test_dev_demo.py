@@ -25,7 +25,7 @@ from kubernetes import client
 
 from achilles.cli.main import cli
 from achilles.k8s.client import api_client
-from achilles.k8s.jobs import RUN_SELECTOR
+from achilles.k8s.run_metadata import RUN_SELECTOR
 from achilles_dev.chart import (
     ChartInstall,
     install_chart,

@@ -24,8 +24,8 @@ from achilles.k8s.jobs import (
     RunJobSpec,
     SecretKey,
     build_run_job,
-    job_name,
 )
+from achilles.k8s.run_metadata import job_name
 from tests.cluster.conftest import Cluster
 from tests.dead_cluster import write_kubeconfig
 from tests.waiting import wait_for

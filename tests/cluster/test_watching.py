@@ -23,12 +23,12 @@ from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.domain.pod_outcome import JobObservation
 from achilles.domain.runs import RunTrigger
-from achilles.k8s.jobs import (
+from achilles.k8s.jobs import RunJobs
+from achilles.k8s.run_metadata import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     RUN_ID_LABEL,
     RUNNER_CONTAINER,
-    RunJobs,
     job_name,
 )
 from achilles.k8s.run_watch import job_watch

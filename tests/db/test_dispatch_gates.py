@@ -23,7 +23,8 @@ from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, User
 from achilles.domain.runs import RunState, RunTrigger
-from achilles.k8s.jobs import RUN_ID_LABEL, JobTemplate, RunJobs, SecretKey
+from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
+from achilles.k8s.run_metadata import RUN_ID_LABEL
 from achilles.services.dispatch import DispatchResult, dispatch_queued_runs
 from tests.db.factories import make_agent, make_owner, set_settings
 

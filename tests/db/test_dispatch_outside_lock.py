@@ -33,7 +33,8 @@ from achilles.db.journal.models import AgentRun
 from achilles.db.roles import Component
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret, session_settings
 from achilles.domain.runs import RunState, RunTrigger
-from achilles.k8s.jobs import RUN_ID_LABEL, JobRejected, JobTemplate, RunJobs, SecretKey
+from achilles.k8s.jobs import JobRejected, JobTemplate, RunJobs, SecretKey
+from achilles.k8s.run_metadata import RUN_ID_LABEL
 from achilles.services.dispatch import DispatchResult, dispatch_queued_runs
 from achilles.services.outcomes import MISSING_JOB_GRACE, sweep
 from tests.db.factories import make_agent, make_owner, set_settings

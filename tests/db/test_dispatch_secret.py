@@ -16,7 +16,8 @@ from achilles.db.journal import runs as journal
 from achilles.db.journal.models import AgentRun
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.runs import RunTrigger
-from achilles.k8s.jobs import RUN_ID_LABEL, JobTemplate, RunJobs, SecretKey
+from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
+from achilles.k8s.run_metadata import RUN_ID_LABEL
 from achilles.services.dispatch import dispatch_queued_runs
 from tests.db.factories import make_agent
 

@@ -25,8 +25,9 @@ from achilles.domain.trace_context import TRACEPARENT_ENV
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.scheduler import schedule_once
-from achilles.k8s.jobs import RUN_ID_LABEL, RUN_SELECTOR, JobTemplate, RunJobs, SecretKey, job_name
+from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.objects import Resources
+from achilles.k8s.run_metadata import RUN_ID_LABEL, RUN_SELECTOR, job_name
 from achilles.services.dispatch import dispatch_queued_runs
 from achilles.services.outcomes import FailedRun
 from achilles.telemetry.operator_spans import OperatorSpans

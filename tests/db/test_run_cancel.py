@@ -23,7 +23,8 @@ from achilles.db.roles import Component
 from achilles.domain.run_secret import RunSecret, session_settings
 from achilles.domain.runs import FailReason, RunState, RunTrigger
 from achilles.errors import NotFound
-from achilles.k8s.jobs import RUN_ID_LABEL, JobTemplate, RunJobs, SecretKey
+from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
+from achilles.k8s.run_metadata import RUN_ID_LABEL
 from achilles.services import outcomes, run_cancel
 from achilles.services.dispatch import dispatch_queued_runs
 from tests.db.factories import make_agent, set_settings

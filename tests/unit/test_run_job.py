@@ -7,14 +7,11 @@ from typing import Any
 
 import pytest
 
-from achilles.k8s.jobs import (
+from achilles.k8s.jobs import JobTemplate, RunJobSpec, SecretKey, build_run_job
+from achilles.k8s.run_metadata import (
     AGENT_ID_LABEL,
     RUN_ID_LABEL,
     RUN_SELECTOR,
-    JobTemplate,
-    RunJobSpec,
-    SecretKey,
-    build_run_job,
     job_name,
     run_id_of,
 )

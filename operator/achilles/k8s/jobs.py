@@ -1,11 +1,12 @@
-"""Run Jobs: the pure manifest builder, the few API calls the operator makes on them,
-and what it reads of a run's Job and pods (their JSON, never the client's models).
+"""Run Jobs: the pure manifest builder and the few API calls the operator makes on
+them and their pods.
 
 DESIGN.md §4: one Job per run, named from the run id (a retry finds its Job instead of
 making a second), `backoffLimit: 0`, an active deadline from `runTimeoutSeconds`, a
 TTL after it finishes, no service-account token, the restricted security context,
-labels linking it to its agent and run. The operator watches only what carries
-`MANAGED_BY_LABEL` in the runs namespace (k8s/run_watch.py).
+labels linking it to its agent and run (their names: k8s/run_metadata.py). The operator
+watches only what carries `MANAGED_BY_LABEL` in the runs namespace (k8s/run_watch.py);
+what it reads of a run's Job and pods is k8s/run_observations.py.
 """
 
 from __future__ import annotations
@@ -20,35 +21,28 @@ from kubernetes.client.exceptions import ApiException
 from urllib3 import HTTPResponse
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError
 
-from achilles.domain.pod_outcome import ContainerObservation, JobObservation, PodObservation
+from achilles.domain.pod_outcome import PodObservation
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.timestamps import iso_utc
 from achilles.domain.trace_context import TRACEPARENT_ENV
-from achilles.k8s.resources.common import API_GROUP
 from achilles.k8s.rest import CoreApi, list_metadata
+from achilles.k8s.run_metadata import (
+    AGENT_ANNOTATION,
+    AGENT_ID_LABEL,
+    AGENT_UID_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    RUN_ID_LABEL,
+    RUN_SELECTOR,
+    RUNNER_CONTAINER,
+    SLOT_ANNOTATION,
+    TRIGGER_LABEL,
+    job_name,
+)
+from achilles.k8s.run_observations import pod_from_json
 
-JOB_NAME_PREFIX = "achilles-run-"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "achilles-operator"
-RUN_ID_LABEL = f"{API_GROUP}/run-id"
-AGENT_ID_LABEL = f"{API_GROUP}/agent-id"
-AGENT_UID_LABEL = f"{API_GROUP}/agent-uid"
-TRIGGER_LABEL = f"{API_GROUP}/trigger"
-AGENT_ANNOTATION = f"{API_GROUP}/agent"
-SLOT_ANNOTATION = f"{API_GROUP}/scheduled-for"
-RUNNER_CONTAINER = "runner"
-RUN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 # Agents whose Jobs one list selects (`agent-id in (...)`): a query string of ~1 KB.
 AGENTS_PER_LIST = 100
-
-
-def job_name(run_id: int) -> str:
-    return f"{JOB_NAME_PREFIX}{run_id}"
-
-
-def run_id_of(name: str) -> int | None:
-    suffix = name.removeprefix(JOB_NAME_PREFIX)
-    return int(suffix) if suffix != name and suffix.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -332,73 +326,3 @@ def _body_message(exc: ApiException) -> str:
         return str(json.loads(exc.body or "{}").get("message", exc.body))
     except ValueError:
         return str(exc.body)
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, dict) else None
-    return obj
-
-
-def _timestamp(value: Any) -> datetime:
-    # RFC 3339 in UTC, as the API server writes it ("2026-12-02T01:49:32Z").
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
-def pod_from_json(pod: dict[str, Any], deleted: bool = False) -> PodObservation | None:
-    run_id = (_get(pod, "metadata", "labels") or {}).get(RUN_ID_LABEL)
-    if run_id is None or not str(run_id).isdigit():
-        return None
-    status = pod.get("status") or {}
-    runner = None
-    for container in status.get("containerStatuses") or []:
-        if container.get("name") != RUNNER_CONTAINER:
-            continue
-        waiting = _get(container, "state", "waiting") or {}
-        terminated = _get(container, "state", "terminated") or {}
-        runner = ContainerObservation(
-            waiting_reason=waiting.get("reason"),
-            waiting_message=waiting.get("message"),
-            terminated_reason=terminated.get("reason"),
-            terminated_message=terminated.get("message"),
-            exit_code=terminated.get("exitCode"),
-        )
-    unschedulable = None
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
-            unschedulable = condition.get("message") or "Unschedulable"
-    return PodObservation(
-        run_id=int(run_id),
-        name=str(_get(pod, "metadata", "name")),
-        phase=status.get("phase") or "Unknown",
-        reason=status.get("reason"),
-        message=status.get("message"),
-        created_at=_timestamp(_get(pod, "metadata", "creationTimestamp")),
-        runner=runner,
-        unschedulable_message=unschedulable,
-        deleted=deleted,
-    )
-
-
-def job_from_json(job: dict[str, Any], deleted: bool = False) -> JobObservation | None:
-    name = str(_get(job, "metadata", "name") or "")
-    run_id = run_id_of(name)
-    if run_id is None:
-        return None
-    failed_reason = failed_message = None
-    succeeded = False
-    for condition in _get(job, "status", "conditions") or []:
-        if condition.get("status") != "True":
-            continue
-        if condition.get("type") == "Failed":
-            failed_reason, failed_message = condition.get("reason"), condition.get("message")
-        if condition.get("type") == "Complete":
-            succeeded = True
-    return JobObservation(
-        run_id=run_id,
-        name=name,
-        failed_reason=failed_reason,
-        failed_message=failed_message,
-        succeeded=succeeded,
-        active_deadline_seconds=_get(job, "spec", "activeDeadlineSeconds"),
-    )

@@ -1,6 +1,6 @@
 """The watches of run pods and run Jobs (k8s/watching.py).
 
-Only the fields a verdict needs are read from the API's JSON (k8s/jobs.py's
+Only the fields a verdict needs are read from the API's JSON (k8s/run_observations.py's
 `pod_from_json` and `job_from_json`); the rest of each object (the pod spec, the Job's
 template) is never turned into objects.
 """
@@ -8,7 +8,9 @@ template) is never turned into objects.
 from __future__ import annotations
 
 from achilles.domain.pod_outcome import JobObservation, PodObservation
-from achilles.k8s.jobs import RUN_SELECTOR, RunJobs, job_from_json, pod_from_json
+from achilles.k8s.jobs import RunJobs
+from achilles.k8s.run_metadata import RUN_SELECTOR
+from achilles.k8s.run_observations import job_from_json, pod_from_json
 from achilles.k8s.watching import ListWatch
 
 

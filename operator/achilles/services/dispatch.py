@@ -57,8 +57,8 @@ from achilles.k8s.jobs import (
     RunJobSpec,
     SecretKey,
     build_run_job,
-    job_name,
 )
+from achilles.k8s.run_metadata import job_name
 from achilles.services.status import LOCK_MESSAGES
 from achilles.telemetry.spans import NO_SPANS, Spans
 

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from achilles.k8s.annotations import CANCEL_RUN
-from achilles.k8s.jobs import RUN_ID_LABEL
+from achilles.k8s.run_metadata import RUN_ID_LABEL
 from achilles_chaos import models
 from achilles_chaos.scenario import Context
 from achilles_chaos.waiting import wait_for

@@ -21,7 +21,7 @@ from kubernetes import client
 from sqlalchemy import Engine, text
 
 from achilles.db.roles import Component
-from achilles.k8s.jobs import RUN_SELECTOR
+from achilles.k8s.run_metadata import RUN_SELECTOR
 from achilles_dev.chart_secrets import RUNNER_DATABASE_SECRET
 from achilles_dev.images import RUNNER_IMAGE
 from tests.cluster.conftest import Cluster

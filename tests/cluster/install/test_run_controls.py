@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 
 from achilles.domain.run_controls import RESUME_HINT
 from achilles.k8s.annotations import CANCEL_RUN
-from achilles.k8s.jobs import RUN_ID_LABEL
+from achilles.k8s.run_metadata import RUN_ID_LABEL
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, rejection
 from tests.cluster.install.conftest import Release
