@@ -10,18 +10,15 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
-from achilles.db.journal import runs as journal
-from achilles.domain.runs import RunTrigger
 from achilles.services import scheduler
 from tests.db.factories import make_agent, make_owner
 from tests.waiting import wait_for
 
 
-def _due_in_order(db: Engine, count: int) -> list[int]:
-    """`count` agents due now, the first one longest overdue."""
-    owner = make_owner(db)
+def _due_in_order(db: Engine, owners: list[str]) -> list[int]:
+    """An agent due now for each of `owners`, the first one longest overdue."""
     ids = [
-        make_agent(db, owner, schedule={"type": "interval", "every_hours": 6}) for _ in range(count)
+        make_agent(db, owner, schedule={"type": "interval", "every_hours": 6}) for owner in owners
     ]
     with db.begin() as conn:
         conn.execute(
@@ -30,7 +27,7 @@ def _due_in_order(db: Engine, count: int) -> list[int]:
                 " - make_interval(secs => :count - array_position(:ids, id))"
                 " WHERE id = ANY(:ids)"
             ),
-            {"count": count + 1, "ids": ids},
+            {"count": len(ids) + 1, "ids": ids},
         )
     return ids
 
@@ -40,25 +37,40 @@ def _runs(db: Engine) -> int:
         return int(conn.execute(text("SELECT count(*) FROM agent_runs")).scalar_one())
 
 
+def _waiting_on_a_lock(db: Engine) -> bool:
+    with db.connect() as conn:
+        return bool(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )
+
+
 def test_a_bursts_first_runs_commit_before_the_rest_are_enqueued(
     db: Engine, database_url: str
 ) -> None:
-    ids = _due_in_order(db, 100)
-    # Agent 31's manual run, enqueued and not committed: the scheduler's enqueue for it
-    # (in the second batch) waits on the one-active-run index until this ends.
+    first, rest = make_owner(db), make_owner(db)
+    ids = _due_in_order(db, [first] * scheduler.FIRST_BATCH + [rest] * 75)
+    # The second owner's row held: the scheduler's enqueues for that owner's agents (from
+    # the second batch on) wait on it. Not a run of one of those agents: a run row locks
+    # its agent's row (its foreign key), and the scheduler skips locked agents.
     blocker = Session(db)
     blocker.begin()
-    journal.enqueue_run(blocker, ids[30], RunTrigger.MANUAL)
+    blocker.execute(text("SELECT 1 FROM users WHERE key = :k FOR UPDATE"), {"k": rest})
     database = Database(database_url, pool_size=1)
     try:
         with ThreadPoolExecutor(max_workers=1) as pool:
             tick = pool.submit(scheduler.schedule_due_agents, database)
             wait_for(
-                lambda: _runs(db) == scheduler.FIRST_BATCH,
+                lambda: tick.done() or _waiting_on_a_lock(db),
                 timeout=30,
-                what="the first batch committed on its own",
+                what="the scheduler's second batch waiting on the held owner",
             )
             assert not tick.done()
+            assert _runs(db) == scheduler.FIRST_BATCH  # the first batch committed on its own
             blocker.rollback()
             enqueued = [agent for agent, _ in tick.result(timeout=60).enqueued]
     finally:
