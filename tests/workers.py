@@ -1,12 +1,14 @@
-"""`make test` on two pytest-xdist workers: the tests on the session's clusters on one,
-everything else on the other.
+"""`make test` on two pytest-xdist workers: the tests on the session's clusters as one unit
+of work, the database, API and browser tiers as another, and each module with stacks of
+its own as one more, which the first worker free takes.
 
 The session's clusters (a control plane with the kubelet stand-in, another with a real
 node) are the costliest servers a worker can start, and most of their tests wait on
-them. The other worker overlaps that wait with the tests that use no session cluster:
-the stacks of their own (the benchmarks, the fault suite, `achilles dev`, the API's
-chart) and the database, API and browser tiers. Each worker starts only the session
-servers its own tests use.
+them, so one worker takes them all; the other overlaps that wait with the tests that
+use no session cluster: the database, API and browser tiers, and the modules with stacks
+of their own (the benchmarks, the fault suite, `achilles dev`, the API's chart), which
+also go to the first worker done. Each worker starts only the session servers its own
+tests use.
 
 xdist's `--dist loadgroup` reads `xdist_group` marks by renaming each item's node id,
 which pytest 9 no longer allows (xdist 3.8 still sets `_nodeid`; the id moved), so the
@@ -38,14 +40,19 @@ SESSION_CLUSTER_FIXTURES = frozenset({"cluster", "node_cluster"})
 
 
 def group_of(nodeid: str) -> str:
+    """The unit of work `nodeid` belongs to: a module of OWN_STACKS is a unit of its own,
+    so that whichever worker is free first takes it."""
     module = nodeid.partition("::")[0]
-    if module.startswith("tests/cluster/") and module not in OWN_STACKS:
+    if module in OWN_STACKS:
+        return module
+    if module.startswith("tests/cluster/"):
         return SESSION_CLUSTERS
     return THE_REST
 
 
 class TwoGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
-    """One work unit per group, so each of the two workers takes one group whole."""
+    """One work unit per group (`group_of`); xdist hands out the largest first and the
+    next to the first worker that is nearly done."""
 
     def _split_scope(self, nodeid: str) -> str:
         return group_of(nodeid)
