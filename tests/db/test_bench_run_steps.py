@@ -1,7 +1,7 @@
 """`achilles bench run-steps` at a tiny size, so the benchmark cannot rot: it replays runs
 as the runner's login on the real PostgreSQL, writes its JSON and markdown, and drops its
 database. No time is asserted (wall-clock numbers belong to docs/performance.md); the
-write counts are exact, so they are."""
+write counts are exact, so they are; WAL bytes are not (below)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,12 @@ def test_run_steps_benchmark_runs_reports_and_cleans_up(
     # A 50-step run: the claim, 25 tokens writes and the outcome, with steps or without.
     assert figures["write transactions per run, without steps"]["value"] == 27
     assert figures["write transactions per run, with steps"]["value"] == 27
-    assert (
-        figures["WAL per run, with steps"]["value"] > figures["WAL per run, without steps"]["value"]
-    )
+    # WAL is read from the server's WAL position, which every database of the server moves:
+    # here the session's server, shared with the other tests' writers (the cluster tier's
+    # operators under xdist), so only its presence is checked; the benchmark's own server
+    # has no other writer.
+    for kind in ("without", "with"):
+        assert figures[f"WAL per run, {kind} steps"]["value"] > 0
     # The run's trace: off, not one OpenTelemetry module imported; on, every step a span.
     assert figures["OpenTelemetry modules a runner imports, tracing off"]["value"] == 0
     assert figures["runner CPU per step recorded, tracing on"]["value"] > 0
