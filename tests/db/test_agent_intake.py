@@ -17,7 +17,8 @@ from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
 from achilles.k8s.annotations import RUN_REQUESTED_AT
-from achilles.services import users
+from achilles.k8s.resources.agent_tool import AgentToolSpec
+from achilles.services import catalogue, users
 from achilles.services.agent_events import (
     AgentEvent,
     AgentReconciliation,
@@ -188,6 +189,32 @@ def test_what_a_reconcile_would_change_is_reconciled(
     answer = reconcile_agent_event(database, cluster.event("owner-off"), again)
     assert not answer.unchanged
     assert answer.spec_patch == {"enabled": False}
+
+
+def test_an_agent_awaiting_a_tool_is_never_settled_from_the_snapshot(
+    db: Engine, database: Database, cluster: Cluster
+) -> None:
+    """Its row and status agree with its CR, but a listing (a retry's fresh read, when a
+    new tool requeues it) must reconcile it: that links the tool."""
+    cluster.create("awaiting", tools=["later-tool"])
+    _reconcile_all(database, cluster)
+    assert not reconcile_agent_event(
+        database, cluster.event("awaiting"), SettledAgents(database)
+    ).unchanged
+    catalogue.mirror_tool(database, "later-tool", AgentToolSpec(implementation="inbox"))
+    answer = reconcile_agent_event(database, cluster.event("awaiting"), SettledAgents(database))
+    assert not answer.unchanged
+    cluster.apply("awaiting", answer)
+    (tools,) = [
+        c
+        for c in cluster.objects["awaiting"]["status"]["conditions"]
+        if c["type"] == "ToolsResolved"
+    ]
+    assert tools["status"] == "True"
+    # Linked and recorded as such: settled from now on.
+    assert reconcile_agent_event(
+        database, cluster.event("awaiting"), SettledAgents(database)
+    ).unchanged
 
 
 def test_kopfs_event_loop_settles_a_listed_agent_from_memory_or_hands_it_on(

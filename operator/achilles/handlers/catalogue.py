@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import kopf
 from pydantic import BaseModel, ValidationError
 
+from achilles.db.journal.catalogue import AgentRef
 from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
 from achilles.handlers.agents import agent_changed
@@ -72,6 +73,15 @@ def _deleted(type: str, meta: kopf.Meta) -> bool:
     return type == "DELETED" or bool(meta.get("deletionTimestamp"))
 
 
+def _requeue_agents(context: RuntimeContext, agents: list[AgentRef]) -> None:
+    """Have these Agents read again and reconciled at the sweeper's next retries pass
+    (`Retries.requeue`): something they name was created, with no event of their own."""
+    for awaiting in agents:
+        if awaiting.uid and awaiting.namespace and awaiting.name:
+            ref = agent_ref(awaiting.name, awaiting.namespace, awaiting.uid)
+            context.retries.requeue(agent_changed.__name__, ref)
+
+
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_MODEL.plural)
 @retried(AGENT_MODEL)
 def model_changed(
@@ -97,12 +107,9 @@ def model_changed(
     if parsed is None:
         return
     mirrored = catalogue.mirror_model(context.database, name, parsed)
-    for awaiting in mirrored.awaiting:
-        # Reconciled before this model existed: read again by the sweeper's next retries
-        # pass, which links the ones that name it.
-        if awaiting.uid and awaiting.namespace and awaiting.name:
-            ref = agent_ref(awaiting.name, awaiting.namespace, awaiting.uid)
-            context.retries.requeue(agent_changed.__name__, ref)
+    # Reconciled before this model existed: read again by the sweeper's next retries
+    # pass, which links the ones that name it.
+    _requeue_agents(context, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "model %s created: %d agent(s) without a model read again", name, len(mirrored.awaiting)
@@ -145,7 +152,13 @@ def model_changed(
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_TOOL.plural)
 @retried(AGENT_TOOL)
 def tool_changed(
-    type: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any
+    type: str,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     context = context_of(memo)
     name = meta["name"]
@@ -156,14 +169,20 @@ def tool_changed(
     parsed = mirror.parse(AgentToolSpec, spec)
     if parsed is None:
         return
-    tool_id = catalogue.mirror_tool(context.database, name, parsed)
+    mirrored = catalogue.mirror_tool(context.database, name, parsed)
+    # Reconciled while no tool of this name existed: read again, they link to it.
+    _requeue_agents(context, mirrored.awaiting)
+    if mirrored.awaiting:
+        logger.info(
+            "tool %s created: %d agent(s) naming it read again", name, len(mirrored.awaiting)
+        )
     mirror.write(
         [
             mirror.condition(
                 ConditionType.READY, True, ConditionReason.MIRRORED, "in the tool catalogue"
             )
         ],
-        databaseId=tool_id,
+        databaseId=mirrored.tool_id,
     )
 
 

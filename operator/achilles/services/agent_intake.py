@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from achilles.db.database import Database
+from achilles.db.journal.catalogue import UNKNOWN_TOOLS_KEY
 from achilles.db.journal.intake import IntakeRow, intake_page, intake_tokens
 from achilles.db.journal.owed_spec import META_KEY as OWED_KEY
 from achilles.db.journal.settings import database_now
@@ -169,6 +170,10 @@ def row_digest(row: IntakeRow, now: datetime) -> bytes | None:
     """What a reconcile of this row's CR would write and show, when the row is settled."""
     if row.meta and OWED_KEY in row.meta:
         return None  # a spec write is owed: the reconcile reads it instead of the CR's
+    if row.meta and UNKNOWN_TOOLS_KEY in row.meta:
+        # A tool not in the catalogue at its last reconcile (its CR's tools differ from
+        # the row's links anyway): reconciled, it links to the ones created since.
+        return None
     if not _slot_settled(row):
         return None
     if row.enabled and not row.status.locks.owner_active:

@@ -116,6 +116,13 @@ def reconcile_agent(
         unknown_tools = agent_rows.link_tools(
             session, agent_id, definition.tool_names, inserted=created
         )
+        if unknown_tools:
+            # A tool created while this reconcile linked: found now, or it finds this
+            # agent awaiting it (recorded below, in this transaction).
+            unknown_tools = agent_rows.link_awaited_tools(session, agent_id, unknown_tools)
+        agent_rows.record_unknown_tools(
+            session, agent_id, unknown_tools, row.unknown_tools if row is not None else None
+        )
         if agent.spec.wake_on_reply is not None:
             # The owner's consent, as the portal writes it: the spec wins over the CLI's.
             inbox_settings.mirror_wake_on_reply(session, agent_id, agent.spec.wake_on_reply)

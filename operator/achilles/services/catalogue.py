@@ -86,11 +86,22 @@ def forget_deleted_catalogue(
     return CatalogueConverged(withdrawn, removed)
 
 
-def mirror_tool(database: Database, name: str, spec: AgentToolSpec) -> int:
+@dataclass(frozen=True)
+class ToolMirrored:
+    tool_id: int
+    # A new tool: the agents whose last reconcile found it missing from their
+    # `spec.tools`; their handler reads them again (`agents_awaiting_a_tool`).
+    awaiting: list[catalogue.AgentRef] = field(default_factory=list)
+
+
+def mirror_tool(database: Database, name: str, spec: AgentToolSpec) -> ToolMirrored:
     with database.transaction() as session:
-        return catalogue.upsert_tool(
+        catalogue.lock_tool_name(session, name, shared=False)
+        tool_id, created = catalogue.upsert_tool(
             session, name, spec.description, spec.implementation, spec.agents_allowed
         )
+        awaiting = catalogue.agents_awaiting_a_tool(session, name) if created else []
+    return ToolMirrored(tool_id, awaiting)
 
 
 def remove_tool(database: Database, name: str) -> bool:

@@ -1,7 +1,7 @@
 """The operator and the durable locks that change under it, on the real control plane:
-model withdrawal and re-creation, a model created after its agent, owner deactivation
-through the CLI, a calendar slot firing, and a frozen runner reaped from its heartbeat
-while its pod looks alive."""
+model withdrawal and re-creation, a model and a tool created after their agent, owner
+deactivation through the CLI, a calendar slot firing, and a frozen runner reaped from its
+heartbeat while its pod looks alive."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
@@ -34,7 +35,7 @@ from tests.cluster.install.operator_support import (
     running_operator,
 )
 from tests.cluster.install.test_operator_runs import _env
-from tests.crd_cases import agent, agent_model
+from tests.crd_cases import agent, agent_model, agent_tool
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -121,6 +122,46 @@ def test_an_agent_applied_before_its_model_starts_once_the_model_is_created(
         what="the agent Ready once its model exists",
     )
     assert agent_spec(admin_api, "early", namespace)["model"] == model
+    admin_api.delete("AgentModel", model)
+
+
+def test_an_agent_applied_before_its_tool_links_to_it_once_the_tool_is_created(
+    admin_api: Achilles, operator: OperatorProcess, journal: Engine, namespace: str
+) -> None:
+    # As with models: `kubectl apply -f` of a folder takes agent.yaml before tool.yaml.
+    model, tool = f"m-{uuid.uuid4().hex[:6]}", f"t-{uuid.uuid4().hex[:6]}"
+    admin_api.create(agent_model(model))
+    admin_api.create(
+        agent("tooled", owner=new_owner(journal), model=model, tools=[tool]), namespace
+    )
+
+    def tools_resolved() -> dict[str, Any] | None:
+        conditions = agent_status(admin_api, "tooled", namespace).get("conditions") or []
+        found = [c for c in conditions if c.get("type") == "ToolsResolved"]
+        return found[0] if found else None
+
+    waiting = wait_for(
+        lambda: (c := tools_resolved()) is not None and c["status"] == "False" and c,
+        60,
+        what="ToolsResolved False",
+    )
+    assert waiting["message"] == f"not in the tool catalogue: {tool}"
+    admin_api.create(agent_tool(tool))
+    # No event of the Agent's own follows: the new tool has it read again.
+    wait_for(
+        lambda: (c := tools_resolved()) is not None and c["status"] == "True",
+        60,
+        what="ToolsResolved True once the tool exists",
+    )
+    assert journal_rows(
+        journal,
+        "SELECT 1 FROM agent_tools l JOIN tools t ON t.id = l.tool_id"
+        " JOIN agents a ON a.id = l.agent_id"
+        " WHERE a.cr_namespace = :ns AND a.cr_name = 'tooled' AND t.name = :t",
+        ns=namespace,
+        t=tool,
+    )
+    admin_api.delete("AgentTool", tool)
     admin_api.delete("AgentModel", model)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -20,13 +21,14 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from achilles.db.journal.catalogue import lock_model_name
+from achilles.db.journal.catalogue import UNKNOWN_TOOLS_KEY, lock_model_name, lock_tool_name
 from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, Tool, User
 from achilles.db.journal.owed_spec import owing, owner_deactivated
 from achilles.db.journal.reconcile import LockedAgent
@@ -271,6 +273,57 @@ def link_tools(
             .on_conflict_do_nothing()
         )
     return tuple(name for name in tool_names if name not in known)
+
+
+def link_awaited_tools(
+    session: Session, agent_id: int, unknown: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Link the agent to the tools its `link_tools` found missing, if they are there now;
+    return the names still unknown. Under each name's shared lock
+    (`catalogue.lock_tool_name`), so a tool created meanwhile is either seen here or
+    sees this agent awaiting it (`record_unknown_tools`, in this same transaction)."""
+    for name in sorted(set(unknown)):
+        lock_tool_name(session, name, shared=True)
+    found = dict(
+        session.execute(select(Tool.name, Tool.id).where(Tool.name.in_(unknown))).tuples().all()
+    )
+    if found:
+        session.execute(
+            pg_insert(AgentToolLink)
+            .values(
+                [{"agent_id": agent_id, "tool_id": tool_id} for tool_id in sorted(found.values())]
+            )
+            .on_conflict_do_nothing()
+        )
+    return tuple(name for name in unknown if name not in found)
+
+
+# `meta` with its unknown tools set, or without them; every other key is left as it is.
+_RECORD_UNKNOWN = text(
+    "UPDATE agents SET meta = coalesce(meta, '{}'::jsonb)"
+    " || jsonb_build_object(CAST(:key AS text), CAST(:names AS jsonb)) WHERE id = :agent_id"
+)
+_FORGET_UNKNOWN = text("UPDATE agents SET meta = meta - CAST(:key AS text) WHERE id = :agent_id")
+
+
+def record_unknown_tools(
+    session: Session, agent_id: int, unknown: tuple[str, ...], recorded: Any
+) -> None:
+    """Keep the names of the agent's tools not in the catalogue (`unknown`, after
+    `link_awaited_tools`) in `meta["unknown_tools"]`, where a tool's creation finds the
+    agents awaiting it (`catalogue.agents_awaiting_a_tool`). `recorded`: what the row
+    holds (`LockedAgent.unknown_tools`; None: nothing, or no row before). Written only
+    when it changes: most agents have no unknown tool, then or now, and cost no
+    statement. A change moves `updated_at` (the trigger counts `meta` as an edit); it
+    comes with a change of the agent's tools, by its spec or by the catalogue."""
+    names = sorted(set(unknown))
+    if recorded == (names or None):
+        return
+    params = {"key": UNKNOWN_TOOLS_KEY, "agent_id": agent_id}
+    if names:
+        session.connection().execute(_RECORD_UNKNOWN, {**params, "names": json.dumps(names)})
+    else:
+        session.connection().execute(_FORGET_UNKNOWN, params)
 
 
 def delete_agent_by_uid(session: Session, uid: str) -> int | None:

@@ -148,22 +148,60 @@ def tool_names(session: Session, *, created_before: datetime) -> list[str]:
     )
 
 
+# The first key of the two-key advisory locks on a tool's name (`lock_tool_name`): a key
+# space of its own, beside the models' names.
+TOOL_NAME_LOCK = 0x4AC44
+# `agents.meta[UNKNOWN_TOOLS_KEY]`: the names of an Agent's `spec.tools` that were not in
+# the catalogue at its last reconcile, a sorted JSON array; absent when there were none
+# (most agents). Written by `agents.record_unknown_tools` only, read by
+# `agents_awaiting_a_tool`: the row's links keep the tools found, not the names missed.
+UNKNOWN_TOOLS_KEY = "unknown_tools"
+
+
+def lock_tool_name(session: Session, name: str, *, shared: bool) -> None:
+    """Serialise a tool's first mirroring with the reconciles of agents that name it and
+    found no such tool (`services/catalogue.mirror_tool`), for this transaction: as
+    `lock_model_name` for models. The tool takes it exclusively before its row is
+    written; such an agent takes it shared, then looks again and records the names still
+    unknown. Whichever comes second sees the other's commit."""
+    lock = func.pg_advisory_xact_lock_shared if shared else func.pg_advisory_xact_lock
+    session.execute(select(lock(TOOL_NAME_LOCK, func.hashtext(name))))
+
+
 def upsert_tool(
     session: Session, name: str, description: str | None, implementation: str, allowed: bool
-) -> int:
+) -> tuple[int, bool]:
+    """The tool's row written: (its id, whether this created it)."""
     values = {
         "description": description,
         "implementation": implementation,
         "agents_allowed": allowed,
     }
-    return int(
+    # `xmax = 0`: the row version is this INSERT's own, not an update of a conflicting row.
+    row: tuple[int, bool] = (
         session.execute(
             insert(Tool)
             .values(name=name, **values)
             .on_conflict_do_update(index_elements=[Tool.name], set_=values)
-            .returning(Tool.id)
-        ).scalar_one()
+            .returning(Tool.id, literal_column("xmax = 0"))
+        )
+        .tuples()
+        .one()
     )
+    return int(row[0]), bool(row[1])
+
+
+def agents_awaiting_a_tool(session: Session, name: str) -> list[AgentRef]:
+    """Agents of a CR whose last reconcile found `name` in their `spec.tools` and not in
+    the catalogue (`UNKNOWN_TOOLS_KEY`): read again, they link to it."""
+    rows = session.execute(
+        select(Agent.id, Agent.cr_uid, Agent.cr_namespace, Agent.cr_name).where(
+            Agent.cr_uid.is_not(None),
+            # `?` of a JSON array: one of its strings.
+            func.coalesce(Agent.meta[UNKNOWN_TOOLS_KEY].has_key(name), False),
+        )
+    ).all()
+    return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
 
 
 def delete_tool(session: Session, name: str) -> bool:

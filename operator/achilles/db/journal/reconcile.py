@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import DateTime, Select, bindparam, func, select, true
 from sqlalchemy.orm import Session
 
+from achilles.db.journal.catalogue import UNKNOWN_TOOLS_KEY
 from achilles.db.journal.models import Agent, AgentRun, PlatformSettings, User
 from achilles.db.journal.owed_spec import META_KEY
 from achilles.db.journal.schedule import SCHEDULING_COLUMNS, scheduled_of, settle_next_run
@@ -42,6 +43,8 @@ class LockedAgent:
     agent_id: int
     schedule: dict[str, Any] | None
     owed: Any  # `meta["owed_spec"]` as stored (`owed_spec.settle_owed` reads it)
+    # `meta["unknown_tools"]` as stored (`agents.record_unknown_tools` compares with it).
+    unknown_tools: Any = None
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,12 @@ class ReconcileStart:
 def _begin_statement() -> Select[Any]:
     clock = select(func.now().label("now")).subquery("clock")
     locked = (
-        select(Agent.id, Agent.schedule, Agent.meta[META_KEY].label("owed"))
+        select(
+            Agent.id,
+            Agent.schedule,
+            Agent.meta[META_KEY].label("owed"),
+            Agent.meta[UNKNOWN_TOOLS_KEY].label("unknown_tools"),
+        )
         .where(Agent.cr_uid == bindparam("uid"))
         .with_for_update()
         .subquery("locked")
@@ -89,7 +97,11 @@ def begin_reconcile(session: Session, uid: str, owner_key: str) -> ReconcileStar
         now=found.now,
         settings=settings_of(found),
         owner=None if found.user_id is None else Owner(found.user_id, found.active),
-        row=None if found.id is None else LockedAgent(found.id, found.schedule, found.owed),
+        row=(
+            None
+            if found.id is None
+            else LockedAgent(found.id, found.schedule, found.owed, found.unknown_tools)
+        ),
     )
 
 

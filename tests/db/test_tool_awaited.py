@@ -1,0 +1,185 @@
+"""An Agent reconciled before an AgentTool it names exists (`kubectl apply -f` of a folder
+takes `agent.yaml` before `tool.yaml`) links to it when the tool is created: the agent's
+row records the names it found missing (`agents.meta["unknown_tools"]`, written only when
+they change), the new tool lists the agents that recorded its name, which the operator
+reads again; an agent written while the tool commits finds it itself, and a tool created
+while such an agent commits finds the agent (the tool name's advisory lock,
+`catalogue.lock_tool_name`). Through the real database, the races with two real
+connections."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+from achilles.db.database import Database
+from achilles.db.journal import agents as agent_rows
+from achilles.db.journal import catalogue as catalogue_rows
+from achilles.k8s.resources.agent import AgentSpec
+from achilles.k8s.resources.agent_tool import AgentToolSpec
+from achilles.services import agents, catalogue
+from tests.db.factories import make_owner
+from tests.waiting import wait_for
+
+TOOL = AgentToolSpec.model_validate({"implementation": "inbox"})
+
+
+def _reconcile(database: Database, name: str, owner: str, **spec: Any) -> agents.AgentReconciled:
+    """One event of Agent `team/<name>` (uid `uid-<name>`), as the operator handles it."""
+    obj = agents.AgentObject(
+        uid=f"uid-{name}",
+        namespace="team",
+        name=name,
+        generation=1,
+        spec=AgentSpec.model_validate({"owner": owner, "prompt": "Summarise.", **spec}),
+        status={"databaseId": 1},
+    )
+    return agents.reconcile_agent(database, obj)
+
+
+def _tools_condition(reconciled: agents.AgentReconciled) -> tuple[str, str]:
+    (tools,) = [c for c in reconciled.status["conditions"] if c["type"] == "ToolsResolved"]
+    return str(tools["status"]), str(tools["message"])
+
+
+def _meta(db: Engine, name: str) -> dict[str, Any]:
+    with db.connect() as conn:
+        meta = conn.execute(
+            text("SELECT meta FROM agents WHERE cr_name = :n"), {"n": name}
+        ).scalar_one()
+    return dict(meta or {})
+
+
+def _xmin(db: Engine, name: str) -> str:
+    """The row version: a write of the row, even of the same values, changes it."""
+    with db.connect() as conn:
+        return str(
+            conn.execute(text("SELECT xmin FROM agents WHERE cr_name = :n"), {"n": name}).scalar()
+        )
+
+
+def _linked(db: Engine, name: str) -> list[str]:
+    with db.connect() as conn:
+        return list(
+            conn.execute(
+                text(
+                    "SELECT t.name FROM agent_tools l JOIN tools t ON t.id = l.tool_id"
+                    " JOIN agents a ON a.id = l.agent_id WHERE a.cr_name = :n ORDER BY t.name"
+                ),
+                {"n": name},
+            ).scalars()
+        )
+
+
+def test_an_agent_that_came_before_its_tool_is_read_again_when_the_tool_is_created(
+    db: Engine, database: Database
+) -> None:
+    owner = make_owner(db)
+    catalogue.mirror_tool(database, "known-tool", TOOL)
+    early = _reconcile(
+        database, "early", owner, tools=["known-tool", "late-tool"], wakeOnReply=True
+    )
+    assert _tools_condition(early) == ("False", "not in the tool catalogue: late-tool")
+    assert _meta(db, "early") == {"inbox": {"wake_on_reply": True}, "unknown_tools": ["late-tool"]}
+    # Its next event, the tool still missing: the record is kept, not written again.
+    before = _xmin(db, "early")
+    again = _reconcile(
+        database, "early", owner, tools=["known-tool", "late-tool"], wakeOnReply=True
+    )
+    assert _tools_condition(again) == _tools_condition(early)
+    assert _xmin(db, "early") == before
+    _reconcile(database, "elsewhere", owner, tools=["other-tool"])  # awaits another tool
+    plain = _reconcile(database, "plain", owner, tools=["known-tool"])
+    assert _tools_condition(plain)[0] == "True"
+    assert "unknown_tools" not in _meta(db, "plain")  # nothing recorded when none is missing
+    _reconcile(database, "changed", owner, tools=["late-tool"])
+    assert _meta(db, "changed") == {"unknown_tools": ["late-tool"]}
+    _reconcile(database, "changed", owner, tools=[])  # its owner dropped it meanwhile
+    assert _meta(db, "changed") == {}
+
+    created = catalogue.mirror_tool(database, "late-tool", TOOL)
+    updated = catalogue.mirror_tool(database, "late-tool", TOOL)  # its status echo
+
+    assert [ref.name for ref in created.awaiting] == ["early"]
+    assert updated.awaiting == []
+    # What the operator's requeue does with it: read and reconciled again.
+    linked = _reconcile(database, "early", owner, tools=["known-tool", "late-tool"])
+    assert _tools_condition(linked) == ("True", "")
+    assert _linked(db, "early") == ["known-tool", "late-tool"]
+    assert _meta(db, "early") == {"inbox": {"wake_on_reply": True}}  # only its own key went
+    assert [ref.name for ref in catalogue.mirror_tool(database, "other-tool", TOOL).awaiting] == [
+        "elsewhere"
+    ]
+
+
+def _waiting_for_an_advisory_lock(db: Engine) -> bool:
+    with db.connect() as conn:
+        return bool(
+            conn.execute(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            ).scalar_one()
+        )
+
+
+def test_an_agent_written_while_its_tool_commits_finds_the_tool(
+    db: Engine, database: Database
+) -> None:
+    owner = make_owner(db)
+    # The tool's transaction, as `mirror_tool` runs it, held open before its commit: its
+    # row is written and it has looked for awaiting agents.
+    tool = Session(db)
+    tool.begin()
+    try:
+        catalogue_rows.lock_tool_name(tool, "racing-tool", shared=False)
+        catalogue_rows.upsert_tool(tool, "racing-tool", None, "inbox", True)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            # The agent's reconcile on a second connection: its links do not see the
+            # uncommitted tool, so it waits on the name's lock to look again.
+            reconcile = pool.submit(_reconcile, database, "racer", owner, tools=["racing-tool"])
+            wait_for(
+                lambda: _waiting_for_an_advisory_lock(db) or reconcile.done(),
+                timeout=30,
+                what="the agent's reconcile waiting on the tool name's lock",
+            )
+            assert not reconcile.done()
+            # The tool does not see the agent's uncommitted record; without the lock both
+            # would miss each other and the agent would wait for an event of its own.
+            assert catalogue_rows.agents_awaiting_a_tool(tool, "racing-tool") == []
+            tool.commit()
+            reconciled = reconcile.result(timeout=30)
+    finally:
+        tool.close()
+    assert _tools_condition(reconciled) == ("True", "")
+    assert _linked(db, "racer") == ["racing-tool"]
+    assert "unknown_tools" not in _meta(db, "racer")
+
+
+def test_a_tool_created_while_an_agent_records_it_missing_finds_the_agent(
+    db: Engine, database: Database
+) -> None:
+    owner = make_owner(db)
+    agent_id = _reconcile(database, "recorder", owner).agent_id
+    assert agent_id is not None
+    # The agent's transaction, as `reconcile_agent` runs it, held open before its commit:
+    # it found the tool missing under the name's shared lock and recorded so.
+    recording = Session(db)
+    recording.begin()
+    try:
+        assert agent_rows.link_awaited_tools(recording, agent_id, ("slow-tool",)) == ("slow-tool",)
+        agent_rows.record_unknown_tools(recording, agent_id, ("slow-tool",), None)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            mirror = pool.submit(catalogue.mirror_tool, database, "slow-tool", TOOL)
+            wait_for(
+                lambda: _waiting_for_an_advisory_lock(db) or mirror.done(),
+                timeout=30,
+                what="the tool's mirroring waiting on its name's lock",
+            )
+            assert not mirror.done()
+            recording.commit()
+            created = mirror.result(timeout=30)
+    finally:
+        recording.close()
+    assert [ref.name for ref in created.awaiting] == ["recorder"]
