@@ -118,7 +118,10 @@ def test_models_and_tools_deleted_while_no_operator_watched_are_withdrawn(
 
     assert list(converged.withdrawn_models) == ["deleted"]
     assert [agent.name for agent in converged.withdrawn_models["deleted"]] == ["a"]
-    assert converged.removed_tools == ["deleted-tool"]
+    # The agents that were linked to it, which the operator reads again (its CR still
+    # names the tool: ToolsResolved False, linked again if it is created again).
+    assert list(converged.removed_tools) == ["deleted-tool"]
+    assert [agent.name for agent in converged.removed_tools["deleted-tool"]] == ["a"]
     with db.begin() as conn:
         models = set(conn.execute(text("SELECT name FROM agent_models")).scalars())
         tools = set(conn.execute(text("SELECT name FROM tools")).scalars())

@@ -4,8 +4,10 @@ row records the names it found missing (`agents.meta["unknown_tools"]`, written 
 they change), the new tool lists the agents that recorded its name, which the operator
 reads again; an agent written while the tool commits finds it itself, and a tool created
 while such an agent commits finds the agent (the tool name's advisory lock,
-`catalogue.lock_tool_name`). Through the real database, the races with two real
-connections."""
+`catalogue.lock_tool_name`). A deleted tool lists the agents that were linked to it,
+which read again show it unknown and link to it once it is created again; a link being
+committed while the tool is deleted is waited for and listed. Through the real database,
+the races with two real connections."""
 
 from __future__ import annotations
 
@@ -183,3 +185,84 @@ def test_a_tool_created_while_an_agent_records_it_missing_finds_the_agent(
     finally:
         recording.close()
     assert [ref.name for ref in created.awaiting] == ["recorder"]
+
+
+def test_the_agents_of_a_deleted_tool_show_it_unknown_and_link_to_it_once_it_is_created_again(
+    db: Engine, database: Database
+) -> None:
+    owner = make_owner(db)
+    catalogue.mirror_tool(database, "kept-tool", TOOL)
+    catalogue.mirror_tool(database, "gone-tool", TOOL)
+    phases = {}
+    for name in ("first", "second"):
+        linked = _reconcile(database, name, owner, tools=["kept-tool", "gone-tool"])
+        assert _tools_condition(linked) == ("True", "")
+        phases[name] = linked.status["phase"]
+    _reconcile(database, "bystander", owner, tools=["kept-tool"])
+
+    unlinked = catalogue.remove_tool(database, "gone-tool")  # the delete event
+
+    # The agents that were linked, which the operator reads again (their CRs still name
+    # it); the others are not touched.
+    assert [ref.name for ref in unlinked] == ["first", "second"]
+    assert [ref.uid for ref in unlinked] == ["uid-first", "uid-second"]
+    assert _linked(db, "first") == ["kept-tool"]
+    assert _linked(db, "bystander") == ["kept-tool"]
+    assert catalogue.remove_tool(database, "gone-tool") == []  # a retry, or DELETED after
+    # What the operator's requeue does with them: the CR is the source of truth.
+    for name in ("first", "second"):
+        unknown = _reconcile(database, name, owner, tools=["kept-tool", "gone-tool"])
+        assert _tools_condition(unknown) == ("False", "not in the tool catalogue: gone-tool")
+        assert unknown.status["phase"] == phases[name]  # a warning only: no lock closes
+        assert _meta(db, name) == {"unknown_tools": ["gone-tool"]}
+
+    recreated = catalogue.mirror_tool(database, "gone-tool", TOOL)
+
+    assert [ref.name for ref in recreated.awaiting] == ["first", "second"]
+    relinked = _reconcile(database, "first", owner, tools=["kept-tool", "gone-tool"])
+    assert _tools_condition(relinked) == ("True", "")
+    assert _linked(db, "first") == ["gone-tool", "kept-tool"]
+    assert "unknown_tools" not in _meta(db, "first")
+
+
+def test_a_tool_deleted_while_an_agent_links_to_it_waits_for_that_link(
+    db: Engine, database: Database
+) -> None:
+    owner = make_owner(db)
+    catalogue.mirror_tool(database, "contested-tool", TOOL)
+    agent_id = _reconcile(database, "linker", owner).agent_id
+    assert agent_id is not None
+    # The agent's reconcile, held open before its commit, has linked the tool: its link's
+    # foreign key holds the tool row's key.
+    linking = Session(db)
+    linking.begin()
+    try:
+        assert agent_rows.link_tools(linking, agent_id, ("contested-tool",)) == ()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            removal = pool.submit(catalogue.remove_tool, database, "contested-tool")
+            wait_for(
+                lambda: _waiting_for_a_row_lock(db) or removal.done(),
+                timeout=30,
+                what="the tool's deletion waiting on the linking agent",
+            )
+            assert not removal.done()
+            linking.commit()
+            unlinked = removal.result(timeout=30)
+    finally:
+        linking.close()
+    # Seen once committed: without the row lock first, the links' snapshot would miss it
+    # (the cascade would still remove it) and the agent would keep ToolsResolved True.
+    assert [ref.name for ref in unlinked] == ["linker"]
+    assert _linked(db, "linker") == []
+
+
+def _waiting_for_a_row_lock(db: Engine) -> bool:
+    with db.connect() as conn:
+        return bool(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )

@@ -5,7 +5,12 @@ same time as kopf's handling of the same object."""
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
+from typing import cast
 
+from achilles.db.journal.catalogue import AgentRef
+from achilles.handlers.agents import requeue_agents
+from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.retries import MOST_DELAY, Retries
 from achilles.k8s.objects import ObjectRef
 
@@ -85,3 +90,22 @@ def test_a_requeue_is_due_at_once_and_leaves_a_pending_retry_in_its_place() -> N
     assert retries.due() == []
     clock.now += 1
     assert [(retry.ref, retry.attempts) for retry in retries.due()] == [(OTHER, 1)]
+
+
+def test_agents_requeued_by_a_catalogue_change_are_read_again_by_their_handler() -> None:
+    # A tool deleted or created, a model created: the agents it changed, by their rows.
+    retries = Retries(Clock())
+    context = cast(RuntimeContext, SimpleNamespace(retries=retries))
+    requeue_agents(
+        context,
+        [
+            AgentRef(1, "uid-1", "team", "daily"),
+            AgentRef(2, None, None, None),  # a row of no CR: nothing to read again
+            AgentRef(3, "uid-2", "team", "weekly"),
+        ],
+    )
+    assert sorted((retry.handler, retry.ref.name) for retry in retries.due()) == [
+        ("agent_changed", "daily"),
+        ("agent_changed", "weekly"),
+    ]
+    assert {retry.ref for retry in retries.due()} == {AGENT, OTHER}

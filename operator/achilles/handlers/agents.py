@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
 
+from achilles.db.journal.catalogue import AgentRef
 from achilles.handlers import metrics
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.events import agent_ref
@@ -101,6 +102,16 @@ def agent_changed(
         _remove(context, event, reconciliation.agent_id, logger)
     else:
         _apply(context, ref, dict(status), reconciliation)
+
+
+def requeue_agents(context: RuntimeContext, agents: Iterable[AgentRef]) -> None:
+    """Have these Agents read again and reconciled at the sweeper's next retries pass
+    (`Retries.requeue`): something they name was created or deleted (a model, a tool),
+    with no event of their own. Rows of no CR (none has a uid) are skipped."""
+    for agent in agents:
+        if agent.uid and agent.namespace and agent.name:
+            ref = agent_ref(agent.name, agent.namespace, agent.uid)
+            context.retries.requeue(agent_changed.__name__, ref)
 
 
 def _is_echo(context: RuntimeContext, type: str | None, body: Mapping[str, Any]) -> bool:

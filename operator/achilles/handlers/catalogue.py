@@ -8,12 +8,10 @@ from typing import Any, TypeVar
 import kopf
 from pydantic import BaseModel, ValidationError
 
-from achilles.db.journal.catalogue import AgentRef
 from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
-from achilles.handlers.agents import agent_changed
+from achilles.handlers.agents import requeue_agents
 from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.events import agent_ref
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retries import context_of, retried
 from achilles.k8s.objects import ObjectRef
@@ -73,15 +71,6 @@ def _deleted(type: str, meta: kopf.Meta) -> bool:
     return type == "DELETED" or bool(meta.get("deletionTimestamp"))
 
 
-def _requeue_agents(context: RuntimeContext, agents: list[AgentRef]) -> None:
-    """Have these Agents read again and reconciled at the sweeper's next retries pass
-    (`Retries.requeue`): something they name was created, with no event of their own."""
-    for awaiting in agents:
-        if awaiting.uid and awaiting.namespace and awaiting.name:
-            ref = agent_ref(awaiting.name, awaiting.namespace, awaiting.uid)
-            context.retries.requeue(agent_changed.__name__, ref)
-
-
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_MODEL.plural)
 @retried(AGENT_MODEL)
 def model_changed(
@@ -109,7 +98,7 @@ def model_changed(
     mirrored = catalogue.mirror_model(context.database, name, parsed)
     # Reconciled before this model existed: read again by the sweeper's next retries
     # pass, which links the ones that name it.
-    _requeue_agents(context, mirrored.awaiting)
+    requeue_agents(context, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "model %s created: %d agent(s) without a model read again", name, len(mirrored.awaiting)
@@ -163,7 +152,11 @@ def tool_changed(
     context = context_of(memo)
     name = meta["name"]
     if _deleted(type, meta):
-        catalogue.remove_tool(context.database, name)  # its agent links go with it
+        # Its links go; the agents that had them still name it: read again, they show
+        # it unknown (ToolsResolved False) and link to it if it is created again.
+        unlinked = catalogue.remove_tool(context.database, name)
+        requeue_agents(context, unlinked)
+        logger.info("tool %s removed: %d agent(s) linked to it read again", name, len(unlinked))
         return
     mirror = Mirror(context, ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name), meta, status)
     parsed = mirror.parse(AgentToolSpec, spec)
@@ -171,7 +164,7 @@ def tool_changed(
         return
     mirrored = catalogue.mirror_tool(context.database, name, parsed)
     # Reconciled while no tool of this name existed: read again, they link to it.
-    _requeue_agents(context, mirrored.awaiting)
+    requeue_agents(context, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "tool %s created: %d agent(s) naming it read again", name, len(mirrored.awaiting)

@@ -56,7 +56,8 @@ class CatalogueConverged:
     """Rows whose resource was deleted while no operator watched, now gone too."""
 
     withdrawn_models: dict[str, list[catalogue.AgentRef]] = field(default_factory=dict)
-    removed_tools: list[str] = field(default_factory=list)
+    # Each removed tool's agents, which were linked to it (`remove_tool`).
+    removed_tools: dict[str, list[catalogue.AgentRef]] = field(default_factory=dict)
 
 
 def forget_deleted_catalogue(
@@ -73,7 +74,7 @@ def forget_deleted_catalogue(
     that listing failed, judge nothing): a row made since may belong to a resource
     created after its listing, so only older rows are judged."""
     withdrawn: dict[str, list[catalogue.AgentRef]] = {}
-    removed: list[str] = []
+    removed: dict[str, list[catalogue.AgentRef]] = {}
     with database.transaction() as session:
         if live_models is not None:
             for name in catalogue.model_names(session, created_before=listed_at):
@@ -81,8 +82,10 @@ def forget_deleted_catalogue(
                     withdrawn[name] = catalogue.withdraw_model(session, name)
         if live_tools is not None:
             for name in catalogue.tool_names(session, created_before=listed_at):
-                if name not in live_tools and catalogue.delete_tool(session, name):
-                    removed.append(name)
+                if name not in live_tools:
+                    unlinked = catalogue.delete_tool(session, name)
+                    if unlinked is not None:
+                        removed[name] = unlinked
     return CatalogueConverged(withdrawn, removed)
 
 
@@ -104,9 +107,12 @@ def mirror_tool(database: Database, name: str, spec: AgentToolSpec) -> ToolMirro
     return ToolMirrored(tool_id, awaiting)
 
 
-def remove_tool(database: Database, name: str) -> bool:
+def remove_tool(database: Database, name: str) -> list[catalogue.AgentRef]:
+    """The tool and its links gone (DESIGN §4: its agents keep the KS core); the agents
+    that were linked to it, whose CRs still name it: their handler reads them again, they
+    show it unknown and link to it if it is created again (`agents_awaiting_a_tool`)."""
     with database.transaction() as session:
-        return catalogue.delete_tool(session, name)
+        return catalogue.delete_tool(session, name) or []
 
 
 def mirror_platform(database: Database, spec: AgentPlatformSpec) -> None:

@@ -1,7 +1,7 @@
 """The operator and the durable locks that change under it, on the real control plane:
-model withdrawal and re-creation, a model and a tool created after their agent, owner
-deactivation through the CLI, a calendar slot firing, and a frozen runner reaped from its
-heartbeat while its pod looks alive."""
+model withdrawal and re-creation, a model and a tool created after their agent (and the
+tool deleted and created again), owner deactivation through the CLI, a calendar slot
+firing, and a frozen runner reaped from its heartbeat while its pod looks alive."""
 
 from __future__ import annotations
 
@@ -153,14 +153,38 @@ def test_an_agent_applied_before_its_tool_links_to_it_once_the_tool_is_created(
         60,
         what="ToolsResolved True once the tool exists",
     )
-    assert journal_rows(
-        journal,
-        "SELECT 1 FROM agent_tools l JOIN tools t ON t.id = l.tool_id"
-        " JOIN agents a ON a.id = l.agent_id"
-        " WHERE a.cr_namespace = :ns AND a.cr_name = 'tooled' AND t.name = :t",
-        ns=namespace,
-        t=tool,
+
+    def linked() -> bool:
+        return bool(
+            journal_rows(
+                journal,
+                "SELECT 1 FROM agent_tools l JOIN tools t ON t.id = l.tool_id"
+                " JOIN agents a ON a.id = l.agent_id"
+                " WHERE a.cr_namespace = :ns AND a.cr_name = 'tooled' AND t.name = :t",
+                ns=namespace,
+                t=tool,
+            )
+        )
+
+    assert linked()
+    # Deleted, the tool's links go; the CR still names it, so its agent says so (and
+    # keeps running on the KS core) and links to it again once it is created again, with
+    # no event of the Agent's own either time.
+    admin_api.delete("AgentTool", tool)
+    gone = wait_for(
+        lambda: (c := tools_resolved()) is not None and c["status"] == "False" and c,
+        60,
+        what="ToolsResolved False once the tool is deleted",
     )
+    assert gone["message"] == f"not in the tool catalogue: {tool}"
+    assert not linked()
+    admin_api.create(agent_tool(tool))
+    wait_for(
+        lambda: (c := tools_resolved()) is not None and c["status"] == "True",
+        60,
+        what="ToolsResolved True once the tool is created again",
+    )
+    assert linked()
     admin_api.delete("AgentTool", tool)
     admin_api.delete("AgentModel", model)
 

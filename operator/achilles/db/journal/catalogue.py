@@ -10,7 +10,7 @@ from sqlalchemy import delete, func, literal_column, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from achilles.db.journal.models import Agent, AgentModel, PlatformSettings, Tool
+from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, PlatformSettings, Tool
 from achilles.db.journal.owed_spec import META_KEY as OWED_KEY
 from achilles.db.journal.owed_spec import MODEL_FIELD, model_withdrawn, owing
 
@@ -204,12 +204,32 @@ def agents_awaiting_a_tool(session: Session, name: str) -> list[AgentRef]:
     return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
 
 
-def delete_tool(session: Session, name: str) -> bool:
-    """Deleting a tool removes its agent links (FK CASCADE); agents keep the KS core."""
-    return (
-        session.execute(delete(Tool).where(Tool.name == name).returning(Tool.id)).first()
-        is not None
+def delete_tool(session: Session, name: str) -> list[AgentRef] | None:
+    """Delete the tool and its agent links; the agents keep running on the KS core
+    (DESIGN §4). Returns the agents that were linked to it (None: no such tool): their
+    CRs still name it, so read again they show it unknown and record it
+    (`UNKNOWN_TOOLS_KEY`), and a tool created again under that name finds them.
+    The row is locked first: a reconcile inserting a link to it holds its key (the
+    foreign key's check), so this waits for that commit and then sees the link, and no
+    link is added after."""
+    tool_id = session.execute(
+        select(Tool.id).where(Tool.name == name).with_for_update()
+    ).scalar_one_or_none()
+    if tool_id is None:
+        return None
+    unlinked = (
+        delete(AgentToolLink)
+        .where(AgentToolLink.tool_id == tool_id)
+        .returning(AgentToolLink.agent_id)
+        .cte("unlinked")
     )
+    rows = session.execute(
+        select(Agent.id, Agent.cr_uid, Agent.cr_namespace, Agent.cr_name)
+        .join(unlinked, unlinked.c.agent_id == Agent.id)
+        .order_by(Agent.id)
+    ).all()
+    session.execute(delete(Tool).where(Tool.id == tool_id))
+    return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
 
 
 @dataclass(frozen=True)

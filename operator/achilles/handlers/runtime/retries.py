@@ -6,9 +6,9 @@ remembered by the object's identity only (its kind, name, namespace and uid), ne
 body, and fired by the sweeper with backoff (1 s, doubling to 60 s): the object is read
 again from the API server and handled as kopf would hand over a listed object (as deleted
 when it is gone). A handler may also requeue another object whose outcome it changed
-(`requeue`: a new model or tool, for the agents that name it). kopf's handling of an object and
-a retry of it never run at once (one lock per object, striped); kopf's next event of the
-object, once handled, supersedes the retry.
+(`requeue`: a new model or tool, or a deleted tool, for the agents that name it).
+kopf's handling of an object and a retry of it never run at once (one lock per object,
+striped); kopf's next event of the object, once handled, supersedes the retry.
 """
 
 from __future__ import annotations

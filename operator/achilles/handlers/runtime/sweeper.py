@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
+from achilles.handlers.agents import requeue_agents
 from achilles.handlers.runtime import events
 from achilles.handlers.runtime.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
 from achilles.handlers.runtime.context import RuntimeContext, Wake
@@ -182,7 +183,8 @@ def wake_for_waiting_replies(context: RuntimeContext) -> bool:
 
 def forget_deleted_objects(context: RuntimeContext) -> bool:
     """Whatever was deleted while no operator watched: Agents (their rows and runs),
-    AgentModels (withdrawn from their agents) and AgentTools (their links)."""
+    AgentModels (withdrawn from their agents) and AgentTools (their links; the agents
+    that had them are read again)."""
     database, resources = context.database, context.resources
     listed_at = agents.database_clock(database)  # before the listings begin
     live = resources.agent_uids()
@@ -208,6 +210,13 @@ def forget_deleted_objects(context: RuntimeContext) -> bool:
             name,
             len(stopped),
         )
-    for name in converged.removed_tools:
-        log.info("tool %s removed: its AgentTool no longer exists", name)
+    for name, unlinked in converged.removed_tools.items():
+        # As its delete event: the agents linked to it still name it, read again they
+        # show it unknown and link to it if it is created again.
+        requeue_agents(context, unlinked)
+        log.info(
+            "tool %s removed (its AgentTool no longer exists): %d agent(s) read again",
+            name,
+            len(unlinked),
+        )
     return deliver_owed_specs(context)
