@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
-from achilles.k8s.resources.agent import AgentSpec
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.services import agents, catalogue, users
 from tests.db.factories import make_owner
+from tests.db.reconciling import reconcile_event
 
 
 def _model(database: Database, name: str) -> None:
@@ -32,21 +32,6 @@ def _model(database: Database, name: str) -> None:
 def _tool(database: Database, name: str) -> None:
     spec = AgentToolSpec.model_validate({"implementation": "inbox"})
     catalogue.mirror_tool(database, name, spec)
-
-
-def _reconcile(
-    database: Database, uid: str, name: str, owner: str, **spec: Any
-) -> agents.AgentReconciled:
-    """What the operator does with one event of Agent `team/<name>` saying `spec`."""
-    obj = agents.AgentObject(
-        uid=uid,
-        namespace="team",
-        name=name,
-        generation=1,
-        spec=AgentSpec.model_validate({"owner": owner, "prompt": "Summarise.", **spec}),
-        status={"databaseId": 1},
-    )
-    return agents.reconcile_agent(database, obj)
 
 
 def _row(db: Engine, uid: str) -> Any:
@@ -66,7 +51,7 @@ def test_a_withdrawal_whose_patches_failed_is_finished_and_a_new_model_revives_n
     owner = make_owner(db)
     _model(database, "gpt-small")
     for name in ("first", "second"):
-        reconciled = _reconcile(database, f"uid-{name}", name, owner, model="gpt-small")
+        reconciled = reconcile_event(database, name, owner, model="gpt-small")
         assert reconciled.status["phase"] == "Ready"
 
     stopped = catalogue.withdraw_model(database, "gpt-small")  # the delete event
@@ -84,17 +69,17 @@ def test_a_withdrawal_whose_patches_failed_is_finished_and_a_new_model_revives_n
     # The admin re-creates the model before the second CR was patched; an event of that
     # CR, still saying `model: gpt-small`, arrives.
     _model(database, "gpt-small")
-    stale = _reconcile(database, "uid-second", "second", owner, model="gpt-small")
+    stale = reconcile_event(database, "second", owner, model="gpt-small")
     assert stale.status["phase"] == "NoModel"
     assert _row(db, "uid-second").model_id is None
     assert _owed(database) == {"second": {"model": None}}
 
     # The delivery lands; the CR's next event says `model` is gone: nothing owed.
-    delivered = _reconcile(database, "uid-second", "second", owner)
+    delivered = reconcile_event(database, "second", owner)
     assert delivered.status["phase"] == "NoModel"
     assert _owed(database) == {}
     # From then on the owner's own choice counts, the same model included.
-    chosen = _reconcile(database, "uid-second", "second", owner, model="gpt-small")
+    chosen = reconcile_event(database, "second", owner, model="gpt-small")
     assert chosen.status["phase"] == "Ready"
 
 
@@ -105,8 +90,8 @@ def test_models_and_tools_deleted_while_no_operator_watched_are_withdrawn(
     for name in ("kept", "deleted"):
         _model(database, name)
         _tool(database, f"{name}-tool")
-    _reconcile(database, "uid-a", "a", owner, model="deleted", tools=["deleted-tool"])
-    _reconcile(database, "uid-b", "b", owner, model="kept", tools=["kept-tool"])
+    reconcile_event(database, "a", owner, model="deleted", tools=["deleted-tool"])
+    reconcile_event(database, "b", owner, model="kept", tools=["kept-tool"])
     listed_at = agents.database_clock(database)
     # Created while the listings were being taken: not in them, and must survive.
     _model(database, "new")
@@ -150,7 +135,7 @@ def test_an_owner_deactivated_a_second_time_is_switched_off_a_second_time(
     owner = make_owner(db)
     _model(database, "m")
     uid = f"uid-{uuid.uuid4().hex[:6]}"
-    assert _reconcile(database, uid, "d", owner, model="m").status["phase"] == "Ready"
+    assert reconcile_event(database, "d", owner, uid=uid, model="m").status["phase"] == "Ready"
 
     for round_ in (1, 2):
         # Deactivated by whoever owns `users` (Auth), not through our CLI.
@@ -163,13 +148,13 @@ def test_an_owner_deactivated_a_second_time_is_switched_off_a_second_time(
         # The operator patches the CR; its event comes back saying enabled: false.
         delivered = next(iter(agents.owed_specs(database)))
         agents.spec_delivered(database, delivered)
-        back = _reconcile(database, uid, "d", owner, model="m", enabled=False)
+        back = reconcile_event(database, "d", owner, uid=uid, model="m", enabled=False)
         assert back.status["phase"] == "OwnerInactive"
         assert _owed(database) == {}
         # Reactivated: the agent stays off until its owner switches it on.
         users.upsert_user(database, owner, timezone=None, active=True)
         assert _row(db, uid).enabled is False
-        switched_on = _reconcile(database, uid, "d", owner, model="m", enabled=True)
+        switched_on = reconcile_event(database, "d", owner, uid=uid, model="m", enabled=True)
         assert switched_on.status["phase"] == "Ready"
 
 
@@ -178,13 +163,13 @@ def test_deactivation_through_the_cli_owes_the_resources_their_switch(
 ) -> None:
     owner = make_owner(db)
     _model(database, "m")
-    _reconcile(database, "uid-c", "c", owner, model="m")
+    reconcile_event(database, "c", owner, model="m")
 
     users.upsert_user(database, owner, timezone=None, active=False)
 
     assert _row(db, "uid-c").enabled is False
     assert _owed(database) == {"c": {"enabled": False}}
     # An event of the CR that still says enabled: true does not switch it back on.
-    stale = _reconcile(database, "uid-c", "c", owner, model="m", enabled=True)
+    stale = reconcile_event(database, "c", owner, model="m", enabled=True)
     assert stale.status["phase"] in ("Disabled", "OwnerInactive")
     assert _row(db, "uid-c").enabled is False

@@ -9,33 +9,19 @@ connections."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
 from achilles.db.journal import catalogue as catalogue_rows
-from achilles.k8s.resources.agent import AgentSpec
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.services import agents, catalogue
 from tests.db.factories import make_owner
+from tests.db.reconciling import reconcile_event, waiting_on_a_lock
 from tests.waiting import wait_for
 
 MODEL = AgentModelSpec.model_validate({"baseURL": "http://127.0.0.1:1/v1", "model": "m"})
-
-
-def _reconcile(database: Database, name: str, owner: str, **spec: Any) -> agents.AgentReconciled:
-    """One event of Agent `team/<name>` (uid `uid-<name>`), as the operator handles it."""
-    obj = agents.AgentObject(
-        uid=f"uid-{name}",
-        namespace="team",
-        name=name,
-        generation=1,
-        spec=AgentSpec.model_validate({"owner": owner, "prompt": "Summarise.", **spec}),
-        status={"databaseId": 1},
-    )
-    return agents.reconcile_agent(database, obj)
 
 
 def _ready_message(reconciled: agents.AgentReconciled) -> str:
@@ -55,12 +41,14 @@ def test_an_agent_that_came_before_its_model_is_read_again_when_the_model_is_cre
     db: Engine, database: Database
 ) -> None:
     owner = make_owner(db)
-    early = _reconcile(database, "early", owner, model="late-model")
+    early = reconcile_event(database, "early", owner, model="late-model")
     assert early.status["phase"] == "NoModel"
     assert "late-model is not an AgentModel" in _ready_message(early)
-    _reconcile(database, "unset", owner)  # names no model
+    reconcile_event(database, "unset", owner)  # names no model
     catalogue.mirror_model(database, "old-model", MODEL)
-    assert _reconcile(database, "withdrawn", owner, model="old-model").status["phase"] == "Ready"
+    assert (
+        reconcile_event(database, "withdrawn", owner, model="old-model").status["phase"] == "Ready"
+    )
     catalogue.withdraw_model(database, "old-model")  # owes `spec.model: null`, undelivered
 
     created = catalogue.mirror_model(database, "late-model", MODEL)
@@ -69,24 +57,18 @@ def test_an_agent_that_came_before_its_model_is_read_again_when_the_model_is_cre
     assert sorted(ref.name or "" for ref in created.awaiting) == ["early", "unset"]
     assert updated.awaiting == []
     # What the operator's requeue does with them: read and reconciled again.
-    linked = _reconcile(database, "early", owner, model="late-model")
+    linked = reconcile_event(database, "early", owner, model="late-model")
     assert linked.status["phase"] == "Ready"
     assert _model_of(db, "early") == created.model_id
-    assert _reconcile(database, "unset", owner).status["phase"] == "NoModel"
+    assert reconcile_event(database, "unset", owner).status["phase"] == "NoModel"
     # Re-created under its old name, the withdrawn model is still owed away from its agent.
     assert catalogue.mirror_model(database, "old-model", MODEL).awaiting == [
         ref for ref in created.awaiting if ref.name == "unset"
     ]
-    assert _reconcile(database, "withdrawn", owner, model="old-model").status["phase"] == "NoModel"
-
-
-def _waiting_for_an_advisory_lock(db: Engine) -> bool:
-    with db.connect() as conn:
-        return bool(
-            conn.execute(
-                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-            ).scalar_one()
-        )
+    assert (
+        reconcile_event(database, "withdrawn", owner, model="old-model").status["phase"]
+        == "NoModel"
+    )
 
 
 def test_an_agent_written_while_its_model_commits_finds_the_model(
@@ -105,9 +87,9 @@ def test_an_agent_written_while_its_model_commits_finds_the_model(
         with ThreadPoolExecutor(max_workers=1) as pool:
             # The agent's reconcile on a second connection: its write does not see the
             # uncommitted model, so it waits on the name's lock to look again.
-            reconcile = pool.submit(_reconcile, database, "racer", owner, model="racing-model")
+            reconcile = pool.submit(reconcile_event, database, "racer", owner, model="racing-model")
             wait_for(
-                lambda: _waiting_for_an_advisory_lock(db) or reconcile.done(),
+                lambda: waiting_on_a_lock(db) or reconcile.done(),
                 timeout=30,
                 what="the agent's reconcile waiting on the model name's lock",
             )

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from achilles.db.database import Database
 from achilles.services import scheduler
 from tests.db.factories import make_agent, make_owner
+from tests.db.reconciling import waiting_on_a_lock
 from tests.waiting import wait_for
 
 
@@ -37,18 +38,6 @@ def _runs(db: Engine) -> int:
         return int(conn.execute(text("SELECT count(*) FROM agent_runs")).scalar_one())
 
 
-def _waiting_on_a_lock(db: Engine) -> bool:
-    with db.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
-
-
 def test_a_bursts_first_runs_commit_before_the_rest_are_enqueued(
     db: Engine, database_url: str
 ) -> None:
@@ -65,7 +54,7 @@ def test_a_bursts_first_runs_commit_before_the_rest_are_enqueued(
         with ThreadPoolExecutor(max_workers=1) as pool:
             tick = pool.submit(scheduler.schedule_due_agents, database)
             wait_for(
-                lambda: tick.done() or _waiting_on_a_lock(db),
+                lambda: tick.done() or waiting_on_a_lock(db),
                 timeout=30,
                 what="the scheduler's second batch waiting on the held owner",
             )

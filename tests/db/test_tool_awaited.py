@@ -20,26 +20,13 @@ from sqlalchemy.orm import Session
 from achilles.db.database import Database
 from achilles.db.journal import agents as agent_rows
 from achilles.db.journal import catalogue as catalogue_rows
-from achilles.k8s.resources.agent import AgentSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.services import agents, catalogue
 from tests.db.factories import make_owner
+from tests.db.reconciling import reconcile_event, waiting_on_a_lock
 from tests.waiting import wait_for
 
 TOOL = AgentToolSpec.model_validate({"implementation": "inbox"})
-
-
-def _reconcile(database: Database, name: str, owner: str, **spec: Any) -> agents.AgentReconciled:
-    """One event of Agent `team/<name>` (uid `uid-<name>`), as the operator handles it."""
-    obj = agents.AgentObject(
-        uid=f"uid-{name}",
-        namespace="team",
-        name=name,
-        generation=1,
-        spec=AgentSpec.model_validate({"owner": owner, "prompt": "Summarise.", **spec}),
-        status={"databaseId": 1},
-    )
-    return agents.reconcile_agent(database, obj)
 
 
 def _tools_condition(reconciled: agents.AgentReconciled) -> tuple[str, str]:
@@ -81,25 +68,25 @@ def test_an_agent_that_came_before_its_tool_is_read_again_when_the_tool_is_creat
 ) -> None:
     owner = make_owner(db)
     catalogue.mirror_tool(database, "known-tool", TOOL)
-    early = _reconcile(
+    early = reconcile_event(
         database, "early", owner, tools=["known-tool", "late-tool"], wakeOnReply=True
     )
     assert _tools_condition(early) == ("False", "not in the tool catalogue: late-tool")
     assert _meta(db, "early") == {"inbox": {"wake_on_reply": True}, "unknown_tools": ["late-tool"]}
     # Its next event, the tool still missing: the record is kept, not written again.
     before = _xmin(db, "early")
-    again = _reconcile(
+    again = reconcile_event(
         database, "early", owner, tools=["known-tool", "late-tool"], wakeOnReply=True
     )
     assert _tools_condition(again) == _tools_condition(early)
     assert _xmin(db, "early") == before
-    _reconcile(database, "elsewhere", owner, tools=["other-tool"])  # awaits another tool
-    plain = _reconcile(database, "plain", owner, tools=["known-tool"])
+    reconcile_event(database, "elsewhere", owner, tools=["other-tool"])  # awaits another tool
+    plain = reconcile_event(database, "plain", owner, tools=["known-tool"])
     assert _tools_condition(plain)[0] == "True"
     assert "unknown_tools" not in _meta(db, "plain")  # nothing recorded when none is missing
-    _reconcile(database, "changed", owner, tools=["late-tool"])
+    reconcile_event(database, "changed", owner, tools=["late-tool"])
     assert _meta(db, "changed") == {"unknown_tools": ["late-tool"]}
-    _reconcile(database, "changed", owner, tools=[])  # its owner dropped it meanwhile
+    reconcile_event(database, "changed", owner, tools=[])  # its owner dropped it meanwhile
     assert _meta(db, "changed") == {}
 
     created = catalogue.mirror_tool(database, "late-tool", TOOL)
@@ -108,22 +95,13 @@ def test_an_agent_that_came_before_its_tool_is_read_again_when_the_tool_is_creat
     assert [ref.name for ref in created.awaiting] == ["early"]
     assert updated.awaiting == []
     # What the operator's requeue does with it: read and reconciled again.
-    linked = _reconcile(database, "early", owner, tools=["known-tool", "late-tool"])
+    linked = reconcile_event(database, "early", owner, tools=["known-tool", "late-tool"])
     assert _tools_condition(linked) == ("True", "")
     assert _linked(db, "early") == ["known-tool", "late-tool"]
     assert _meta(db, "early") == {"inbox": {"wake_on_reply": True}}  # only its own key went
     assert [ref.name for ref in catalogue.mirror_tool(database, "other-tool", TOOL).awaiting] == [
         "elsewhere"
     ]
-
-
-def _waiting_for_an_advisory_lock(db: Engine) -> bool:
-    with db.connect() as conn:
-        return bool(
-            conn.execute(
-                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-            ).scalar_one()
-        )
 
 
 def test_an_agent_written_while_its_tool_commits_finds_the_tool(
@@ -140,9 +118,11 @@ def test_an_agent_written_while_its_tool_commits_finds_the_tool(
         with ThreadPoolExecutor(max_workers=1) as pool:
             # The agent's reconcile on a second connection: its links do not see the
             # uncommitted tool, so it waits on the name's lock to look again.
-            reconcile = pool.submit(_reconcile, database, "racer", owner, tools=["racing-tool"])
+            reconcile = pool.submit(
+                reconcile_event, database, "racer", owner, tools=["racing-tool"]
+            )
             wait_for(
-                lambda: _waiting_for_an_advisory_lock(db) or reconcile.done(),
+                lambda: waiting_on_a_lock(db) or reconcile.done(),
                 timeout=30,
                 what="the agent's reconcile waiting on the tool name's lock",
             )
@@ -163,7 +143,7 @@ def test_a_tool_created_while_an_agent_records_it_missing_finds_the_agent(
     db: Engine, database: Database
 ) -> None:
     owner = make_owner(db)
-    agent_id = _reconcile(database, "recorder", owner).agent_id
+    agent_id = reconcile_event(database, "recorder", owner).agent_id
     assert agent_id is not None
     # The agent's transaction, as `reconcile_agent` runs it, held open before its commit:
     # it found the tool missing under the name's shared lock and recorded so.
@@ -175,7 +155,7 @@ def test_a_tool_created_while_an_agent_records_it_missing_finds_the_agent(
         with ThreadPoolExecutor(max_workers=1) as pool:
             mirror = pool.submit(catalogue.mirror_tool, database, "slow-tool", TOOL)
             wait_for(
-                lambda: _waiting_for_an_advisory_lock(db) or mirror.done(),
+                lambda: waiting_on_a_lock(db) or mirror.done(),
                 timeout=30,
                 what="the tool's mirroring waiting on its name's lock",
             )
@@ -195,10 +175,10 @@ def test_the_agents_of_a_deleted_tool_show_it_unknown_and_link_to_it_once_it_is_
     catalogue.mirror_tool(database, "gone-tool", TOOL)
     phases = {}
     for name in ("first", "second"):
-        linked = _reconcile(database, name, owner, tools=["kept-tool", "gone-tool"])
+        linked = reconcile_event(database, name, owner, tools=["kept-tool", "gone-tool"])
         assert _tools_condition(linked) == ("True", "")
         phases[name] = linked.status["phase"]
-    _reconcile(database, "bystander", owner, tools=["kept-tool"])
+    reconcile_event(database, "bystander", owner, tools=["kept-tool"])
 
     unlinked = catalogue.remove_tool(database, "gone-tool")  # the delete event
 
@@ -211,7 +191,7 @@ def test_the_agents_of_a_deleted_tool_show_it_unknown_and_link_to_it_once_it_is_
     assert catalogue.remove_tool(database, "gone-tool") == []  # a retry, or DELETED after
     # What the operator's requeue does with them: the CR is the source of truth.
     for name in ("first", "second"):
-        unknown = _reconcile(database, name, owner, tools=["kept-tool", "gone-tool"])
+        unknown = reconcile_event(database, name, owner, tools=["kept-tool", "gone-tool"])
         assert _tools_condition(unknown) == ("False", "not in the tool catalogue: gone-tool")
         assert unknown.status["phase"] == phases[name]  # a warning only: no lock closes
         assert _meta(db, name) == {"unknown_tools": ["gone-tool"]}
@@ -219,7 +199,7 @@ def test_the_agents_of_a_deleted_tool_show_it_unknown_and_link_to_it_once_it_is_
     recreated = catalogue.mirror_tool(database, "gone-tool", TOOL)
 
     assert [ref.name for ref in recreated.awaiting] == ["first", "second"]
-    relinked = _reconcile(database, "first", owner, tools=["kept-tool", "gone-tool"])
+    relinked = reconcile_event(database, "first", owner, tools=["kept-tool", "gone-tool"])
     assert _tools_condition(relinked) == ("True", "")
     assert _linked(db, "first") == ["gone-tool", "kept-tool"]
     assert "unknown_tools" not in _meta(db, "first")
@@ -230,7 +210,7 @@ def test_a_tool_deleted_while_an_agent_links_to_it_waits_for_that_link(
 ) -> None:
     owner = make_owner(db)
     catalogue.mirror_tool(database, "contested-tool", TOOL)
-    agent_id = _reconcile(database, "linker", owner).agent_id
+    agent_id = reconcile_event(database, "linker", owner).agent_id
     assert agent_id is not None
     # The agent's reconcile, held open before its commit, has linked the tool: its link's
     # foreign key holds the tool row's key.
@@ -241,7 +221,7 @@ def test_a_tool_deleted_while_an_agent_links_to_it_waits_for_that_link(
         with ThreadPoolExecutor(max_workers=1) as pool:
             removal = pool.submit(catalogue.remove_tool, database, "contested-tool")
             wait_for(
-                lambda: _waiting_for_a_row_lock(db) or removal.done(),
+                lambda: waiting_on_a_lock(db) or removal.done(),
                 timeout=30,
                 what="the tool's deletion waiting on the linking agent",
             )
@@ -254,15 +234,3 @@ def test_a_tool_deleted_while_an_agent_links_to_it_waits_for_that_link(
     # (the cascade would still remove it) and the agent would keep ToolsResolved True.
     assert [ref.name for ref in unlinked] == ["linker"]
     assert _linked(db, "linker") == []
-
-
-def _waiting_for_a_row_lock(db: Engine) -> bool:
-    with db.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
