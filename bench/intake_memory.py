@@ -57,5 +57,7 @@ def memory_figures(report: Report, cluster: BenchCluster, when: str, progress: P
     report.add_value(f"RSS before malloc_trim(0), {when}", result["trim_before_kib"] / 1024, "MiB")
     report.add_value(f"RSS after malloc_trim(0), {when}", result["trim_after_kib"] / 1024, "MiB")
     report.details[f"RSS by mapping after malloc_trim(0), {when} (KiB)"] = result["smaps_rss_kib"]
+    if "agent_bodies" in result:  # parsed Agent bodies alive, and what holds a few
+        report.details[f"Agent bodies alive, {when}"] = result["agent_bodies"]
     if "heap_by_file_kib" in result:  # [file, KiB, blocks], the largest first
         report.details[f"Python heap by file, {when}"] = result["heap_by_file_kib"]

@@ -13,6 +13,7 @@ anonymous mappings, each shared library): where the RSS that is not the heap liv
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import threading
@@ -53,6 +54,36 @@ def _smaps_kib() -> dict[str, int]:
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
+def _holders(obj: object, seen: set[int], depth: int) -> list[object]:
+    """Who refers to `obj`, `depth` levels up: type names, with a dict's keys."""
+    if depth == 0:
+        return []
+    found: list[object] = []
+    for referrer in gc.get_referrers(obj):
+        if id(referrer) in seen or type(referrer).__name__ in ("frame", "list_iterator"):
+            continue
+        seen.add(id(referrer))
+        name = type(referrer).__name__
+        if isinstance(referrer, dict):
+            name += "{" + ",".join(sorted(str(k) for k in list(referrer)[:6])) + "}"
+        found.append([name, _holders(referrer, seen, depth - 1)])
+        if len(found) >= 3:
+            break
+    return found
+
+
+def _agent_bodies() -> dict[str, object]:
+    """The parsed Agent bodies alive, and what holds three of them: a body outliving its
+    event is memory that grows with the Agents."""
+    bodies = [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, dict) and o.get("kind") == "Agent" and "metadata" in o
+    ]
+    seen = {id(bodies)}
+    return {"count": len(bodies), "holders": [_holders(b, seen, 5) for b in bodies[:3]]}
+
+
 def _probe(path: Path) -> None:
     trim = path.with_name(path.name + ".trim")
     libc = ctypes.CDLL("libc.so.6")
@@ -68,6 +99,7 @@ def _probe(path: Path) -> None:
                 libc.malloc_trim(0)
                 record |= {"trim_before_kib": before, "trim_after_kib": _rss_kib()}
                 record["smaps_rss_kib"] = _smaps_kib()
+                record["agent_bodies"] = _agent_bodies()
                 if tracemalloc.is_tracing():
                     top = tracemalloc.take_snapshot().statistics("filename")[:15]
                     record["heap_by_file_kib"] = [

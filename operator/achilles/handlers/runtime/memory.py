@@ -1,5 +1,14 @@
 """Memory the process freed, given back to the system (the sweeper's `memory` pass).
 
+First the garbage cycles: kopf wraps each event's body in a `Body` whose views (`meta`,
+`spec`, `status`) refer back to it, a cycle that only the collector frees. A body that
+lived a while (queued during a listing, handled on a thread) is promoted to the oldest
+generation, whose collections are rare (`settle_collector`) and stop altogether when the
+operator goes idle, since nothing allocates: `achilles bench intake` found 2,161 bodies
+alive after the first intake of 2,000 Agents, idle, each held only by its own cycle, and
+an RSS of 1,971 MiB after 100,000. So the pass collects the oldest generation when the
+young ones ran since the last pass (something was allocated; idle, it costs nothing).
+
 glibc keeps what Python frees in its heaps for reuse, one heap per thread that allocated
 (kopf's handler threads, the loops), and returns it to the system only from a heap's top.
 A start-up listing of every Agent allocates and frees a body per Agent, so without this
@@ -42,6 +51,21 @@ def _libc() -> ctypes.CDLL | None:
     except (OSError, AttributeError):
         return None
     return libc
+
+
+class MemoryPass:
+    """Garbage cycles collected, then the heaps' free pages given back (module docstring)."""
+
+    def __init__(self) -> None:
+        self._young_collections = -1
+
+    def __call__(self) -> bool:
+        young = gc.get_stats()[0]["collections"]
+        if young != self._young_collections:
+            gc.collect()
+            # Read after the collection, which counts as one of the young generation's.
+            self._young_collections = gc.get_stats()[0]["collections"]
+        return release_free_memory()
 
 
 def release_free_memory() -> bool:

@@ -14,7 +14,8 @@ they cost no transaction more than their period.
 - owners: an owner deactivated in `users` switches their agents off (no CR event says so);
 - reply wakes: a reply whose wake was lost gets its run;
 - run metrics: the journal's runs as Prometheus figures (runtime/run_metrics.py);
-- memory: the heaps' free pages given back to the system (runtime/memory.py);
+- memory: garbage cycles collected and the heaps' free pages given back to the system
+  (runtime/memory.py);
 - budget warnings: owners past 80 % / 95 % of the weekly budget are warned, once per
   threshold per week (runtime/budget_warnings.py);
 - retention: finished runs older than `runRetentionDays` deleted in small batches
@@ -40,7 +41,7 @@ from achilles.handlers.agents import requeue_agents
 from achilles.handlers.runtime import events
 from achilles.handlers.runtime.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
 from achilles.handlers.runtime.context import RuntimeContext, Wake
-from achilles.handlers.runtime.memory import TRIM_EVERY, release_free_memory
+from achilles.handlers.runtime.memory import TRIM_EVERY, MemoryPass
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retention import RETENTION_BUSY_EVERY, RetentionPass
 from achilles.handlers.runtime.retries import fire_due_retries
@@ -73,7 +74,7 @@ def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], obje
         "reply-wakes": (REPLY_WAKES_EVERY, lambda: wake_for_waiting_replies(context)),
         "orphans": (ORPHANS_EVERY, lambda: forget_deleted_objects(context)),
         "run-metrics": (RUN_METRICS_EVERY, RunMetricsPass(context)),
-        "memory": (TRIM_EVERY, release_free_memory),
+        "memory": (TRIM_EVERY, MemoryPass()),
         "budget-warnings": (BUDGET_WARNINGS_EVERY, BudgetWarningsPass(context)),
         "retention": (RETENTION_BUSY_EVERY, RetentionPass(context)),
     }
