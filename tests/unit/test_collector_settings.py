@@ -38,7 +38,7 @@ def test_the_memory_pass_frees_garbage_cycles_the_rare_full_collections_left() -
     try:
         body = _Body()
         alive = weakref.ref(body)
-        gc.collect()  # promoted to the oldest generation, as a body queued during a listing
+        gc.collect(1)  # promoted to the oldest generation, as a body queued during a listing
         del body
         assert alive() is not None  # reference counting alone does not free a cycle
         memory_pass = MemoryPass()

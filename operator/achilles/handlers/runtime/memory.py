@@ -5,9 +5,12 @@ First the garbage cycles: kopf wraps each event's body in a `Body` whose views (
 lived a while (queued during a listing, handled on a thread) is promoted to the oldest
 generation, whose collections are rare (`settle_collector`) and stop altogether when the
 operator goes idle, since nothing allocates: `achilles bench intake` found 2,161 bodies
-alive after the first intake of 2,000 Agents, idle, each held only by its own cycle, and
-an RSS of 1,971 MiB after 100,000. So the pass collects the oldest generation when the
-young ones ran since the last pass (something was allocated; idle, it costs nothing).
+alive after the first intake of 2,000 Agents, idle, each held only by its own cycle (2
+with this pass, at 100,000 Agents too). So the pass collects the oldest generation when
+something reached it since the last pass (a middle-generation collection ran; idle,
+none does and the pass walks nothing). The RSS keeps the listing's peak all the same
+(Python returns an arena to the system only once it is empty): what this frees is
+reused, not given back (docs/performance.md, "100,000 Agents").
 
 glibc keeps what Python frees in its heaps for reuse, one heap per thread that allocated
 (kopf's handler threads, the loops), and returns it to the system only from a heap's top.
@@ -56,15 +59,11 @@ def _libc() -> ctypes.CDLL | None:
 class MemoryPass:
     """Garbage cycles collected, then the heaps' free pages given back (module docstring)."""
 
-    def __init__(self) -> None:
-        self._young_collections = -1
-
     def __call__(self) -> bool:
-        young = gc.get_stats()[0]["collections"]
-        if young != self._young_collections:
+        # The middle generation's collections since the oldest one's last: each promoted
+        # its survivors into the oldest generation.
+        if gc.get_count()[2] > 0:
             gc.collect()
-            # Read after the collection, which counts as one of the young generation's.
-            self._young_collections = gc.get_stats()[0]["collections"]
         return release_free_memory()
 
 
