@@ -25,7 +25,7 @@ from achilles_chaos.journal import Journal
 from achilles_chaos.kube import RUNS_NAMESPACE, Kube, manifest
 from achilles_chaos.models import BrokenModel, ModelServer
 from achilles_chaos.waiting import wait_for
-from achilles_dev import controlplane, postgres
+from achilles_dev import postgres
 from achilles_dev.admission import wait_until_policies_admit
 from achilles_dev.chart import ChartInstall, apply_crds, install_chart
 from achilles_dev.chart_secrets import (
@@ -39,8 +39,7 @@ from achilles_dev.images import ENGINE_IMAGE
 from achilles_dev.logins import ComponentLogins, stack_logins
 from achilles_dev.node import host
 from achilles_dev.node.network import stack_id
-from achilles_dev.pki import Pki
-from achilles_dev.processes import is_alive, running_from_pidfile, signal_group, spawn
+from achilles_dev.processes import is_alive, running_from_pidfile, signal_group
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
 
@@ -195,19 +194,10 @@ class ChaosCluster:
         pidfile.unlink(missing_ok=True)
 
     def start_apiserver(self) -> float:
-        """Start it again exactly as the stack does; seconds until it is ready."""
+        """Start it again exactly as the stack does (a start that exits says why, with its
+        log's last lines); seconds until it is ready."""
         started = time.monotonic()
-        pki = Pki(self.config.pki_dir)
-        spawn(
-            controlplane.apiserver_argv(bin_dir(), self.config, pki),
-            log=self.config.log("kube-apiserver"),
-            pidfile=self.config.pidfile("kube-apiserver"),
-        )
-        wait_for(
-            lambda: controlplane.apiserver_is_ready(self.config, pki),
-            120,
-            what="kube-apiserver to be ready again",
-        )
+        self.stack.start_apiserver()
         # Ready is not yet admitting: a restarted API server refuses AgentModels until
         # the policy's informer found the CRD again (the next scenario was refused).
         wait_until_policies_admit(self.config.kubeconfig)

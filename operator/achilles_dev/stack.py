@@ -179,11 +179,7 @@ class LocalStack:
             controlplane.etcd_argv(bin_dir, self.config),
             lambda: controlplane.etcd_is_healthy(self.config),
         )
-        self._start(
-            "kube-apiserver",
-            controlplane.apiserver_argv(bin_dir, self.config, pki),
-            lambda: controlplane.apiserver_is_ready(self.config, pki),
-        )
+        self.start_apiserver()
         self._grant_kubelet_rbac()
         self._start(
             "kube-controller-manager",
@@ -290,6 +286,16 @@ class LocalStack:
         where = f"127.0.0.1 and {net.host_ip}" if net else "127.0.0.1"
         self.report(
             f"postgres: ready on {where}:{server.port}, database {DATABASE_NAME}, log {link}"
+        )
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver and wait until it is ready: at `up`, and again after the
+        fault suite killed it (the same argv, the same exit and readiness checks)."""
+        pki = Pki(self.config.pki_dir)
+        self._start(
+            "kube-apiserver",
+            controlplane.apiserver_argv(bin_dir(), self.config, pki),
+            lambda: controlplane.apiserver_is_ready(self.config, pki),
         )
 
     def _start(

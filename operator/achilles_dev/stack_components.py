@@ -63,7 +63,10 @@ def start_component(
     env: dict[str, str] | None = None,
     *,
     report: Report,
+    timeout: float | None = None,
 ) -> None:
+    """Start `name` unless it runs, and wait until `is_ready`. A start that exits, or that
+    runs but is not ready in time, raises LocalStackError with its log's last lines."""
     pidfile, log = config.pidfile(name), config.log(name)
     process = running_from_pidfile(pidfile)
     if process is None:
@@ -79,9 +82,16 @@ def start_component(
 
     try:
         wait_until(
-            ready, timeout=_START_TIMEOUT_S[name], what=f"{name} to become ready", interval=0.2
+            ready,
+            timeout=timeout or _START_TIMEOUT_S[name],
+            what=f"{name} to become ready",
+            interval=0.2,
         )
     except LocalStackError as error:
+        if is_alive(process):  # running but never ready: what it said meanwhile
+            raise LocalStackError(
+                f"{error}; last lines of {log}:\n{_tail(log)}\n(log: {log})"
+            ) from error
         raise LocalStackError(f"{error}\n(log: {log})") from error
     report(f"{name}: ready (pid {process.pid}, {time.monotonic() - started:.1f}s, log {log})")
 
