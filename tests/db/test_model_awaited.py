@@ -8,8 +8,6 @@ connections."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -18,10 +16,13 @@ from achilles.db.journal import catalogue as catalogue_rows
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.services import agents, catalogue
 from tests.db.factories import make_owner
-from tests.db.reconciling import reconcile_event, waiting_on_a_lock
-from tests.waiting import wait_for
+from tests.db.reconciling import blocked_until_commit, reconcile_event
 
 MODEL = AgentModelSpec.model_validate({"baseURL": "http://127.0.0.1:1/v1", "model": "m"})
+
+
+def _sees_no_awaiting_agent(session: Session) -> None:
+    assert catalogue_rows.agents_awaiting_a_model(session) == []
 
 
 def _ready_message(reconciled: agents.AgentReconciled) -> str:
@@ -84,21 +85,17 @@ def test_an_agent_written_while_its_model_commits_finds_the_model(
         catalogue_rows.upsert_model(
             model, catalogue_rows.ModelRow("racing-model", "http://x/v1", "m", None, None, False)
         )
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            # The agent's reconcile on a second connection: its write does not see the
-            # uncommitted model, so it waits on the name's lock to look again.
-            reconcile = pool.submit(reconcile_event, database, "racer", owner, model="racing-model")
-            wait_for(
-                lambda: waiting_on_a_lock(db) or reconcile.done(),
-                timeout=30,
-                what="the agent's reconcile waiting on the model name's lock",
-            )
-            assert not reconcile.done()
-            # The model does not see the agent's uncommitted row; without the lock both
-            # would miss each other and the agent would wait for an event of its own.
-            assert catalogue_rows.agents_awaiting_a_model(model) == []
-            model.commit()
-            reconciled = reconcile.result(timeout=30)
+        # The agent's reconcile on a second connection: its write does not see the
+        # uncommitted model, so it waits on the name's lock to look again. The model does
+        # not see the agent's uncommitted row meanwhile; without the lock both would miss
+        # each other and the agent would wait for an event of its own.
+        reconciled = blocked_until_commit(
+            db,
+            model,
+            lambda: reconcile_event(database, "racer", owner, model="racing-model"),
+            "the agent's reconcile waiting on the model name's lock",
+            meanwhile=lambda: _sees_no_awaiting_agent(model),
+        )
     finally:
         model.close()
     assert reconciled.status["phase"] == "Ready"

@@ -11,7 +11,6 @@ the races with two real connections."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -23,10 +22,13 @@ from achilles.db.journal import catalogue as catalogue_rows
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.services import agents, catalogue
 from tests.db.factories import make_owner
-from tests.db.reconciling import reconcile_event, waiting_on_a_lock
-from tests.waiting import wait_for
+from tests.db.reconciling import blocked_until_commit, reconcile_event
 
 TOOL = AgentToolSpec.model_validate({"implementation": "inbox"})
+
+
+def _sees_no_awaiting_agent(session: Session, tool: str) -> None:
+    assert catalogue_rows.agents_awaiting_a_tool(session, tool) == []
 
 
 def _tools_condition(reconciled: agents.AgentReconciled) -> tuple[str, str]:
@@ -115,23 +117,17 @@ def test_an_agent_written_while_its_tool_commits_finds_the_tool(
     try:
         catalogue_rows.lock_tool_name(tool, "racing-tool", shared=False)
         catalogue_rows.upsert_tool(tool, "racing-tool", None, "inbox", True)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            # The agent's reconcile on a second connection: its links do not see the
-            # uncommitted tool, so it waits on the name's lock to look again.
-            reconcile = pool.submit(
-                reconcile_event, database, "racer", owner, tools=["racing-tool"]
-            )
-            wait_for(
-                lambda: waiting_on_a_lock(db) or reconcile.done(),
-                timeout=30,
-                what="the agent's reconcile waiting on the tool name's lock",
-            )
-            assert not reconcile.done()
-            # The tool does not see the agent's uncommitted record; without the lock both
-            # would miss each other and the agent would wait for an event of its own.
-            assert catalogue_rows.agents_awaiting_a_tool(tool, "racing-tool") == []
-            tool.commit()
-            reconciled = reconcile.result(timeout=30)
+        # The agent's reconcile on a second connection: its links do not see the
+        # uncommitted tool, so it waits on the name's lock to look again. The tool does not
+        # see the agent's uncommitted record meanwhile; without the lock both would miss
+        # each other and the agent would wait for an event of its own.
+        reconciled = blocked_until_commit(
+            db,
+            tool,
+            lambda: reconcile_event(database, "racer", owner, tools=["racing-tool"]),
+            "the agent's reconcile waiting on the tool name's lock",
+            meanwhile=lambda: _sees_no_awaiting_agent(tool, "racing-tool"),
+        )
     finally:
         tool.close()
     assert _tools_condition(reconciled) == ("True", "")
@@ -152,16 +148,12 @@ def test_a_tool_created_while_an_agent_records_it_missing_finds_the_agent(
     try:
         assert agent_rows.link_awaited_tools(recording, agent_id, ("slow-tool",)) == ("slow-tool",)
         agent_rows.record_unknown_tools(recording, agent_id, ("slow-tool",), None)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            mirror = pool.submit(catalogue.mirror_tool, database, "slow-tool", TOOL)
-            wait_for(
-                lambda: waiting_on_a_lock(db) or mirror.done(),
-                timeout=30,
-                what="the tool's mirroring waiting on its name's lock",
-            )
-            assert not mirror.done()
-            recording.commit()
-            created = mirror.result(timeout=30)
+        created = blocked_until_commit(
+            db,
+            recording,
+            lambda: catalogue.mirror_tool(database, "slow-tool", TOOL),
+            "the tool's mirroring waiting on its name's lock",
+        )
     finally:
         recording.close()
     assert [ref.name for ref in created.awaiting] == ["recorder"]
@@ -218,16 +210,12 @@ def test_a_tool_deleted_while_an_agent_links_to_it_waits_for_that_link(
     linking.begin()
     try:
         assert agent_rows.link_tools(linking, agent_id, ("contested-tool",)) == ()
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            removal = pool.submit(catalogue.remove_tool, database, "contested-tool")
-            wait_for(
-                lambda: waiting_on_a_lock(db) or removal.done(),
-                timeout=30,
-                what="the tool's deletion waiting on the linking agent",
-            )
-            assert not removal.done()
-            linking.commit()
-            unlinked = removal.result(timeout=30)
+        unlinked = blocked_until_commit(
+            db,
+            linking,
+            lambda: catalogue.remove_tool(database, "contested-tool"),
+            "the tool's deletion waiting on the linking agent",
+        )
     finally:
         linking.close()
     # Seen once committed: without the row lock first, the links' snapshot would miss it
