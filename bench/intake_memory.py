@@ -42,6 +42,14 @@ def memory_figures(report: Report, cluster: BenchCluster, when: str, progress: P
     if not records:
         return
     last = records[-1]
+    # This operator process's records (a restarted operator appends to the same file).
+    mine = [r for r in records if r.get("pid") == last.get("pid")]
+    if "tasks" in last:
+        peak_tasks = max(r["tasks"] for r in mine)
+        report.add_value(f"asyncio tasks alive at most, {when}", peak_tasks, "")
+    counted = [r["agent_bodies_alive"] for r in mine if "agent_bodies_alive" in r]
+    if counted:
+        report.add_value(f"Agent bodies alive at most (sampled), {when}", max(counted), "")
     if "traced_kib" in last:
         report.add_value(f"Python heap (tracemalloc), {when}", last["traced_kib"] / 1024, "MiB")
         peak = max(r.get("traced_peak_kib", 0) for r in records)

@@ -8,10 +8,14 @@ record the RSS before and after: how much of the RSS is memory freed but kept by
 when tracing, that record also names the 15 files that hold the most of the Python heap.
 That record also carries /proc/self/smaps's RSS summed by mapping (the brk heap, the
 anonymous mappings, each shared library): where the RSS that is not the heap lives.
+Each record counts the asyncio tasks alive (kopf's per-object workers); with
+ACHILLES_BENCH_MEMORY_PROBE_BODIES_EVERY=<seconds>, a record that often also counts the
+parsed Agent bodies alive (a walk of the whole heap): what the peak is made of.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
 import json
@@ -75,21 +79,38 @@ def _holders(obj: object, seen: set[int], depth: int) -> list[object]:
 def _agent_bodies() -> dict[str, object]:
     """The parsed Agent bodies alive, and what holds three of them: a body outliving its
     event is memory that grows with the Agents."""
-    bodies = [
-        o
-        for o in gc.get_objects()
-        if isinstance(o, dict) and o.get("kind") == "Agent" and "metadata" in o
-    ]
+    bodies = [o for o in gc.get_objects() if _is_agent_body(o)]
     seen = {id(bodies)}
     return {"count": len(bodies), "holders": [_holders(b, seen, 5) for b in bodies[:3]]}
+
+
+def _is_agent_body(o: object) -> bool:
+    return isinstance(o, dict) and o.get("kind") == "Agent" and "metadata" in o
+
+
+def _count_agent_bodies() -> int:
+    return sum(1 for o in gc.get_objects() if _is_agent_body(o))
 
 
 def _probe(path: Path) -> None:
     trim = path.with_name(path.name + ".trim")
     libc = ctypes.CDLL("libc.so.6")
+    count_every = float(os.environ.get("ACHILLES_BENCH_MEMORY_PROBE_BODIES_EVERY") or 0)
+    counted_at = 0.0
     with path.open("a") as out:
         while True:
-            record: dict[str, object] = {"at": time.time(), "rss_kib": _rss_kib()}
+            # asyncio tasks alive: kopf's per-object workers, each holding the last body it
+            # handled until it has been idle for settings.queueing.idle_timeout.
+            record: dict[str, object] = {
+                "at": time.time(),
+                "pid": os.getpid(),
+                "rss_kib": _rss_kib(),
+                "tasks": len(getattr(asyncio.tasks, "_all_tasks", ())),
+            }
+            if count_every and time.monotonic() - counted_at >= count_every:
+                # Parsed Agent bodies alive now: a full walk of the heap, so only on request.
+                counted_at = time.monotonic()
+                record["agent_bodies_alive"] = _count_agent_bodies()
             if tracemalloc.is_tracing():
                 current, peak = tracemalloc.get_traced_memory()
                 record |= {"traced_kib": current // 1024, "traced_peak_kib": peak // 1024}
