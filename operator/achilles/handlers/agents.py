@@ -6,24 +6,26 @@ applies the answer (spec patch, Events, status, wakes).
 kopf hands every event to `agent_event`, in its event loop. The operator's own status
 write coming back, and a listed Agent that already agrees with its row and status (most
 of them, when the operator starts), are settled there from memory, read from the raw
-body: no statement, no API call, no thread. Everything else goes to
-`agent_changed` on kopf's handler threads, which reconciles through the database. A
-thread hop for each of 10,000 listed Agents, each body queued until a thread was free,
-was most of a restart's time and memory (`achilles bench intake`).
+body: no statement, no API call, no thread. Everything else is put, as the few fields
+the reconcile reads (an `AgentEvent`), on the Agent workqueue (runtime/workqueue.py),
+and the handler returns: kopf lets the body go at once instead of holding it until a
+thread is free. The workqueue's threads (runtime/agent_workers.py) reconcile through the
+database (`handle_queued`), one thread per Agent at a time, a failure retried with
+backoff (runtime/retries.py) under the same per-object lock.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import functools
+import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
 from achilles.db.journal.catalogue import AgentRef
 from achilles.handlers import metrics
+from achilles.handlers.runtime import retries
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.events import agent_ref
 from achilles.handlers.runtime.retries import context_of, retried
@@ -38,70 +40,67 @@ from achilles.services.agent_events import (
 )
 from achilles.services.status import is_own_status_echo, journal_view, needs_patch
 
+log = logging.getLogger("achilles.operator")
+
+
+@dataclass(frozen=True)
+class QueuedAgentEvent:
+    """An Agent event waiting on the workqueue: kopf's event type (None: listed) and
+    what the reconcile reads of the object."""
+
+    type: str | None
+    event: AgentEvent
+
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
-async def agent_event(
-    type: str | None,
-    event: kopf.RawEvent,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    **kwargs: Any,
-) -> None:
+async def agent_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     context = context_of(memo)
-    if _is_echo(context, type, event["object"]):
-        metrics.AGENT_EVENTS.labels("modified", "echo").inc()
-        return
-    if type is None and context.settled_agents is not None:
-        listed = _listed_event(event["object"])
-        settled = settled_from_memory(context.database, listed, context.settled_agents)
-        if settled is not None:
-            metrics.AGENT_EVENTS.labels("listed", "unchanged").inc()
-            ref = agent_ref(listed.name, listed.namespace, listed.uid)
-            _apply(context, ref, dict(listed.status), settled)
+    body = event["object"]
+    agent = _read_event(type, body)
+    # With an older event of this Agent still waiting, this one replaces it whatever it
+    # is: settled here, it would be followed by the older one's handling.
+    if not context.agent_queue.waiting(agent.uid):
+        if _is_echo(context, type, body):
+            metrics.AGENT_EVENTS.labels("modified", "echo").inc()
             return
-    handle = functools.partial(
-        agent_changed,
-        type=type,
-        event=event,
-        meta=meta,
-        spec=spec,
-        status=status,
-        memo=memo,
-        logger=logger,
-        **kwargs,
-    )
-    # As kopf runs a sync handler: on its executor, with the event's context variables.
-    run = functools.partial(contextvars.copy_context().run, handle)
-    await asyncio.get_running_loop().run_in_executor(context.handler_executor, run)
+        if type is None and context.settled_agents is not None:
+            settled = settled_from_memory(context.database, agent, context.settled_agents)
+            if settled is not None:
+                metrics.AGENT_EVENTS.labels("listed", "unchanged").inc()
+                ref = agent_ref(agent.name, agent.namespace, agent.uid)
+                _apply(context, ref, dict(agent.status), settled)
+                return
+    context.agent_queue.put(agent.uid, QueuedAgentEvent(type, agent))
+
+
+def handle_queued(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
+    """Reconcile one event taken from the workqueue, on a workqueue thread, as a retried
+    handling of `agent_changed` (a failure is retried by re-reading the object)."""
+    agent = queued.event
+    ref = agent_ref(agent.name, agent.namespace, agent.uid)
+    retries.handle(context, agent_changed.__name__, ref, lambda: _reconcile(context, queued))
 
 
 @retried(AGENT)
-def agent_changed(
-    type: str | None,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
-    context = context_of(memo)
-    kind = "listed" if type is None else type.lower()
-    event = _event(type, meta, spec, status)
+def agent_changed(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """A retry's handling: the object read again (`retries.fire_due_retries`)."""
+    _reconcile(context_of(memo), QueuedAgentEvent(type, _read_event(type, body)))
+
+
+def _reconcile(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
+    event = queued.event
+    kind = "listed" if queued.type is None else queued.type.lower()
     # A listed Agent (kopf's listing at start, or a retry's fresh read) may already agree.
-    settled = context.settled_agents if type is None else None
+    settled = context.settled_agents if queued.type is None else None
     reconciliation = reconcile_agent_event(context.database, event, settled)
     metrics.AGENT_EVENTS.labels(
         kind, "unchanged" if reconciliation.unchanged else "reconciled"
     ).inc()
     ref = agent_ref(event.name, event.namespace, event.uid)
     if reconciliation.removed:
-        _remove(context, event, reconciliation.agent_id, logger)
+        _remove(context, event, reconciliation.agent_id)
     else:
-        _apply(context, ref, dict(status), reconciliation)
+        _apply(context, ref, dict(event.status), reconciliation)
 
 
 def requeue_agents(context: RuntimeContext, agents: Iterable[AgentRef]) -> None:
@@ -124,45 +123,31 @@ def _is_echo(context: RuntimeContext, type: str | None, body: Mapping[str, Any])
     )
 
 
-def _listed_event(body: Mapping[str, Any]) -> AgentEvent:
-    """A listed Agent read from its raw body, not through kopf's views of it: in kopf's
-    event loop, for each of the Agents listed at a start, resolving every field through
-    a view was a quarter of the handler's time (a py-spy profile of `achilles bench
-    intake`)."""
+def _read_event(type: str | None, body: Mapping[str, Any]) -> AgentEvent:
+    """What the reconcile reads of an Agent, from its raw body, not through kopf's views
+    of it: in kopf's event loop, for each of the Agents listed at a start, resolving every
+    field through a view was a quarter of the handler's time (a py-spy profile of
+    `achilles bench intake`). It keeps the spec, the status and the annotations, and lets
+    the rest of the body (most of it `managedFields`) go with kopf's event."""
     meta = body["metadata"]
     return AgentEvent(
         uid=meta["uid"],
         namespace=meta["namespace"],
         name=meta["name"],
         generation=meta.get("generation"),
-        deleted=bool(meta.get("deletionTimestamp")),
+        deleted=type == "DELETED" or bool(meta.get("deletionTimestamp")),
         spec=body.get("spec") or {},
         status=body.get("status") or {},
         annotations=meta.get("annotations") or {},
     )
 
 
-def _event(type: str | None, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status) -> AgentEvent:
-    return AgentEvent(
-        uid=meta["uid"],
-        namespace=meta["namespace"],
-        name=meta["name"],
-        generation=meta.get("generation"),
-        deleted=type == "DELETED" or bool(meta.get("deletionTimestamp")),
-        spec=spec,
-        status=status,
-        annotations=meta.get("annotations") or {},
-    )
-
-
-def _remove(
-    context: RuntimeContext, event: AgentEvent, agent_id: int | None, logger: kopf.Logger
-) -> None:
+def _remove(context: RuntimeContext, event: AgentEvent, agent_id: int | None) -> None:
     if agent_id is None:
         return
     context.written_statuses.forget(agent_id)
     context.jobs.delete_for_agents([agent_id])
-    logger.info(
+    log.info(
         "agent %s/%s removed (row %s, its runs and Jobs)", event.namespace, event.name, agent_id
     )
 

@@ -62,6 +62,10 @@ AGENT_EVENTS = Counter(
     " unchanged (row and status already agreed: nothing written) or echo (our own write)",
     ["event", "outcome"],
 )
+AGENT_EVENTS_WAITING = Gauge(
+    "achilles_agent_events_waiting",
+    "Agents whose newest event waits on the workqueue for a handler thread",
+)
 STATUS_PATCHES = Counter(
     "achilles_status_patches_total",
     "Status patches of Achilles objects by source (reconcile: an Agent event's whole status;"

@@ -11,6 +11,7 @@ from typing import Any
 import kopf
 
 from achilles.db.database import Database
+from achilles.handlers import metrics
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.diffbase import NoDiffBase
 from achilles.handlers.runtime.context import RuntimeContext
@@ -62,9 +63,10 @@ def configure(
     # from 284 to 221 MiB (`achilles bench intake --memory-probe`). An object's next event
     # after that only starts a new worker.
     settings.queueing.idle_timeout = 0.5
-    # The sync handlers' threads. A handling is mostly Python (the listing's bodies, the
-    # intake's digests) under one GIL, with a few short statements: more threads only
-    # wait for the GIL and the pool (10 connections, shared with the loops).
+    # The sync handlers' threads: the catalogue's (models, tools, the platform; the Agent
+    # events have the workqueue's threads, runtime/agent_workers.py). A handling is mostly
+    # Python under one GIL with a few short statements: more threads only wait for the
+    # GIL and the pool (10 connections, shared with the loops).
     settings.execution.max_workers = 4
     # Only warnings and errors become Kubernetes Events; our own Events say the rest.
     settings.posting.level = logging.WARNING
@@ -96,7 +98,6 @@ def configure(
         jobs=RunJobs(api, config.job_template.namespace),
         settled_agents=SettledAgents(database),
         spans=operator_spans(),
-        handler_executor=settings.execution.executor,
     )
     if context.settled_agents is not None:
         # kopf lists every Agent once this handler returns. With the snapshot read first,
@@ -106,6 +107,7 @@ def configure(
         # (`achilles bench intake`: the RSS a restart leaves). A read that fails or hangs
         # does not hold the start: the first listed Agent reads it again.
         context.settled_agents.preload().join(SNAPSHOT_WAIT_SECONDS)
+    metrics.AGENT_EVENTS_WAITING.set_function(lambda: len(context.agent_queue))
     memo[CONTEXT_KEY] = context
     memo[RUNTIME_KEY] = runtime = Runtime(context)
     # Before the loops and kopf's listing allocate: the start's objects leave the

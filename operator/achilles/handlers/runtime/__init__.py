@@ -2,12 +2,13 @@
 
     kopf (event loop + workers)          runtime threads (runtime.py)
     ---------------------------          -----------------------------------------------
-    Agent / AgentModel / AgentTool /     listener      NOTIFY -> wakes
-    AgentPlatform events                 scheduler     slots -> queued runs
-      -> a service reconciles            dispatcher    queued runs -> Jobs
-      -> the handler applies it          pod-watch     pod outcomes -> journal
-      (failures: retries.py)             job-watch     Job outcomes -> journal
-                                         sweeper       reaper, pending pods, retries,
+    Agent / AgentModel / AgentTool /     agents-0..3   Agent workqueue -> reconciles
+    AgentPlatform events                 listener      NOTIFY -> wakes
+      -> a service reconciles            scheduler     slots -> queued runs
+      -> the handler applies it          dispatcher    queued runs -> Jobs
+      (an Agent's, unless settled at     pod-watch     pod outcomes -> journal
+      once: onto the workqueue)          job-watch     Job outcomes -> journal
+      (failures: retries.py)             sweeper       reaper, pending pods, retries,
                                                        owners, reply wakes, orphans
                                          status        journal -> Agent status
 

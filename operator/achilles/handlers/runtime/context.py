@@ -1,8 +1,9 @@
 """What the operator's loops and its kopf handlers share: one `RuntimeContext`.
 
 It holds the process's handles (database, API clients, settings), the wakes by which
-one part tells a loop to run now, and the three pieces of state the operator keeps in
-memory (the status queue, the statuses written, the handler retries). Everything else
+one part tells a loop to run now, and the four pieces of state the operator keeps in
+memory (the status queue, the statuses written, the handler retries, the Agent events
+waiting for a thread). Everything else
 lives in PostgreSQL and in the API server, so a restart loses nothing but time.
 """
 
@@ -12,20 +13,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from achilles.db.database import Database
 from achilles.handlers import metrics
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.runtime.retries import Retries
 from achilles.handlers.runtime.statuses import StatusQueue, WrittenStatuses
+from achilles.handlers.runtime.workqueue import WorkQueue
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.services.agent_intake import SettledAgents
 from achilles.services.run_objects import RunObjects
 from achilles.telemetry.spans import NO_SPANS, Spans
+
+if TYPE_CHECKING:
+    from achilles.handlers.agents import QueuedAgentEvent
 
 log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
@@ -93,9 +97,8 @@ class RuntimeContext:
     settled_agents: SettledAgents | None = None
     # The operator's spans (OpenTelemetry, when an OTLP endpoint is configured).
     spans: Spans = NO_SPANS
-    # kopf's executor of sync handlers: the Agent handler hands work to it itself (an
-    # Agent settled from memory needs no thread). None: the event loop's default.
-    handler_executor: Executor | None = None
+    # Agent events waiting for a handler thread (workqueue.py, agent_workers.py).
+    agent_queue: WorkQueue[str, QueuedAgentEvent] = field(default_factory=WorkQueue)
     # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
     run_objects: RunObjects = field(init=False)
 

@@ -7,8 +7,9 @@ body, and fired by the sweeper with backoff (1 s, doubling to 60 s): the object 
 again from the API server and handled as kopf would hand over a listed object (as deleted
 when it is gone). A handler may also requeue another object whose outcome it changed
 (`requeue`: a new model or tool, or a deleted tool, for the agents that name it).
-kopf's handling of an object and a retry of it never run at once (one lock per object,
-striped); kopf's next event of the object, once handled, supersedes the retry.
+kopf's handling of an object (or the Agent workqueue's, `agent_workers`) and a retry of
+it never run at once (one lock per object, striped); the object's next event, once
+handled, supersedes the retry.
 """
 
 from __future__ import annotations
@@ -115,8 +116,10 @@ def _ref(kind: CustomResourceKind, meta: Any) -> ObjectRef:
     return ObjectRef(kind.kind, kind.plural, meta["name"], namespace, meta.get("uid"))
 
 
-def _handle(context: RuntimeContext, name: str, ref: ObjectRef, call: Callable[[], None]) -> None:
-    """Run one handling under the object's lock; a failure schedules its retry."""
+def handle(context: RuntimeContext, name: str, ref: ObjectRef, call: Callable[[], None]) -> None:
+    """Run one handling of `name`'s object under the object's lock; a failure schedules
+    its retry, a success drops the retry pending. For handlers called by kopf (`retried`)
+    and for the Agent workqueue's threads (`agent_workers`)."""
     with context.retries.object_lock(ref):
         try:
             call()
@@ -139,7 +142,7 @@ def retried(kind: CustomResourceKind) -> Callable[[Handler], Handler]:
         def wrapper(**kwargs: Any) -> None:
             context = context_of(kwargs["memo"])
             ref = _ref(kind, kwargs["meta"])
-            _handle(context, handler.__name__, ref, lambda: handler(**kwargs))
+            handle(context, handler.__name__, ref, lambda: handler(**kwargs))
 
         return wrapper
 
@@ -171,5 +174,5 @@ def fire_due_retries(context: RuntimeContext) -> int:
                 logger=log,
             )
 
-        _handle(context, retry.handler, retry.ref, call)
+        handle(context, retry.handler, retry.ref, call)
     return len(due)

@@ -1,10 +1,11 @@
 """The operator's runtime: which loop runs on which thread, started and stopped together.
 
 kopf runs the per-object handlers (handlers/agents.py, handlers/catalogue.py) on its
-event loop and worker threads; what is not about one object runs here, one thread per
-loop, each in its own module. Every loop is safe with two replicas because the database
-decides (row locks, SKIP LOCKED, the dispatch advisory lock, the one-active-run and
-request-key indexes).
+event loop and worker threads, but for the Agent events it cannot settle at once, which
+go to the Agent workqueue's threads here (agent_workers.py); what is not about one
+object runs here too, one thread per loop, each in its own module. Every loop is safe
+with two replicas because the database decides (row locks, SKIP LOCKED, the dispatch
+advisory lock, the one-active-run and request-key indexes).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from achilles.handlers.runtime import (
+    agent_workers,
     dispatcher,
     listener,
     notifier,
@@ -37,6 +39,7 @@ LOOPS: dict[str, Callable[[RuntimeContext], None]] = {
     "sweeper": sweeper.run,
     "status": status_writer.run,
     "notifier": notifier.run,
+    **{f"agents-{i}": agent_workers.run for i in range(agent_workers.THREADS)},
 }
 # A watch stream wakes only at its next event and holds nothing between events: not
 # waited for at shutdown (the next leader lists before it watches).

@@ -1,0 +1,101 @@
+"""The Agent workqueue (handlers/runtime/workqueue.py): the newest item of a key wins, keys
+are taken in arrival order, and one key is never handled by two threads at once."""
+
+from __future__ import annotations
+
+import threading
+
+from achilles.handlers.runtime.workqueue import WorkQueue
+
+
+def test_the_newest_item_of_a_waiting_key_replaces_the_older_one() -> None:
+    queue: WorkQueue[str, int] = WorkQueue()
+    queue.put("a", 1)
+    queue.put("b", 1)
+    queue.put("a", 2)
+    assert len(queue) == 2
+    assert queue.take(0) == ("a", 2)
+    assert queue.take(0) == ("b", 1)
+    assert queue.take(0) is None
+    assert len(queue) == 0
+
+
+def test_a_key_put_while_it_is_handled_waits_until_it_is_done() -> None:
+    queue: WorkQueue[str, int] = WorkQueue()
+    queue.put("a", 1)
+    assert queue.waiting("a")
+    assert queue.take(0) == ("a", 1)
+    assert not queue.waiting("a")
+    queue.put("a", 2)
+    queue.put("a", 3)
+    assert queue.waiting("a")
+    assert queue.take(0) is None, "taken while another thread handles it"
+    queue.done("a")
+    assert queue.take(0) == ("a", 3)
+    queue.done("a")
+    assert queue.take(0) is None
+
+
+def test_a_done_key_with_nothing_new_is_not_taken_again() -> None:
+    queue: WorkQueue[str, int] = WorkQueue()
+    queue.put("a", 1)
+    assert queue.take(0) == ("a", 1)
+    queue.done("a")
+    queue.put("b", 1)
+    assert queue.take(0) == ("b", 1)
+    assert queue.take(0) is None
+
+
+def test_a_waiting_thread_is_woken_by_a_put() -> None:
+    queue: WorkQueue[str, int] = WorkQueue()
+    taken: list[tuple[str, int] | None] = []
+    thread = threading.Thread(target=lambda: taken.append(queue.take(30)))
+    thread.start()
+    queue.put("a", 7)
+    thread.join(30)
+    assert taken == [("a", 7)]
+
+
+def test_threads_never_handle_one_key_at_once_and_each_key_ends_on_its_newest_item() -> None:
+    queue: WorkQueue[int, int] = WorkQueue()
+    keys, versions, threads = 20, 200, 4
+    guard = threading.Lock()
+    handling: set[int] = set()
+    overlaps: list[int] = []
+    last_handled: dict[int, int] = {}
+    producer_done = threading.Event()
+
+    def work() -> None:
+        while True:
+            taken = queue.take(0.05)
+            if taken is None:
+                if producer_done.is_set() and len(queue) == 0:
+                    return
+                continue
+            key, version = taken
+            with guard:
+                if key in handling:
+                    overlaps.append(key)
+                handling.add(key)
+            # Let the other threads run while this key is held (no sleep: a yield).
+            for _ in range(100):
+                pass
+            with guard:
+                handling.discard(key)
+                previous = last_handled.get(key, -1)
+                assert version > previous, f"key {key}: {version} handled after {previous}"
+                last_handled[key] = version
+            queue.done(key)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for version in range(versions):
+        for key in range(keys):
+            queue.put(key, version)
+    producer_done.set()
+    for worker in workers:
+        worker.join(60)
+        assert not worker.is_alive()
+    assert overlaps == []
+    assert last_handled == {key: versions - 1 for key in range(keys)}
