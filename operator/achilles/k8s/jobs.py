@@ -25,7 +25,7 @@ from achilles.domain.pod_outcome import PodObservation
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.timestamps import iso_utc
 from achilles.domain.trace_context import TRACEPARENT_ENV
-from achilles.k8s.rest import CoreApi, list_metadata
+from achilles.k8s.rest import CoreApi, each_metadata
 from achilles.k8s.run_metadata import (
     AGENT_ANNOTATION,
     AGENT_ID_LABEL,
@@ -293,7 +293,7 @@ class RunJobs:
         deleted = 0
         for start in range(0, len(ids), AGENTS_PER_LIST):
             some = ",".join(str(agent_id) for agent_id in ids[start : start + AGENTS_PER_LIST])
-            jobs = list_metadata(
+            jobs = each_metadata(
                 self.batch.api_client,
                 f"/apis/batch/v1/namespaces/{self.namespace}/jobs",
                 label_selector=f"{RUN_SELECTOR},{AGENT_ID_LABEL} in ({some})",

@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.resources.common import API_GROUP, API_VERSION, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
-from achilles.k8s.rest import CoreApi, list_metadata
+from achilles.k8s.rest import CoreApi, each_metadata
 
 COMPONENT = "achilles-operator"
 
@@ -87,20 +87,19 @@ class Resources:
 
     def agent_uids(self) -> set[str] | None:
         """The uids of every Agent in the cluster (metadata only); None on failure."""
-        found = self._list_metadata(AGENT.plural)
-        return None if found is None else {meta["uid"] for meta in found}
+        return self._collect_metadata(AGENT.plural, "uid")
 
     def object_names(self, plural: str) -> set[str] | None:
         """The names of every object of a cluster-scoped kind of ours (metadata only);
         None on failure."""
-        found = self._list_metadata(plural)
-        return None if found is None else {meta["name"] for meta in found}
+        return self._collect_metadata(plural, "name")
 
-    def _list_metadata(self, plural: str) -> list[dict[str, Any]] | None:
-        """Every object's metadata, all namespaces (without it every object comes whole,
-        status and all); None on failure."""
+    def _collect_metadata(self, plural: str, field: str) -> set[str] | None:
+        """One metadata field of every object, all namespaces (without the metadata-only
+        list every object comes whole, status and all); None on failure."""
+        path = f"/apis/{API_GROUP}/{API_VERSION_NAME}/{plural}"
         try:
-            return list_metadata(self.api, f"/apis/{API_GROUP}/{API_VERSION_NAME}/{plural}")
+            return {str(meta[field]) for meta in each_metadata(self.api, path)}
         except ApiException:
             return None
 

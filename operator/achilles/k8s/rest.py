@@ -11,6 +11,7 @@ generated one; answers are dicts (or, with `_preload_content=False`, the unread 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client
@@ -86,10 +87,12 @@ def request_json(api: client.ApiClient, method: str, path: str, **kwargs: Any) -
         response.release_conn()
 
 
-def list_metadata(api: client.ApiClient, path: str, **query: Any) -> list[dict[str, Any]]:
-    """The metadata of every object the list at `path` holds, read in pages of
-    METADATA_PAGE (`query`: the generated clients' keywords, e.g. `label_selector`)."""
-    found: list[dict[str, Any]] = []
+def each_metadata(api: client.ApiClient, path: str, **query: Any) -> Iterator[dict[str, Any]]:
+    """The metadata of each object the list at `path` holds, read in pages of
+    METADATA_PAGE (`query`: the generated clients' keywords, e.g. `label_selector`) and
+    given one page at a time: a caller that keeps a uid or a name of each holds one page,
+    not every object's metadata (`managedFields` and all: at 60,000 Agents, 360 MiB of
+    the operator's RSS, kept by the allocator after the listing)."""
     token: str | None = None
     while True:
         answer = request_json(
@@ -101,10 +104,11 @@ def list_metadata(api: client.ApiClient, path: str, **query: Any) -> list[dict[s
         )
         # A metadata list of no objects comes as `"items": null` (the API server's empty
         # slice): that is "none exist", not a failure.
-        found.extend(item["metadata"] for item in answer.get("items") or [])
+        for item in answer.get("items") or []:
+            yield item["metadata"]
         token = (answer.get("metadata") or {}).get("continue")
         if not token:
-            return found
+            return
 
 
 class CoreApi:
