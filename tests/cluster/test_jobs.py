@@ -34,6 +34,8 @@ pytestmark = [
 ]
 
 TIMEOUT = 60.0
+# Three rounds of the Job controller's longest creation backoff (60 s), and slack.
+COMPLETE_AFTER_REFUSALS = 240.0
 
 
 def test_python_job_goes_pending_running_complete(
@@ -172,8 +174,14 @@ def test_pods_quota_keeps_running_pods_at_the_cap(
     assert len(cluster.core.list_namespaced_pod(namespace).items) == cap
 
     gate.touch()
+    # The Job controller retries a refused pod creation with backoff, 1 s doubling to
+    # MaxJobApiBackOff (60 s, pkg/controller/job): by now a wait of 60 s, and a creation
+    # that races the quota controller's recount is refused again. The 3 completions left
+    # at a cap of 2 take two rounds, so a minute and more each (a CI run timed out at 120).
     wait_for(
-        lambda: job_condition(cluster.batch, namespace, "many", "Complete"), 120, what="Complete"
+        lambda: job_condition(cluster.batch, namespace, "many", "Complete"),
+        COMPLETE_AFTER_REFUSALS,
+        what="Complete",
     )
     job = cluster.batch.read_namespaced_job("many", namespace)
     assert present(job.status, "the Job's status").succeeded == completions
