@@ -10,8 +10,10 @@ body: no statement, no API call, no thread. Everything else is put, as the few f
 the reconcile reads (an `AgentEvent`), on the Agent workqueue (runtime/workqueue.py),
 and the handler returns: kopf lets the body go at once instead of holding it until a
 thread is free. The workqueue's threads (runtime/agent_workers.py) reconcile through the
-database (`handle_queued`), one thread per Agent at a time, a failure retried with
-backoff (runtime/retries.py) under the same per-object lock.
+database (`handle_queued`), one thread per Agent at a time. A failure is retried with
+backoff (runtime/retries.py), and so is a requeue (a model or tool the Agent names came or
+went): the retry goes on the same workqueue as an `AgentToRead`, and the thread reads
+the Agent afresh when its turn comes, so the queue alone orders an Agent's handlings.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from achilles.handlers import metrics
 from achilles.handlers.runtime import retries
 from achilles.handlers.runtime.context import RuntimeContext
 from achilles.handlers.runtime.events import agent_ref
-from achilles.handlers.runtime.retries import context_of, retried
+from achilles.handlers.runtime.retries import context_of
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
@@ -43,6 +45,10 @@ from achilles.services.status import is_own_status_echo, journal_view, needs_pat
 log = logging.getLogger("achilles.operator")
 
 
+# The name of an Agent's reconcile among the retries (runtime/retries.py).
+AGENT_RECONCILE = "agent_reconcile"
+
+
 @dataclass(frozen=True)
 class QueuedAgentEvent:
     """An Agent event waiting on the workqueue: kopf's event type (None: listed) and
@@ -51,40 +57,83 @@ class QueuedAgentEvent:
     type: str | None
     event: AgentEvent
 
+    @property
+    def ref(self) -> ObjectRef:
+        return agent_ref(self.event.name, self.event.namespace, self.event.uid)
+
+
+@dataclass(frozen=True)
+class AgentToRead:
+    """A retry or requeue of an Agent waiting on the workqueue: the Agent is read afresh
+    from the API server when its turn comes."""
+
+    ref: ObjectRef
+
+
+QueuedAgent = QueuedAgentEvent | AgentToRead
+
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
 async def agent_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     context = context_of(memo)
     body = event["object"]
-    agent = _read_event(type, body)
+    uid = body["metadata"]["uid"]
     # With an older event of this Agent still waiting, this one replaces it whatever it
     # is: settled here, it would be followed by the older one's handling.
-    if not context.agent_queue.waiting(agent.uid):
-        if _is_echo(context, type, body):
-            metrics.AGENT_EVENTS.labels("modified", "echo").inc()
+    waiting = context.agent_queue.waiting(uid)
+    if not waiting and _is_echo(context, type, body):
+        metrics.AGENT_EVENTS.labels("modified", "echo").inc()
+        return
+    agent = _read_event(type, body)
+    if not waiting and type is None and context.settled_agents is not None:
+        settled = settled_from_memory(context.database, agent, context.settled_agents)
+        if settled is not None:
+            metrics.AGENT_EVENTS.labels("listed", "unchanged").inc()
+            ref = agent_ref(agent.name, agent.namespace, agent.uid)
+            _apply(context, ref, dict(agent.status), settled)
             return
-        if type is None and context.settled_agents is not None:
-            settled = settled_from_memory(context.database, agent, context.settled_agents)
-            if settled is not None:
-                metrics.AGENT_EVENTS.labels("listed", "unchanged").inc()
-                ref = agent_ref(agent.name, agent.namespace, agent.uid)
-                _apply(context, ref, dict(agent.status), settled)
-                return
-    context.agent_queue.put(agent.uid, QueuedAgentEvent(type, agent))
+    context.agent_queue.put(uid, QueuedAgentEvent(type, agent))
 
 
-def handle_queued(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
-    """Reconcile one event taken from the workqueue, on a workqueue thread, as a retried
-    handling of `agent_changed` (a failure is retried by re-reading the object)."""
-    agent = queued.event
-    ref = agent_ref(agent.name, agent.namespace, agent.uid)
-    retries.handle(context, agent_changed.__name__, ref, lambda: _reconcile(context, queued))
+def handle_queued(context: RuntimeContext, queued: QueuedAgent) -> None:
+    """Reconcile what was taken from the workqueue, on a workqueue thread: an event, or
+    the Agent read afresh for a retry. A failure is retried (runtime/retries.py)."""
+    retries.handle(
+        context,
+        AGENT_RECONCILE,
+        queued.ref,
+        lambda: _reconcile(context, _event_of(context, queued)),
+    )
 
 
-@retried(AGENT)
-def agent_changed(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    """A retry's handling: the object read again (`retries.fire_due_retries`)."""
-    _reconcile(context_of(memo), QueuedAgentEvent(type, _read_event(type, body)))
+def _enqueue_read(context: RuntimeContext, ref: ObjectRef) -> None:
+    assert ref.uid is not None  # retries and requeues of Agents are by uid
+    context.agent_queue.put(ref.uid, AgentToRead(ref))
+
+
+retries.queued(AGENT_RECONCILE, _enqueue_read)
+
+
+def _event_of(context: RuntimeContext, queued: QueuedAgent) -> QueuedAgentEvent:
+    if isinstance(queued, QueuedAgentEvent):
+        return queued
+    ref = queued.ref
+    body = context.resources.read_object(ref)
+    if body is not None:  # handled as kopf hands over a listed object: in full
+        return QueuedAgentEvent(None, _read_event(None, body))
+    assert ref.uid is not None  # retries and requeues of Agents are by uid
+    assert ref.namespace is not None  # Agents are namespaced
+    gone = AgentEvent(
+        uid=ref.uid,
+        namespace=ref.namespace,
+        name=ref.name,
+        generation=None,
+        deleted=True,
+        spec={},
+        status={},
+        annotations={},
+    )
+    return QueuedAgentEvent("DELETED", gone)  # gone meanwhile: handled as its deletion
 
 
 def _reconcile(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
@@ -104,13 +153,14 @@ def _reconcile(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
 
 
 def requeue_agents(context: RuntimeContext, agents: Iterable[AgentRef]) -> None:
-    """Have these Agents read again and reconciled at the sweeper's next retries pass
-    (`Retries.requeue`): something they name was created or deleted (a model, a tool),
-    with no event of their own. Rows of no CR (none has a uid) are skipped."""
+    """Have these Agents read again and reconciled, through the workqueue, from the
+    sweeper's next retries pass (`Retries.requeue`): something they name was created or
+    deleted (a model, a tool), with no event of their own. Rows of no CR (none has a
+    uid) are skipped."""
     for agent in agents:
         if agent.uid and agent.namespace and agent.name:
             ref = agent_ref(agent.name, agent.namespace, agent.uid)
-            context.retries.requeue(agent_changed.__name__, ref)
+            context.retries.requeue(AGENT_RECONCILE, ref)
 
 
 def _is_echo(context: RuntimeContext, type: str | None, body: Mapping[str, Any]) -> bool:

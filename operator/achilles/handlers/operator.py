@@ -64,9 +64,11 @@ def configure(
     # after that only starts a new worker.
     settings.queueing.idle_timeout = 0.5
     # The sync handlers' threads: the catalogue's (models, tools, the platform; the Agent
-    # events have the workqueue's threads, runtime/agent_workers.py). A handling is mostly
-    # Python under one GIL with a few short statements: more threads only wait for the
-    # GIL and the pool (10 connections, shared with the loops).
+    # events have the workqueue's threads, runtime/agent_workers.py) and the liveness
+    # probe's. A handling is mostly Python under one GIL with a few short statements: more
+    # threads only wait for the GIL and the pool (10 connections, shared with the loops).
+    # Fewer would do for the catalogue alone, but during a database outage its handlings
+    # each wait for a connection, and the probe must still find a thread.
     settings.execution.max_workers = 4
     # Only warnings and errors become Kubernetes Events; our own Events say the rest.
     settings.posting.level = logging.WARNING

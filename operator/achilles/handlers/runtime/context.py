@@ -29,7 +29,7 @@ from achilles.services.run_objects import RunObjects
 from achilles.telemetry.spans import NO_SPANS, Spans
 
 if TYPE_CHECKING:
-    from achilles.handlers.agents import QueuedAgentEvent
+    from achilles.handlers.agents import QueuedAgent
 
 log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
@@ -98,7 +98,7 @@ class RuntimeContext:
     # The operator's spans (OpenTelemetry, when an OTLP endpoint is configured).
     spans: Spans = NO_SPANS
     # Agent events waiting for a handler thread (workqueue.py, agent_workers.py).
-    agent_queue: WorkQueue[str, QueuedAgentEvent] = field(default_factory=WorkQueue)
+    agent_queue: WorkQueue[str, QueuedAgent] = field(default_factory=WorkQueue)
     # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
     run_objects: RunObjects = field(init=False)
 
