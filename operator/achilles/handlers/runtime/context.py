@@ -65,6 +65,12 @@ class Wake:
         return True
 
 
+def _set_event() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
+
+
 @dataclass
 class RuntimeContext:
     config: OperatorConfig
@@ -85,6 +91,11 @@ class RuntimeContext:
     # (NOTIFY) the budget-warnings pass.
     owners_wake: Wake = field(default_factory=Wake)
     budget_warnings_wake: Wake = field(default_factory=Wake)
+    # Set while the dispatcher is not making Jobs: cleared for each of its passes and
+    # while a pass leaves more runs to dispatch at once (a slot's burst). The status
+    # writer waits for it, a few seconds at most, so that the Agents' status patches
+    # (and their echoes) do not take the API server's writes from a slot's Jobs.
+    dispatch_idle: threading.Event = field(default_factory=_set_event)
     statuses: StatusQueue = field(
         default_factory=lambda: StatusQueue(SIBLING_REFRESH_SECONDS, SIBLING_BATCH)
     )

@@ -1,7 +1,8 @@
 """The dispatcher: queued runs become Jobs under the concurrency cap (services/dispatch.py).
 
 Wakes on a run NOTIFY, after a pass that left more waiting, or every DISPATCH_TICK; backs
-off (to MAX_BACKOFF) while the API server or the database refuses. Owns nothing in memory.
+off (to MAX_BACKOFF) while the API server or the database refuses. Owns nothing in memory;
+says when it is making Jobs (`context.dispatch_idle`), for the status writer to wait.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ MAX_BACKOFF = 30.0
 def run(context: RuntimeContext) -> None:
     backoff = 0.0
     while not context.stop.is_set():
+        context.dispatch_idle.clear()  # Jobs first: the status writer waits (context.py)
         done = context.run_pass("dispatcher", lambda: dispatch_once(context))
         wait = DISPATCH_TICK
         if done is None or done.rejected is not None:
@@ -39,7 +41,9 @@ def run(context: RuntimeContext) -> None:
             if done.progressed and done.waiting:
                 wait = 0.0  # a full batch left the queue and more wait: go on at once
         if wait > 0:
+            context.dispatch_idle.set()
             context.dispatch_wake.wait(wait)
+    context.dispatch_idle.set()
 
 
 def dispatch_once(context: RuntimeContext) -> dispatch.DispatchResult:

@@ -1,0 +1,86 @@
+"""The status writer lets a slot's Jobs go first (handlers/runtime/status_writer.py): a
+pass waits while the dispatcher makes Jobs (its passes, and a burst's passes one after
+the other), and no longer than `DEFER_FOR_JOBS`."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+
+from achilles.handlers.runtime import dispatcher, status_writer
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.services.dispatch import DispatchableRun, DispatchResult
+
+
+class Statuses:
+    """Records when the pass takes the dirty Agents (none, so it writes nothing)."""
+
+    def __init__(self) -> None:
+        self.taken = threading.Event()
+
+    def take(self) -> tuple[set[int], set[int]]:
+        self.taken.set()
+        return set(), set()
+
+
+def _context(dispatch_idle: threading.Event) -> tuple[RuntimeContext, Statuses]:
+    statuses = Statuses()
+    context = SimpleNamespace(statuses=statuses, dispatch_idle=dispatch_idle)
+    return cast(RuntimeContext, context), statuses
+
+
+def test_a_status_pass_waits_while_the_dispatcher_makes_jobs() -> None:
+    dispatch_idle = threading.Event()  # the dispatcher is in a pass
+    context, statuses = _context(dispatch_idle)
+    writer = threading.Thread(target=status_writer.write_dirty_statuses, args=(context,))
+    writer.start()
+    assert not statuses.taken.wait(0.3)  # nothing read while Jobs are being made
+    dispatch_idle.set()  # the pass ended with nothing more to dispatch at once
+    writer.join(10)
+    assert statuses.taken.is_set()
+
+
+def test_a_status_pass_waits_no_longer_than_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status_writer, "DEFER_FOR_JOBS", 0.2)
+    context, statuses = _context(threading.Event())  # a burst that does not end
+    writer = threading.Thread(target=status_writer.write_dirty_statuses, args=(context,))
+    writer.start()
+    writer.join(10)
+    assert statuses.taken.is_set()
+
+
+def test_an_idle_dispatcher_holds_no_status_pass() -> None:
+    idle = threading.Event()
+    idle.set()
+    context, statuses = _context(idle)
+    assert status_writer.write_dirty_statuses(context) is True
+    assert statuses.taken.is_set()
+
+
+def test_the_dispatcher_is_busy_during_its_passes_and_a_burst_and_idle_while_it_waits() -> None:
+    dispatch_idle = threading.Event()
+    dispatch_idle.set()
+    stop = threading.Event()
+    seen: list[tuple[str, bool]] = []
+    burst = DispatchResult(created=[cast(DispatchableRun, object())], waiting=800)
+    results = [burst, burst, DispatchResult(created=[cast(DispatchableRun, object())])]
+
+    def run_pass(loop: str, work: object) -> DispatchResult:
+        seen.append(("pass", dispatch_idle.is_set()))
+        return results.pop(0)
+
+    class Wake:
+        def wait(self, timeout: float) -> None:
+            seen.append(("waits", dispatch_idle.is_set()))
+            stop.set()
+
+    context = SimpleNamespace(
+        stop=stop, dispatch_idle=dispatch_idle, run_pass=run_pass, dispatch_wake=Wake()
+    )
+    dispatcher.run(cast(RuntimeContext, context))
+    # Three passes with no wait between the burst's, then a wait for the next wake.
+    assert seen == [("pass", False), ("pass", False), ("pass", False), ("waits", True)]
+    assert dispatch_idle.is_set()
