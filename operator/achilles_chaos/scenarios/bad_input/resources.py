@@ -16,6 +16,7 @@ from achilles.k8s.client import api_client
 from achilles_chaos.kube import Kube, manifest, refusal
 from achilles_chaos.scenario import Context
 from achilles_chaos.scenarios.bad_input.common import OWNER, PORTAL_USER
+from achilles_chaos.waiting import wait_for
 
 GOOD_AGENT: dict[str, Any] = {"owner": OWNER, "prompt": "hello"}
 
@@ -202,21 +203,31 @@ def refusals(ctx: Context) -> tuple[int, list[str]]:
             )
     finally:
         client.RbacAuthorizationV1Api(kube.api).delete_cluster_role_binding(binding)
-    # A second default model: the single-default policy refuses it.
+    # A second default model: the single-default policy refuses it. The policy sees the
+    # AgentModels through the API server's own informer, a moment after their create (a
+    # create right after the first was once let through, 2026-12-03): wait, by dry runs,
+    # until it refuses, as tests/cluster/install/test_crd_admission.py does.
     first = ctx.model("default-a", default=True)
-    expect_refusal(
-        "second-default-model",
-        lambda: kube.create(
-            manifest(
-                "AgentModel",
-                f"{first}-b",
-                {"baseURL": "http://a/v1", "model": "m", "default": True},
-            )
-        ),
-        "default",
+    second = manifest(
+        "AgentModel", f"{first}-b", {"baseURL": "http://a/v1", "model": "m", "default": True}
     )
+    wait_for(
+        lambda: _refused(lambda: kube.create(second, dry_run=True)),
+        30,
+        what="the single-default policy to see the first default",
+    )
+    expect_refusal("second-default-model", lambda: kube.create(second), "default")
     kube.patch("AgentModel", first, {"spec": {"default": False}})
     return refused, problems
+
+
+def _refused(call: Callable[[], Any]) -> bool | None:
+    """True when the API server refused the call (None, to wait on, when it accepted)."""
+    try:
+        call()
+    except ApiException:
+        return True
+    return None
 
 
 def _bind_portal(kube: Kube) -> str:
