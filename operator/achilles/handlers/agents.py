@@ -121,19 +121,9 @@ def _event_of(context: RuntimeContext, queued: QueuedAgent) -> QueuedAgentEvent:
     body = context.resources.read_object(ref)
     if body is not None:  # handled as kopf hands over a listed object: in full
         return QueuedAgentEvent(None, _read_event(None, body))
-    assert ref.uid is not None  # retries and requeues of Agents are by uid
-    assert ref.namespace is not None  # Agents are namespaced
-    gone = AgentEvent(
-        uid=ref.uid,
-        namespace=ref.namespace,
-        name=ref.name,
-        generation=None,
-        deleted=True,
-        spec={},
-        status={},
-        annotations={},
-    )
-    return QueuedAgentEvent("DELETED", gone)  # gone meanwhile: handled as its deletion
+    # Gone meanwhile: handled as its deletion.
+    meta = {"uid": ref.uid, "namespace": ref.namespace, "name": ref.name}
+    return QueuedAgentEvent("DELETED", _read_event("DELETED", {"metadata": meta}))
 
 
 def _reconcile(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
@@ -145,11 +135,10 @@ def _reconcile(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
     metrics.AGENT_EVENTS.labels(
         kind, "unchanged" if reconciliation.unchanged else "reconciled"
     ).inc()
-    ref = agent_ref(event.name, event.namespace, event.uid)
     if reconciliation.removed:
         _remove(context, event, reconciliation.agent_id)
     else:
-        _apply(context, ref, dict(event.status), reconciliation)
+        _apply(context, queued.ref, dict(event.status), reconciliation)
 
 
 def requeue_agents(context: RuntimeContext, agents: Iterable[AgentRef]) -> None:

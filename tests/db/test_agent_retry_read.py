@@ -1,0 +1,66 @@
+"""An Agent's retry taken from the workqueue (`handlers.agents.handle_queued` of an
+`AgentToRead`) reads the Agent afresh and reconciles it through the real database; one
+that is gone meanwhile is handled as its deletion: its row and its Jobs go, and the retry
+is settled."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import cast
+
+from sqlalchemy import Engine, text
+
+from achilles.db.database import Database
+from achilles.handlers.agents import AGENT_RECONCILE, AgentToRead, handle_queued
+from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.retries import Retries
+from achilles.handlers.runtime.statuses import WrittenStatuses
+from achilles.k8s.objects import ObjectRef
+from tests.db.factories import make_owner
+from tests.db.reconciling import reconcile_event
+
+
+class Jobs:
+    def __init__(self) -> None:
+        self.deleted_for: list[list[int]] = []
+
+    def delete_for_agents(self, agent_ids: list[int]) -> None:
+        self.deleted_for.append(agent_ids)
+
+
+def _agent_rows(db: Engine, uid: str) -> int:
+    with db.connect() as conn:
+        query = text("SELECT count(*) FROM agents WHERE cr_uid = :uid")
+        return int(conn.execute(query, {"uid": uid}).scalar_one())
+
+
+def test_an_agent_gone_before_its_retry_is_read_is_handled_as_deleted(
+    db: Engine, database: Database
+) -> None:
+    made = reconcile_event(database, "gone", make_owner(db), uid="uid-gone")
+    assert made.agent_id is not None
+    ref = ObjectRef("Agent", "agents", "gone", "team", "uid-gone")
+    read: list[ObjectRef] = []
+
+    def read_object(asked: ObjectRef) -> dict[str, object] | None:
+        read.append(asked)
+        return None  # the API server has no such Agent any more
+
+    retries = Retries()
+    jobs = Jobs()
+    context = SimpleNamespace(
+        database=database,
+        retries=retries,
+        resources=SimpleNamespace(read_object=read_object),
+        jobs=jobs,
+        written_statuses=WrittenStatuses(),
+        settled_agents=None,
+    )
+    retries.failed(AGENT_RECONCILE, ref)
+
+    handle_queued(cast(RuntimeContext, context), AgentToRead(ref))
+
+    assert read == [ref]  # read afresh on its turn
+    assert _agent_rows(db, "uid-gone") == 0
+    assert jobs.deleted_for == [[made.agent_id]]
+    assert len(retries) == 0  # the handling succeeded: the retry is settled
