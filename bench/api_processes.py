@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from achilles_dev import oidc
+from achilles_dev.ports import free_port
 from bench.report import Progress
 
 START_TIMEOUT_S = 60.0
@@ -36,7 +37,7 @@ class ApiProcess:
 
 @contextmanager
 def oidc_provider(workdir: Path, progress: Progress) -> Iterator[oidc.RunningProvider]:
-    port = oidc.free_port()
+    port = free_port()
     settings = oidc.ProviderSettings(issuer=f"http://127.0.0.1:{port}", listen=f"127.0.0.1:{port}")
     running = oidc.start(settings, log=workdir / "oidc-provider.log")
     progress(f"OIDC provider at {running.issuer}")
@@ -51,7 +52,7 @@ def api_process(
     database_url: str, provider: oidc.RunningProvider, workdir: Path, progress: Progress
 ) -> Iterator[ApiProcess]:
     """`achilles api` in a process of its own, as the chart runs it."""
-    port = oidc.free_port()
+    port = free_port()
     env = {
         **os.environ,
         "ACHILLES_DATABASE_URL": database_url,

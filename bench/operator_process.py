@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from achilles_dev.postgres import free_port
+from achilles_dev.ports import free_port
 from bench.apiserver_counts import count_operator_requests, operator_kubeconfig
 from bench.cluster import RUNS_NAMESPACE, BenchCluster, Progress
 

@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from achilles.db import migrate
 from achilles.db.database import Database
 from achilles_dev import postgres
+from achilles_dev.ports import free_port
 
 # What the figures depend on; recorded with every database benchmark.
 SETTINGS = (
@@ -82,7 +83,7 @@ def own_server(report: Callable[[str], None], reach: Reach = LOOPBACK_ONLY) -> I
     try:
         server = postgres.ensure_running(
             data_dir,
-            postgres.free_port(),
+            free_port(),
             durable=True,
             listen=reach.listen,
             pod_networks=reach.pod_networks,

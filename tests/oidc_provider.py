@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from achilles_dev import oidc
+from achilles_dev.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class OidcProvider:
 
 @pytest.fixture(scope="session")
 def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
-    port = oidc.free_port()
+    port = free_port()
     settings = oidc.ProviderSettings(
         issuer=f"http://127.0.0.1:{port}",
         listen=f"127.0.0.1:{port}",

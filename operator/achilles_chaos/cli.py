@@ -59,7 +59,7 @@ def chaos(
 ) -> None:
     """Inject faults into the local stack (real node, operator, PostgreSQL) and check the
     journal, the Jobs and the Agents against the invariants. Needs root (the real node)."""
-    from achilles_chaos.suite import SCENARIOS
+    from achilles_chaos.suite import BY_NAME, SCENARIOS
 
     if list_only:
         for scenario in SCENARIOS:
@@ -78,10 +78,18 @@ def chaos(
     from achilles_chaos.suite import run_suite
 
     results, meta = run_suite(
-        names, state_dir=state_dir or default_state_dir(), keep=keep, quick=quick, report=_progress
+        [BY_NAME[name] for name in names],
+        state_dir=state_dir or default_state_dir(),
+        keep=keep,
+        quick=quick,
+        report=_progress,
     )
     click.echo(table(results))
     click.echo(f"stack up in {meta['stack_seconds']}s; whole run {meta['total_seconds']}s")
+    repairs = meta["stack_repairs"]
+    assert isinstance(repairs, list)
+    for repair in repairs:
+        click.echo(f"stack {repair} between scenarios")
     if json_path is not None:
         write_json(json_path, results, meta)
         click.echo(f"figures: {json_path}")

@@ -65,7 +65,11 @@ def default_state_dir() -> Path:
 
 def _config(state_dir: Path) -> StackConfig:
     if (state_dir / "stack.json").exists():
-        return StackConfig.load(state_dir)
+        config = StackConfig.load(state_dir)
+        # A kept stack's ports: while this run lasts no other stack chooses them, even
+        # while a scenario has a component down.
+        config.ports.lease()
+        return config
     return StackConfig(
         state_dir=state_dir,
         ports=Ports.free(),
@@ -129,6 +133,27 @@ class ChaosCluster:
         self.stack.down()
         shutil.rmtree(self.stack.config.postgres_dir, ignore_errors=True)
         shutil.rmtree(self.stack.config.state_dir, ignore_errors=True)
+
+    # --- between scenarios ----------------------------------------------------------------
+
+    def fault(self) -> str | None:
+        """What a scenario left broken in the stack, or None when every component runs and
+        the API server and PostgreSQL answer."""
+        down = [component.name for component in self.stack.components() if not component.running]
+        if down:
+            return f"not running: {', '.join(down)}"
+        if not postgres.is_running(self.config.postgres_dir) or not self.journal.reachable():
+            return "PostgreSQL does not answer"
+        if not self.stack.apiserver_ready():
+            return "kube-apiserver is not ready"
+        return None
+
+    def repair(self) -> None:
+        """Start whatever is down, as `achilles dev up` does, and wait until the API server
+        admits the catalogue's kinds again (its policies' informers start afresh)."""
+        self.stack.up()
+        wait_until_policies_admit(self.config.kubeconfig)
+        self.platform_mirrored = False
 
     # --- what scenarios use --------------------------------------------------------------
 

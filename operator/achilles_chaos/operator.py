@@ -18,7 +18,7 @@ from typing import Any
 from achilles_chaos.cluster import ChaosCluster
 from achilles_chaos.kube import RUNS_NAMESPACE
 from achilles_dev.images import RUNNER_IMAGE
-from achilles_dev.postgres import free_port
+from achilles_dev.ports import free_port
 
 # The runs' heartbeat and the reaper's threshold in the suite: production's ratio (30 s
 # beats, 90 s threshold: three missed beats), scaled down so scenarios take seconds.

@@ -67,30 +67,85 @@ QUICK_SUBSET = ("runner-sigkill", "runner-sigstop")
 
 
 def run_suite(
-    names: Sequence[str],
+    scenarios: Sequence[Scenario],
     *,
     state_dir: Path,
     keep: bool,
     quick: bool,
     report: Report,
 ) -> tuple[list[Result], dict[str, object]]:
+    """Every scenario of `scenarios` gets a row: one that fails, or breaks the stack, is
+    that scenario's FAIL, and the next runs on the stack repaired (or rebuilt)."""
     started = time.monotonic()
     meta: dict[str, object] = {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
         "quick": quick,
     }
-    cluster = ChaosCluster.up(state_dir, report)
+    cluster: ChaosCluster | None = ChaosCluster.up(state_dir, report)
     meta["stack_seconds"] = round(time.monotonic() - started, 1)
     results: list[Result] = []
+    repairs: list[str] = []
     try:
-        for name in names:
-            results.append(run_one(BY_NAME[name], cluster, quick=quick, report=report))
+        for scenario in scenarios:
+            if cluster is not None and results:
+                cluster = fit_for_next(cluster, state_dir, report, repairs)
+            if cluster is None:
+                results.append(not_run(scenario, "the stack could not be rebuilt", report))
+                continue
+            results.append(run_one(scenario, cluster, quick=quick, report=report))
     finally:
-        cluster.down(keep=keep)
+        if cluster is not None:
+            cluster.down(keep=keep)
     meta["total_seconds"] = round(time.monotonic() - started, 1)
     meta["cores"] = os.cpu_count()
+    meta["stack_repairs"] = repairs
     return results, meta
+
+
+def fit_for_next(
+    cluster: ChaosCluster, state_dir: Path, report: Report, repairs: list[str]
+) -> ChaosCluster | None:
+    """The stack as the next scenario needs it: as it is when nothing is down; else with
+    what is down started again; else rebuilt from nothing (each noted in `repairs`).
+    None when even that fails."""
+    found = _fault(cluster)
+    if found is None:
+        return cluster
+    report(f"--- the stack after the last scenario: {found}; starting what is down")
+    try:
+        cluster.repair()
+        fault = _fault(cluster)
+    except Exception as error:
+        fault = f"{type(error).__name__}: {error}"
+        report(traceback.format_exc())
+    if fault is None:
+        repairs.append(f"repaired ({found})")
+        return cluster
+    report(f"--- the stack could not be repaired ({fault}); rebuilding it")
+    repairs.append(f"rebuilt ({found}; repair: {fault})")
+    try:
+        cluster.down(keep=False)
+    except Exception:
+        report(traceback.format_exc())
+    try:
+        return ChaosCluster.up(state_dir, report)
+    except Exception:
+        report(traceback.format_exc())
+        return None
+
+
+def _fault(cluster: ChaosCluster) -> str | None:
+    try:
+        return cluster.fault()
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+
+
+def not_run(scenario: Scenario, why: str, report: Report) -> Result:
+    result = Result(scenario=scenario.name, node=scenario.node, failures=[f"not run: {why}"])
+    report(f"FAIL {scenario.name}: not run: {why}")
+    return result
 
 
 def run_one(scenario: Scenario, cluster: ChaosCluster, *, quick: bool, report: Report) -> Result:
@@ -98,16 +153,19 @@ def run_one(scenario: Scenario, cluster: ChaosCluster, *, quick: bool, report: R
     report(f"--- {scenario.name}: {scenario.summary}")
     started = time.monotonic()
     with recording_waits() as waited:
-        context = Context(cluster, result, quick)
+        context: Context | None = None
         try:
+            context = Context(cluster, result, quick)
             scenario.run(context)
         except Exception as error:
-            result.failures.append(f"{type(error).__name__}: {error}")
+            what = "" if context is not None else "set-up failed: "
+            result.failures.append(f"{what}{type(error).__name__}: {error}")
             report(traceback.format_exc())
         finally:
             try:
-                with timed("clean-up"):
-                    context.cleanup()
+                if context is not None:
+                    with timed("clean-up"):
+                        context.cleanup()
             except Exception as error:
                 result.failures.append(f"clean-up failed: {type(error).__name__}: {error}")
                 report(traceback.format_exc())

@@ -12,14 +12,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from achilles.errors import LocalStackError
 from achilles_dev.node.configs import NodeLayout
 from achilles_dev.node.network import NodeNetwork, stack_id
+from achilles_dev.ports import free_ports, lease_all
 from achilles_dev.postgres import default_data_root
 
 LOOPBACK = "127.0.0.1"
@@ -34,11 +34,15 @@ NodeKind = Literal["containerd", "process"]
 NODE_KINDS: tuple[NodeKind, ...] = ("containerd", "process")
 
 
+# The developer stack's ports are fixed (its URLs stay the same from one `make dev` to the
+# next) and, like every port a stack listens on, outside the kernel's ephemeral range, so
+# a component restarted on its port always gets it back; they are also below the pool the
+# throw-away stacks choose from (achilles_dev.ports), so the two never meet.
 @dataclass(frozen=True)
 class Ports:
-    postgres: int = 54320
-    etcd: int = 23790
-    etcd_peer: int = 23791
+    postgres: int = 15432
+    etcd: int = 12379
+    etcd_peer: int = 12380
     apiserver: int = 16443
     controller_manager: int = 16444
     kubelet: int = 16450  # the process stand-in's; a real node's kubelet is in its netns
@@ -50,16 +54,13 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        """Ports the kernel reports free right now (for a second, throw-away stack)."""
-        sockets = [socket.socket() for _ in dataclasses.fields(cls)]
-        try:
-            for sock in sockets:
-                sock.bind((LOOPBACK, 0))
-            numbers = [sock.getsockname()[1] for sock in sockets]
-        finally:
-            for sock in sockets:
-                sock.close()
-        return cls(*numbers)
+        """Ports free now, outside the kernel's ephemeral range and leased to this process
+        (for a second, throw-away stack): see achilles_dev.ports."""
+        return cls(*free_ports(len(dataclasses.fields(cls))))
+
+    def lease(self) -> None:
+        """Hold these ports for this process (a stack read back from its state)."""
+        lease_all(astuple(self))
 
 
 def default_state_dir() -> Path:

@@ -21,7 +21,7 @@ import httpx
 
 from achilles.errors import LocalStackError
 from achilles_dev.jaeger_build import ensure_jaeger_built
-from achilles_dev.oidc import free_port
+from achilles_dev.ports import free_port
 from achilles_dev.processes import ProcessRef, is_alive, reference, stop_group
 from achilles_dev.waiting import wait_until
 

@@ -17,7 +17,6 @@ import base64
 import hashlib
 import os
 import secrets
-import socket
 import subprocess
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -109,13 +108,6 @@ def stack_provider_settings(config: StackConfig) -> ProviderSettings:
         listen=f"{host}:{config.ports.oidc_provider}",
         web_redirect_uris=web_redirect_globs(*dict.fromkeys(hosts)),
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def discovery(issuer: str, *, timeout: float = _HTTP_TIMEOUT_S) -> dict[str, object] | None:

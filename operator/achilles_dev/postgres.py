@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from achilles.errors import LocalStackError
+from achilles_dev.ports import free_port
 from achilles_dev.waiting import poll
 
 SUPERUSER = "postgres"
@@ -226,13 +226,6 @@ def start_throwaway(
                 raise
             stop(data_dir)
     raise AssertionError("unreachable")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _wait_accepting(server: LocalPostgres) -> None:

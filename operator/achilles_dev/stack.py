@@ -141,7 +141,7 @@ class LocalStack:
         a cached `podman build` and one image load), so new pods run the edited code.
         """
         started = time.monotonic()
-        if self.is_up() and self._apiserver_ready():
+        if self.is_up() and self.apiserver_ready():
             if self.with_postgres:
                 self._ensure_postgres()  # running: only its access rules brought up to date
             if self.config.real_node:
@@ -325,7 +325,7 @@ class LocalStack:
 
         return api_client(self.config.kubeconfig)
 
-    def _apiserver_ready(self) -> bool:
+    def apiserver_ready(self) -> bool:
         return controlplane.apiserver_is_ready(self.config, Pki(self.config.pki_dir))
 
     def _grant_kubelet_rbac(self) -> None:

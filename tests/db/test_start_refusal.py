@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from achilles.db.roles import Component
-from achilles_dev.postgres import free_port
+from achilles_dev.ports import free_port
 from tests.db.logins import login_url
 from tests.dead_cluster import write_kubeconfig
 from tests.waiting import wait_for

@@ -39,13 +39,13 @@ def test_a_missing_password_is_added_and_the_others_kept(tmp_path: Path) -> None
 
 
 def test_a_url_gets_a_login_and_the_host_pods_reach() -> None:
-    admin = "postgresql+psycopg://postgres@127.0.0.1:54320/achilles"
+    admin = "postgresql+psycopg://postgres@127.0.0.1:15432/achilles"
     url = with_login(admin, user="achilles_dev_runner", password="p/w:@?")
-    assert url == "postgresql+psycopg://achilles_dev_runner:p%2Fw%3A%40%3F@127.0.0.1:54320/achilles"
+    assert url == "postgresql+psycopg://achilles_dev_runner:p%2Fw%3A%40%3F@127.0.0.1:15432/achilles"
     logins = ComponentLogins(migrations=admin, operator=url, runner=url, api=url)
     on_node = logins.on_host("10.213.1.1")
     assert on_node.url(Component.RUNNER) == url.replace("127.0.0.1", "10.213.1.1")
-    assert on_node.migrations == "postgresql+psycopg://postgres@10.213.1.1:54320/achilles"
+    assert on_node.migrations == "postgresql+psycopg://postgres@10.213.1.1:15432/achilles"
 
 
 def test_pods_need_a_password_and_an_earlier_trust_is_replaced(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from achilles.db.database import Database
 from achilles.db.journal.models import Agent
 from achilles.db.roles import Component
-from achilles_dev.postgres import free_port
+from achilles_dev.ports import free_port
 from tests.db.factories import make_agent, make_owner
 from tests.db.logins import login_url
 from tests.oidc_provider import OidcProvider

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from achilles.api.app import create_app
 from achilles.api.settings import load_settings
 from achilles.db.database import Database
-from achilles_dev.postgres import free_port
+from achilles_dev.ports import free_port
 
 PUBLIC_URL = "http://127.0.0.1:8000"
 

@@ -7,7 +7,6 @@ refusal has its reason, the loops passed, the status writer patched)."""
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from prometheus_client.samples import Sample
 from sqlalchemy import Engine, create_engine
 
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
+from achilles_dev.ports import free_port
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
 from tests.cluster.install.conftest import Release
@@ -47,13 +47,6 @@ def journal(achilles_release: Release) -> Iterator[Engine]:
     )
     yield engine
     engine.dispose()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _scrape(port: int) -> tuple[dict[str, str], list[Sample]]:
@@ -95,7 +88,7 @@ def test_every_documented_metric_is_served_with_its_labels_after_a_run(
     model = f"m-{uuid.uuid4().hex[:6]}"
     admin_api.create(agent_model(model))
     owner = new_owner(journal)
-    port = _free_port()
+    port = free_port()
     env = {
         "ACHILLES_METRICS_PORT": str(port),
         "ACHILLES_RUNNER_COMMAND": slow_runner_command(cluster),
