@@ -364,6 +364,12 @@ API_CASES = {
     "a table": ["CREATE TABLE evil (x int)"],
     "emptying the journal": ["TRUNCATE agent_runs"],
     "claiming a run as a runner": ["SELECT achilles_claim_run(:run_a)"],
+    # People reply to items; only a run's agent asks (issue 37).
+    "asking in an agent's inbox": [
+        "INSERT INTO agent_inbox_items (agent_id, key, state, question)"
+        " VALUES (:agent_a, 'k', 'blocked', 'q')"
+    ],
+    "making an inbox board": ["INSERT INTO agent_inbox_boards (agent_id) VALUES (:agent_a)"],
     "SET ROLE to the operator": ["SET ROLE achilles_operator"],
     "SET ROLE to the runner": ["SET ROLE achilles_runner"],
 }
