@@ -24,6 +24,7 @@ from achilles.domain.webhook_signature import (
     SignatureError,
     verify,
 )
+from achilles_dev.ports import free_port
 
 OK = "ok"
 FAIL = "fail"  # 503 with a short body
@@ -60,12 +61,13 @@ class WebhookReceiver:
         secret: bytes,
         *,
         host: str = "127.0.0.1",
-        port: int = 0,
+        port: int | None = None,
         tolerance_seconds: int = 300,
     ) -> None:
         self.secret = secret
         self.host = host
-        self.port = port
+        # Outside the ephemeral range: `start` after `stop` gets the same port back.
+        self.port = port if port is not None else free_port(host)
         self.tolerance_seconds = tolerance_seconds
         self.state = _State()
         self._server: ThreadingHTTPServer | None = None
