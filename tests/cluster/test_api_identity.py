@@ -19,12 +19,15 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from achilles.api.app import create_app
 from achilles.api.settings import ApiSettings
 from achilles.db.database import Database
+from achilles.db.journal import runs as journal
 from achilles.db.roles import Component
-from achilles.k8s.annotations import RUN_REQUESTED_AT
+from achilles.domain.runs import RunTrigger
+from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
 from achilles.k8s.crd.generate import build_crd
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
@@ -124,6 +127,7 @@ def portal(
 ) -> Iterator[Portal]:
     suffix = namespace[-6:]
     portal_grant, admin_grant = f"portal-impersonates-alice-{suffix}", f"admins-{suffix}"
+    writer_grant = f"admin-writers-{suffix}"
     _grant(
         cluster,
         portal_grant,
@@ -136,6 +140,13 @@ def portal(
         admin_grant,
         [{"apiGroups": ["achilles.io"], "resources": ["ownerdata"], "verbs": ["get"]}],
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:carol"},
+    )
+    # erin reads and writes every owner's data; carol only reads.
+    _grant(
+        cluster,
+        writer_grant,
+        [{"apiGroups": ["achilles.io"], "resources": ["ownerdata"], "verbs": ["get", "update"]}],
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:erin"},
     )
     api_login = login_url(database_url, Component.API)  # the API's own login, as installed
     settings = ApiSettings(
@@ -163,6 +174,7 @@ def portal(
         database.dispose()
         _revoke(cluster, portal_grant)
         _revoke(cluster, admin_grant)
+        _revoke(cluster, writer_grant)
 
 
 def _as(token: str, user: str | None = None) -> dict[str, str]:
@@ -261,6 +273,31 @@ def test_admins_are_who_rbac_says(portal: Portal, oidc_provider: OidcProvider, d
     assert [a["owner"] for a in everyone.json()["items"]] == ["alice"]
     assert "runs only their own" in assert_problem(write, 403)["detail"]
     assert_problem(not_admin, 404)
+
+
+def test_an_admin_cancels_another_owners_run_only_with_a_write_grant(
+    portal: Portal, cluster: Cluster, oidc_provider: OidcProvider, db: Engine
+) -> None:
+    """Reading every owner's data (`get` on `ownerdata`) is no licence to act on it: a
+    cancel of someone else's run asks a review of `update` (issue 37)."""
+    _ensure_agent_crd(cluster)
+    agent = make_cr_agent(db, "alice", namespace=portal.namespace, name="helper")
+    _create_agent(cluster, portal.namespace, "helper", owner="alice")
+    with Session(db) as session, session.begin():
+        run_id = journal.enqueue_run(session, agent, RunTrigger.MANUAL).run_id
+    carol, erin = oidc_provider.token_for("carol"), oidc_provider.token_for("erin")
+
+    read_only = httpx.post(
+        f"{portal.url}/v1/runs/{run_id}/cancel", headers=bearer(carol), timeout=10
+    )
+
+    assert "write grant" in assert_problem(read_only, 403)["detail"]
+    assert CANCEL_RUN not in _annotations(cluster, portal.namespace, "helper")
+
+    writer = httpx.post(f"{portal.url}/v1/runs/{run_id}/cancel", headers=bearer(erin), timeout=10)
+
+    assert writer.status_code == 202, writer.text
+    assert _annotations(cluster, portal.namespace, "helper")[CANCEL_RUN] == str(run_id)
 
 
 def _create_agent(cluster: Cluster, namespace: str, name: str, *, owner: str) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 if TYPE_CHECKING:
+    from achilles.api.identity.caller import Authenticator
     from achilles.api.settings import ApiSettings
     from achilles.db.database import Database
     from achilles.services.run_requests import RunCanceller, RunRequester
@@ -37,3 +38,9 @@ async def run_canceller(request: Request) -> RunCanceller:
     """The run requester again: the same annotation writer asks for cancels too."""
     canceller: RunCanceller = request.app.state.run_requester
     return canceller
+
+
+async def authenticator(request: Request) -> Authenticator:
+    """The ways in, for a route that asks a further question of them (a write grant)."""
+    found: Authenticator = request.app.state.authenticator
+    return found

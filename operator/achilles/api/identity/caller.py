@@ -66,6 +66,10 @@ class ServiceAccountIdentity(Protocol):
 
     def is_admin(self, user_key: str) -> bool: ...
 
+    def may_write_for_others(self, user_key: str) -> bool:
+        """Whether the person may act on other owners' objects (a write grant)."""
+        ...
+
     def cached_admin(self, user_key: str) -> bool | None:
         """`is_admin`'s answer when it is known without asking the API server."""
         ...
@@ -95,6 +99,11 @@ class Authenticator:
 
     def is_admin(self, user_key: str) -> bool:
         return self.kubernetes is not None and self.kubernetes.is_admin(user_key)
+
+    def may_write_for_others(self, user_key: str) -> bool:
+        """An admin's write grant (`update` on `ownerdata`): reading every owner's data
+        does not let one act on it. Asks the API server (call from a thread)."""
+        return self.kubernetes is not None and self.kubernetes.may_write_for_others(user_key)
 
     def _identify(self, request: Request, *, may_wait: bool) -> tuple[str, Via] | None:
         authorization = request.headers.get("authorization")

@@ -11,7 +11,9 @@
 - A person is an admin (reads every owner's data) when a SubjectAccessReview says user
   `<ACHILLES_API_KUBE_USER_PREFIX><user key>` (default `oidc:`, the prefix clusters give
   OIDC users) may `get` resource `ownerdata` of API group `achilles.io`, cluster-wide:
-  grant it with a ClusterRole bound to that user (docs/api.md#admins).
+  grant it with a ClusterRole bound to that user (docs/api.md#admins). Acting on another
+  owner's run (a cancel) asks a second review, of `update` on `ownerdata`: a read grant
+  never writes.
 
 Answers are cached for `CACHE_SECONDS` (positive token reviews, keyed by the token's
 hash; access reviews both ways), so a busy portal costs the API server one review per
@@ -38,6 +40,9 @@ log = logging.getLogger("achilles.api")
 CACHE_SECONDS = 10.0
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 ADMIN_ACCESS = Access(verb="get", resource="ownerdata", group="achilles.io")
+# Acting on another owner's objects (cancelling their run) is a write: reading them is
+# not enough (issue 37).
+ADMIN_WRITE_ACCESS = Access(verb="update", resource="ownerdata", group="achilles.io")
 
 
 def impersonation_of(user_key: str) -> Access:
@@ -85,6 +90,16 @@ class KubernetesIdentity:
             return self._may(person, ADMIN_ACCESS)
         except ClusterUnavailable as exc:
             log.warning("admin check for %s: %s; treated as no admin", user_key, exc)
+            return False
+
+    def may_write_for_others(self, user_key: str) -> bool:
+        """Whether the person may act on other owners' objects (`update` on `ownerdata`);
+        fails closed like `is_admin`."""
+        person = ReviewedUser(username=f"{self.user_prefix}{user_key}", uid="", groups=())
+        try:
+            return self._may(person, ADMIN_WRITE_ACCESS)
+        except ClusterUnavailable as exc:
+            log.warning("admin write check for %s: %s; treated as no grant", user_key, exc)
             return False
 
     def cached_admin(self, user_key: str) -> bool | None:

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from pydantic import AwareDatetime, BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from achilles.api.dependencies import database, run_canceller
-from achilles.api.identity.caller import Caller, current_caller
+from achilles.api.dependencies import authenticator, database, run_canceller
+from achilles.api.identity.caller import Authenticator, Caller, current_caller
 from achilles.api.owners import owner_scope
 from achilles.api.pagination import (
     CURSOR_PATTERN,
@@ -264,13 +264,24 @@ def cancel_run(
     caller: Annotated[Caller, Depends(current_caller)],
     database: Annotated[Database, Depends(database)],
     canceller: Annotated[RunCanceller, Depends(run_canceller)],
+    ways_in: Annotated[Authenticator, Depends(authenticator)],
 ) -> CancelRequested:
-    """Cancel one of the caller's runs (an admin: any run) while it is queued or running,
-    as the portal does: the request goes on the run's Agent (`achilles.io/cancel-run`),
-    the operator ends the run `failed/cancelled` and deletes its Job; `GET run_url`
-    follows it. Idempotent: asking again is harmless, and a run that had ended is left
-    as it is (200, `cancel_requested: false`). Not the caller's: 404."""
-    owner = None if caller.is_admin else caller.user_key
+    """Cancel one of the caller's runs while it is queued or running (an admin with the
+    write grant, `update` on `ownerdata`: any run; an admin who only reads: 403), as the
+    portal does: the request goes on the run's Agent (`achilles.io/cancel-run`), the
+    operator ends the run `failed/cancelled` and deletes its Job; `GET run_url` follows
+    it. Idempotent: asking again is harmless, and a run that had ended is left as it is
+    (200, `cancel_requested: false`). Not the caller's (and not an admin's): 404."""
+    owner: str | None = caller.user_key
+    if caller.is_admin and owner_reads.find_run(database, run_id, None).agent.owner_key != owner:
+        # A write on another owner's run needs a write grant: reading is not acting.
+        if not ways_in.may_write_for_others(caller.user_key):
+            raise Problem(
+                403,
+                "an admin cancels another owner's run only with the write grant (RBAC: verb"
+                " update on resource ownerdata of achilles.io); reading it is not enough",
+            )
+        owner = None
     answer = request_owned_cancel(database, canceller, run_id, owner)
     if not answer.requested:
         response.status_code = 200
