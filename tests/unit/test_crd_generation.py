@@ -46,12 +46,20 @@ def walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, An
 
 
 def resolve(schema: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """The schema of a printer column's path; `[*]` and a filter such as
+    `[?(@.type=="Ready")]` step into a list's items (whose filter field must exist)."""
     node: dict[str, Any] | None = schema
-    for step in path.split("."):
-        step = step.removesuffix("[*]")
+    filtered = re.compile(r'^(\w+)\[\?\(@\.(\w+)=="[^"]*"\)\]$')
+    for part in re.split(r"\.(?![^\[]*\])", path):
+        match = filtered.match(part)
+        step = match.group(1) if match else part.removesuffix("[*]")
         node = (node or {}).get("properties", {}).get(step)
         if node is None:
             return None
+        if match:
+            node = node.get("items", {})
+            if match.group(2) not in node.get("properties", {}):
+                return None
     return node
 
 

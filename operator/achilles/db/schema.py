@@ -13,6 +13,14 @@ from achilles.db.inbox import models as inbox_models
 from achilles.db.journal import models
 from achilles.db.knowledge import models as knowledge_models
 from achilles.db.outbox import models as outbox_models
+from achilles.db.tools import models as tool_models
 
-MODEL_MODULES = (models, knowledge_models, inbox_models, api_models, outbox_models)
+MODEL_MODULES = (
+    models,
+    knowledge_models,
+    inbox_models,
+    api_models,
+    outbox_models,
+    tool_models,
+)
 metadata: MetaData = models.Base.metadata

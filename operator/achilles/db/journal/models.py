@@ -335,6 +335,8 @@ class AgentRunStep(Base):
     argument_bytes: Mapped[int | None] = mapped_column(Integer)
     result_bytes: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
+    # SHA-256 of an MCP call's canonical arguments (0018_mcp_tools), never the arguments.
+    argument_sha256: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class DeletedAgentTokens(Base):

@@ -118,6 +118,16 @@ AGENT_TOOL = CustomResourceKind(
         PrinterColumn(
             "Agents-Allowed", ".spec.agentsAllowed", type="boolean", description="Admin's switch"
         ),
+        PrinterColumn("Source", ".status.source", description="builtin, or mcp (an MCP server)"),
+        PrinterColumn(
+            "Tools", ".status.toolCount", type="integer", description="Tools agents may call"
+        ),
+        PrinterColumn(
+            "Ready",
+            '.status.conditions[?(@.type=="Ready")].status',
+            description="Listed (an MCP server reached) and in the catalogue",
+        ),
+        PrinterColumn("URL", ".spec.mcp.url", description="The MCP server", priority=1),
         AGE,
     ),
 )
