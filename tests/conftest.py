@@ -28,7 +28,7 @@ from tests import workers
 
 # The real OpenID Provider (`oidc_provider` session fixture) and the real trace collector
 # (`jaeger`), for every tier.
-pytest_plugins = ["tests.oidc_provider", "tests.jaeger_collector"]
+pytest_plugins = ["tests.oidc_provider", "tests.jaeger_collector", "tests.mcp_fixtures"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

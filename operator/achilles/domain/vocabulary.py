@@ -40,6 +40,10 @@ class ConditionReason(StrEnum):
     SUSPENDED_AFTER_FAILURES = "SuspendedAfterFailures"
     BUDGET_AT_80 = "BudgetAt80Percent"
     BUDGET_AT_95 = "BudgetAt95Percent"
+    # AgentTools from MCP servers (issue 38): the server's tools listed, or why not.
+    TOOLS_LISTED = "ToolsListed"
+    SERVER_UNREACHABLE = "ServerUnreachable"
+    CREDENTIALS_UNAVAILABLE = "CredentialsUnavailable"
 
 
 class EventReason(StrEnum):
@@ -60,6 +64,11 @@ class EventReason(StrEnum):
     BUDGET_THRESHOLD_CROSSED = "BudgetThresholdCrossed"
     # On the AgentPlatform: a notification was given up after its last attempt.
     NOTIFICATION_DEAD = "NotificationDead"
+    # On an AgentTool with an MCP source (issue 38): its server's tools listed for the
+    # first time or changed since the last listing, or the server not reached.
+    MCP_TOOLS_LISTED = "McpToolsListed"
+    MCP_TOOLS_CHANGED = "McpToolsChanged"
+    MCP_SERVER_UNREACHABLE = "McpServerUnreachable"
 
 
 # The phase an Agent shows when nothing closes it.

@@ -20,7 +20,7 @@ from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformS
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL
-from achilles.services import catalogue
+from achilles.services import catalogue, mcp_sources
 from achilles.services.status import condition, invalid_spec_message, needs_patch
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
@@ -158,7 +158,8 @@ def tool_changed(
         requeue_agents(context, unlinked)
         logger.info("tool %s removed: %d agent(s) linked to it read again", name, len(unlinked))
         return
-    mirror = Mirror(context, ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name), meta, status)
+    ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name)
+    mirror = Mirror(context, ref, meta, status)
     parsed = mirror.parse(AgentToolSpec, spec)
     if parsed is None:
         return
@@ -169,6 +170,25 @@ def tool_changed(
         logger.info(
             "tool %s created: %d agent(s) naming it read again", name, len(mirrored.awaiting)
         )
+    if parsed.mcp is not None:
+        # List the server's tools when the spec is new to the status (its own status
+        # writes come back as events: they must not list again).
+        if mirror.previous.get("observedGeneration") == mirror.generation:
+            return
+        secrets = mcp_sources.secret_reader(
+            context.resources.core, context.config.job_template.namespace
+        )
+        discovery = mcp_sources.discover(context.database, secrets, name)
+        if discovery is None:
+            return
+        if discovery.notice is not None:
+            notice = discovery.notice
+            context.resources.post_event(ref, notice.type, notice.reason, notice.message)
+        ready = mirror.condition(
+            ConditionType.READY, discovery.ready, discovery.reason, discovery.message
+        )
+        mirror.write([ready], databaseId=mirrored.tool_id, **discovery.status)
+        return
     mirror.write(
         [
             mirror.condition(
@@ -176,6 +196,11 @@ def tool_changed(
             )
         ],
         databaseId=mirrored.tool_id,
+        source=mcp_sources.SOURCE_BUILTIN,
+        toolCount=None,
+        mcpTools=None,
+        schemaDigest=None,
+        listedAt=None,
     )
 
 

@@ -8,9 +8,11 @@ from datetime import datetime
 from achilles.db.database import Database
 from achilles.db.journal import catalogue
 from achilles.db.outbox.settings import write_notification_settings
+from achilles.db.tools import sources
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import AgentPlatformSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
+from achilles.services.mcp_sources import source_row
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,12 @@ def mirror_tool(database: Database, name: str, spec: AgentToolSpec) -> ToolMirro
         tool_id, created = catalogue.upsert_tool(
             session, name, spec.description, spec.implementation, spec.agents_allowed
         )
+        # An MCP source's server and rules (issue 38); its tools are listed afterwards
+        # (`services/mcp_sources.discover`), outside this transaction.
+        if spec.mcp is not None:
+            sources.write_source(session, tool_id, source_row(spec.mcp))
+        else:
+            sources.delete_source(session, tool_id)
         awaiting = catalogue.agents_awaiting_a_tool(session, name) if created else []
     return ToolMirrored(tool_id, awaiting)
 

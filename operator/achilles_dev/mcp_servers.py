@@ -1,0 +1,181 @@
+"""Reference MCP servers from the registries, for the tests and the local stack (issue 38).
+
+Nobody here wrote them: `@modelcontextprotocol/server-everything` (npm; it speaks
+streamable HTTP itself) exercises the protocol's features; `mcp-server-time` (PyPI) has
+read-only tools and `@modelcontextprotocol/server-memory` (npm) write tools; those two
+speak stdio only, so `supergateway` (npm) serves each over streamable HTTP, one child
+process per MCP session.
+
+Each is installed once per version under `~/.cache/achilles/mcp/<name>-<version>`
+(never in the repository) with the registry's own client (`npm install`, `uv pip
+install`), and started as a process of its own on a leased port; `start` returns once
+the server answers an MCP listing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from achilles.errors import LocalStackError
+from achilles.mcp_client.client import McpEndpoint, McpUnreachable, list_tools
+from achilles_dev.ports import free_port, release
+from achilles_dev.waiting import poll
+
+CACHE = Path(os.environ.get("ACHILLES_CACHE", Path.home() / ".cache" / "achilles")) / "mcp"
+EVERYTHING_VERSION = "2026.8.31"
+MEMORY_VERSION = "2026.8.31"
+TIME_VERSION = "2026.10.19"
+SUPERGATEWAY_VERSION = "4.0.0"
+START_TIMEOUT = 60.0
+
+
+def _npm(package: str, version: str, binary: str) -> Path:
+    """`binary` of npm `package@version`, installed once into the cache."""
+    home = CACHE / f"{package.rsplit('/', 1)[-1]}-{version}"
+    path = home / "node_modules" / ".bin" / binary
+    if not path.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            raise LocalStackError(
+                "npm is needed for the reference MCP servers (apt-get install npm)"
+            )
+        home.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [npm, "install", "--prefix", str(home), f"{package}@{version}", "--no-audit",
+             "--no-fund", "--loglevel=error"],
+            check=True,
+        )  # fmt: skip
+    return path
+
+
+def _pypi(package: str, version: str, binary: str) -> Path:
+    """`binary` of PyPI `package==version`, in a virtual environment of its own."""
+    home = CACHE / f"{package}-{version}"
+    path = home / "bin" / binary
+    if not path.exists():
+        uv = shutil.which("uv")
+        if uv is None:
+            raise LocalStackError("uv is needed for the reference MCP servers")
+        subprocess.run([uv, "venv", "-q", "-p", "3.11", str(home)], check=True)
+        subprocess.run(
+            [uv, "pip", "install", "-q", f"{package}=={version}"],
+            check=True,
+            env={**os.environ, "VIRTUAL_ENV": str(home)},
+        )
+    return path
+
+
+def everything_binary() -> Path:
+    return _npm(
+        "@modelcontextprotocol/server-everything", EVERYTHING_VERSION, "mcp-server-everything"
+    )
+
+
+def memory_binary() -> Path:
+    return _npm("@modelcontextprotocol/server-memory", MEMORY_VERSION, "mcp-server-memory")
+
+
+def time_binary() -> Path:
+    return _pypi("mcp-server-time", TIME_VERSION, "mcp-server-time")
+
+
+def supergateway_binary() -> Path:
+    return _npm("supergateway", SUPERGATEWAY_VERSION, "supergateway")
+
+
+@dataclass
+class McpServer:
+    """A running reference server: its streamable-HTTP URL and its process."""
+
+    name: str
+    url: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+    # Files of the server's own state (server-memory's), for checks on the server's side.
+    state: Path | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        release([self.port])
+
+
+def answers(url: str) -> bool:
+    """Whether an MCP server at `url` lists its tools."""
+    try:
+        list_tools(McpEndpoint(url, 5.0))
+    except McpUnreachable:
+        return False
+    return True
+
+
+def _start(
+    name: str,
+    argv: list[str],
+    *,
+    port: int,
+    workdir: Path,
+    env: dict[str, str],
+    state: Path | None = None,
+) -> McpServer:
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / f"{name}.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            cwd=workdir,
+            start_new_session=True,  # its children (supergateway's) stop with it
+        )
+    server = McpServer(name, f"http://127.0.0.1:{port}/mcp", port, process, log, state)
+    if not poll(lambda: process.poll() is not None or answers(server.url), timeout=START_TIMEOUT,
+                interval=0.1) or process.poll() is not None:  # fmt: skip
+        server.stop()
+        raise LocalStackError(
+            f"MCP server {name} did not answer on {server.url} within {START_TIMEOUT:g} s"
+            f" (log: {log})"
+        )
+    return server
+
+
+def start_everything(workdir: Path) -> McpServer:
+    port = free_port("127.0.0.1")
+    argv = [str(everything_binary()), "streamableHttp"]
+    return _start("server-everything", argv, port=port, workdir=workdir,
+                  env={"PORT": str(port)})  # fmt: skip
+
+
+def _gateway(stdio_command: str, port: int) -> list[str]:
+    return [
+        str(supergateway_binary()), "--stdio", stdio_command, "--outputTransport",
+        "streamableHttp", "--stateful", "--port", str(port), "--logLevel", "none",
+    ]  # fmt: skip
+
+
+def start_time(workdir: Path) -> McpServer:
+    port = free_port("127.0.0.1")
+    command = f"{time_binary()} --local-timezone UTC"
+    return _start("mcp-server-time", _gateway(command, port), port=port, workdir=workdir,
+                  env={})  # fmt: skip
+
+
+def start_memory(workdir: Path) -> McpServer:
+    port = free_port("127.0.0.1")
+    state = workdir / "memory.jsonl"
+    return _start("server-memory", _gateway(str(memory_binary()), port), port=port,
+                  workdir=workdir, env={"MEMORY_FILE_PATH": str(state)},
+                  state=state)  # fmt: skip
