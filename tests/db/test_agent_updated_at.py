@@ -86,3 +86,43 @@ def test_bookkeeping_and_unchanged_writes_do_not_move_it(db: Engine) -> None:
             {"a": agent_id},
         )  # fmt: skip
     assert _row(db, agent_id)[0] == edited
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        # A tool the Agent names arriving later (db/journal/catalogue.py).
+        """jsonb_set(coalesce(meta, '{}'), '{unknown_tools}', '{"search": true}')""",
+        """coalesce(meta, '{}') - 'unknown_tools'""",
+        # A spec write the operator owes the CR, and its delivery (db/journal/owed_spec.py).
+        """jsonb_set(coalesce(meta, '{}'), '{owed_spec}',"""
+        """ '{"model": {"value": null, "reason": "ModelWithdrawn"}}')""",
+        """coalesce(meta, '{}') - 'owed_spec'""",
+    ],
+)
+def test_the_operators_bookkeeping_in_meta_is_no_edit(db: Engine, meta: str) -> None:
+    """Issue 36 item 9: only what the seed lists (prompt, schedule, the locks; the
+    owner's other settings) moves `updated_at`, and the failure streak counts from it."""
+    agent_id = make_agent(db, make_owner(db))
+    with db.begin() as conn:
+        conn.execute(
+            text("""UPDATE agents SET meta = '{"owed_spec": {}, "unknown_tools": {}}'"""
+                 " WHERE id = :a"),
+            {"a": agent_id},
+        )  # fmt: skip
+    edited = _age(db, agent_id)
+    with db.begin() as conn:
+        conn.execute(text(f"UPDATE agents SET meta = {meta} WHERE id = :a"), {"a": agent_id})
+    assert _row(db, agent_id)[0] == edited
+
+
+def test_the_owners_wake_on_reply_in_meta_is_an_edit(db: Engine) -> None:
+    agent_id = make_agent(db, make_owner(db))
+    edited = _age(db, agent_id)
+    with db.begin() as conn:
+        conn.execute(
+            text("""UPDATE agents SET meta = jsonb_set(coalesce(meta, '{}'), '{inbox}',"""
+                 """ '{"wake_on_reply": true}') WHERE id = :a"""),
+            {"a": agent_id},
+        )  # fmt: skip
+    assert _row(db, agent_id)[0] > edited

@@ -108,3 +108,33 @@ def test_the_kept_tokens_are_append_only_and_go_with_the_owner(db: Engine) -> No
         session.execute(delete(User).where(User.key == owner))
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM deleted_agent_tokens")).scalar_one() == 0
+
+
+def test_a_running_runs_tokens_stay_counted_when_its_agent_is_deleted(
+    db: Engine, database_url: str
+) -> None:
+    """Issue 36 item 4: the owner may delete an Agent mid-run; what its runner reported
+    was spent, and seed 000 counts every token spent in the week."""
+    set_settings(db, agent_weekly_token_budget=1000)
+    owner = make_owner(db)
+    doomed = make_agent(db, owner)
+    with Session(db) as session, session.begin():
+        running = journal.enqueue_run(session, doomed, RunTrigger.MANUAL).run_id
+        assert journal.claim_run(session, running)
+        assert journal.add_tokens(session, running, 700)
+    with Session(db) as session, session.begin():
+        queued = journal.enqueue_run(session, make_agent(db, owner), RunTrigger.MANUAL).run_id
+    before = _budget(database_url, owner)
+    assert before["used"] == 0  # a running run counts once it ends (seed 000)
+
+    _delete_agent(db, doomed)
+
+    after = _budget(database_url, owner)
+    assert (after["used"], after["exhausted"]) == (700, False)
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM agent_runs")).scalar_one() == 1
+    with Session(db) as session, session.begin():
+        assert journal.claim_run(session, queued)
+        assert journal.add_tokens(session, queued, 300)
+        assert journal.succeed_run(session, queued, "done")
+    assert _budget(database_url, owner)["exhausted"] is True

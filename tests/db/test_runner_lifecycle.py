@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, delete, update
+from sqlalchemy import Engine, delete, text, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal import runs as journal
@@ -211,9 +211,12 @@ def test_two_runners_for_one_run_claim_it_once(db: Engine, database_url: str) ->
     assert run_row(db, run_id).output == "once"
 
 
-def test_a_model_withdrawn_after_queueing_fails_the_run_clearly(
+def test_a_model_withdrawn_after_queueing_stops_the_run_with_no_trace(
     db: Engine, database_url: str
 ) -> None:
+    """The claim is the last start gate (issue 36 item 2): a model withdrawn after the
+    run was queued is a closed lock, so the run is removed (seed 000: no row), not
+    failed, and the operator is left the refusal to tell the Agent."""
     with serving(SLOW_ANSWER) as server:
         model = add_model(db, server)
         run_id = queue_run(db, owner="alice", model=model)
@@ -222,10 +225,10 @@ def test_a_model_withdrawn_after_queueing_fails_the_run_clearly(
         code, log = run_to_end(database_url, run_id)
         assert server.recorded() == []
     assert code == 0, log
-    row = run_row(db, run_id)
-    assert (row.state, row.reason, row.tokens_used) == ("failed", "error", 0)
-    assert row.error is not None
-    assert "no model" in row.error
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM agent_runs")).scalar_one() == 0
+        refused = conn.execute(text("SELECT run_id, has_model FROM run_start_refusals")).all()
+    assert [tuple(row) for row in refused] == [(run_id, False)]
 
 
 def test_the_api_key_comes_from_the_environment(db: Engine, database_url: str) -> None:

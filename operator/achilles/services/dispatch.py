@@ -23,7 +23,9 @@ Creates start no later than `CREATE_DEADLINE` after step 1 began and give up aft
 `CREATE_TIMEOUT`, so a run's Job exists, if it ever will, well before the sweeper may
 call it missing; runs whose create was not started by then are undone as in step 3.
 
-The start gates are checked again in step 1, since a run may wait behind the cap:
+The start gates are checked again in step 1, since a run may wait behind the cap, and
+last by the run's claim (`achilles_claim_run`), since a lock may close after its Job was
+made:
 - a durable lock closed meanwhile (disabled, paused, model withdrawn, owner
   deactivated), found on every pass wherever the run waits: the run never started and
   a closed lock leaves no row (seed 000), so its row is removed, as if the request had
@@ -31,7 +33,11 @@ The start gates are checked again in step 1, since a run may wait behind the cap
 - its owner's weekly budget ran out meanwhile, when its turn comes: it ends
   `skipped/budget_exceeded` with no tokens, as the same request at enqueue would have
   (`skipped`). The seed's small
-  overrun is for runs already running, not for runs that have not started.
+  overrun is for runs already running, not for runs that have not started;
+- a durable lock closed after the Job was made: the claim removes the run and records
+  why (`run_start_refusals`); step 1 reports it as a withdrawn run and the pass
+  deletes its Job (its pod exits without running anything). The budget run out by then
+  the claim ends `skipped/budget_exceeded` itself, as here.
 """
 
 from __future__ import annotations
@@ -82,6 +88,9 @@ class WithdrawnRun:
 class DispatchResult:
     created: list[queue.DispatchableRun] = field(default_factory=list)
     withdrawn: list[WithdrawnRun] = field(default_factory=list)
+    # Of `withdrawn`, the runs their claim removed (a lock closed after the Job was
+    # made): their Jobs were deleted by the pass.
+    refused_at_claim: list[int] = field(default_factory=list)
     skipped: list[queue.DispatchableRun] = field(default_factory=list)  # budget_exceeded
     rejected: str | None = None
     executing: int = 0
@@ -156,6 +165,8 @@ def dispatch_queued_runs(
     began = time.monotonic()
     result = DispatchResult()
     marked, timeout = _choose(database, batch, result)
+    for run_id in result.refused_at_claim:
+        jobs.delete(run_id)  # its pod exits without running: nothing else may start it
     if not marked:
         return result
 
@@ -215,10 +226,16 @@ def _choose(database: Database, batch: int, result: DispatchResult) -> tuple[lis
         now = database_now(session)
         settings = load_settings(session)
         window = week_window(now, settings.zone)
+        # Refused at their claim: removed already, told here.
+        refused = queue.take_start_refusals(session, batch)
+        result.refused_at_claim = [run.run_id for run in refused]
+        result.withdrawn = [
+            WithdrawnRun(run, refusal_message(closed_locks(run.locks))) for run in refused
+        ]
         # Locked ones first, wherever they wait: they will never start.
         locked = queue.take_locked_waiting_runs(session, batch, window)
         ids = [run.run_id for run in locked]
-        result.withdrawn = _withdrawn(locked, queue.withdraw_queued_runs(session, ids))
+        result.withdrawn.extend(_withdrawn(locked, queue.withdraw_queued_runs(session, ids)))
         runs = queue.take_dispatchable_runs(session, settings.max_concurrency, batch, window)
         marked = []
         for run in runs:

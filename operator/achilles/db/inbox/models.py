@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    Integer,
     Text,
     UniqueConstraint,
     text,
@@ -139,3 +140,25 @@ class InboxItemRevision(Base):
     reply_serial: Mapped[int] = mapped_column(BigInteger, nullable=False)
     reply_by: Mapped[str | None] = mapped_column(Text)
     at: Mapped[datetime] = timestamp_column()
+
+
+class ReplyWake(Base):
+    """Whether the wake a reply asks for was answered (0016_seed_rules_two): written by a
+    trigger on `agent_runs`, so it survives the runs that retention deletes and a cancel
+    that ends a wake run before it started. The row is about the item's reply
+    `reply_serial`; a newer reply starts afresh. `lost`: wakes of this reply that came to
+    nothing (an `already_running` skip, a cancel before the start); the next wake's
+    request key counts them."""
+
+    __tablename__ = "inbox_reply_wakes"
+    __table_args__ = (
+        CheckConstraint("reply_serial >= 1", name="serial_positive"),
+        CheckConstraint("lost >= 0", name="lost_non_negative"),
+    )
+
+    item_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agent_inbox_items.id", ondelete="CASCADE"), primary_key=True
+    )
+    reply_serial: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    answered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lost: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))

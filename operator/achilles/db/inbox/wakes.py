@@ -3,18 +3,22 @@
 A reply to a blocked item of an agent whose owner allows it must be taken by a run:
 by the run in progress (the runner takes unprocessed replies at its start) or by one
 right after it. The wake request sent with the reply can be lost — it lands while a
-run is active and becomes `skipped/already_running`, or it never reaches the cluster —
-so whether a wake is still owed is derived from the rows each time, never remembered:
+run is active and becomes `skipped/already_running`, it never reaches the cluster, or
+its run is cancelled before it starts — so a wake is owed until a run answers it:
 
   an unprocessed reply nobody took (`handled_at` set; `reply_seen_at`, `outcome` NULL)
   to a blocked item, the owner's consent on, every durable lock open, no run of the
-  agent active, and no run created since the reply other than an `already_running` skip.
+  agent active, and no run that answered this reply (`inbox_reply_wakes`).
 
-Any other run created after the reply (succeeded, failed, skipped for the budget)
-answered it: a run that could not take it (no inbox tool, a failure) is not retried
-for ever. The request key of the wake is the reply's own run-request value (what
-`achilles inbox reply` annotates), so the operator's wake and a late annotation make
-one run between them; after `n` `already_running` skips it is that value + `+n`.
+What answered a reply is recorded per reply by a trigger on `agent_runs`
+(0017_seed_rules_two), not derived from the runs: retention deletes old runs, and a
+reply whose answering run was deleted would be woken again. A run that starts answers
+the replies before its start; one that ends without starting (failed, skipped for the
+budget) answers those before it was queued — a run that could not take the reply is
+not retried for ever. An `already_running` skip and a cancel before the start answer
+nothing: they are lost wakes (`lost`). The request key of the wake is the reply's own
+run-request value (what `achilles inbox reply` annotates), so the operator's wake and a
+late annotation make one run between them; after `n` lost wakes it is that value + `+n`.
 """
 
 from __future__ import annotations
@@ -22,14 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import and_, exists, func, not_, select
+from sqlalchemy import and_, exists, func, select
 from sqlalchemy.orm import Session
 
-from achilles.db.inbox.models import InboxItemRow
+from achilles.db.inbox.models import InboxItemRow, ReplyWake
 from achilles.db.journal.models import Agent, AgentRun, User
 from achilles.domain.inbox import ItemState
 from achilles.domain.inbox_wake import META_SECTION, WAKE_ON_REPLY
-from achilles.domain.runs import ACTIVE_STATES, RunState, SkipReason
+from achilles.domain.runs import ACTIVE_STATES
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class OwedWake:
     agent_id: int
     item_id: int
     handled_at: datetime  # when the reply came
-    skipped_since: int  # `already_running` skips since the reply (lost wakes)
+    skipped_since: int  # lost wakes of this reply (`already_running` skips, cancels)
     uid: str | None
     namespace: str | None
     name: str | None
@@ -45,39 +49,26 @@ class OwedWake:
 
 def owed_wakes(session: Session, *, limit: int = 100) -> list[OwedWake]:
     """One owed wake per agent (its latest untaken reply), oldest reply first."""
-    run = AgentRun.__table__.alias("run")
-    answered_since = and_(
-        run.c.agent_id == InboxItemRow.agent_id,
-        run.c.created_at >= InboxItemRow.handled_at,
-        not_(
-            and_(
-                run.c.state == RunState.SKIPPED.value,
-                run.c.reason == SkipReason.ALREADY_RUNNING.value,
-            )
-        ),
-    )
     active = AgentRun.__table__.alias("active")
-    skipped = AgentRun.__table__.alias("skipped")
-    skipped_since = (
-        select(func.count())
-        .where(
-            skipped.c.agent_id == InboxItemRow.agent_id,
-            skipped.c.created_at >= InboxItemRow.handled_at,
-        )
-        .scalar_subquery()
-    )
     latest = (
         select(
             InboxItemRow.agent_id,
             InboxItemRow.id.label("item_id"),
             InboxItemRow.handled_at,
-            skipped_since.label("skipped_since"),
+            func.coalesce(ReplyWake.lost, 0).label("skipped_since"),
             Agent.cr_uid,
             Agent.cr_namespace,
             Agent.cr_name,
         )
         .join(Agent, Agent.id == InboxItemRow.agent_id)
         .join(User, User.id == Agent.user_id)
+        .outerjoin(
+            ReplyWake,
+            and_(
+                ReplyWake.item_id == InboxItemRow.id,
+                ReplyWake.reply_serial == InboxItemRow.reply_serial,
+            ),
+        )
         .where(
             InboxItemRow.handled_at.is_not(None),
             InboxItemRow.outcome.is_(None),
@@ -92,7 +83,7 @@ def owed_wakes(session: Session, *, limit: int = 100) -> list[OwedWake]:
                 active.c.agent_id == InboxItemRow.agent_id,
                 active.c.state.in_(sorted(state.value for state in ACTIVE_STATES)),
             ),
-            ~exists().where(answered_since),
+            ReplyWake.answered_at.is_(None),
         )
         .distinct(InboxItemRow.agent_id)
         .order_by(InboxItemRow.agent_id, InboxItemRow.handled_at.desc(), InboxItemRow.id.desc())

@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from achilles.db.journal.models import Agent, AgentModel, AgentRun, User
+from achilles.db.journal.models import Agent, AgentModel, AgentRun, RunStartRefusal, User
 from achilles.db.journal.usage import tokens_used_by
 from achilles.domain.budget import BudgetWindow
 from achilles.domain.gates import DurableLocks, closed_locks
@@ -197,6 +197,71 @@ def withdraw_queued_runs(session: Session, run_ids: Sequence[int]) -> list[int]:
         .returning(AgentRun.id)
     )
     return list(removed.scalars())
+
+
+def take_start_refusals(session: Session, batch: int) -> list[DispatchableRun]:
+    """The runs their claim removed because a durable lock had closed since their Job
+    was made (`achilles_claim_run`, 0017), each with the locks the claim found, as a
+    withdrawn waiting run is reported; their records go in this transaction (a replica
+    that holds one is passed over, `SKIP LOCKED`)."""
+    taken = (
+        select(RunStartRefusal.run_id)
+        .order_by(RunStartRefusal.created_at, RunStartRefusal.run_id)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    refusals = session.execute(
+        delete(RunStartRefusal)
+        .where(RunStartRefusal.run_id.in_(taken))
+        .returning(
+            RunStartRefusal.run_id,
+            RunStartRefusal.agent_id,
+            RunStartRefusal.trigger,
+            RunStartRefusal.request_key,
+            RunStartRefusal.enabled,
+            RunStartRefusal.admin_paused,
+            RunStartRefusal.has_model,
+            RunStartRefusal.owner_present,
+            RunStartRefusal.owner_active,
+            RunStartRefusal.created_at,
+        )
+    ).all()
+    agents = {
+        row.id: row
+        for row in session.execute(
+            select(Agent.id, Agent.cr_uid, Agent.cr_namespace, Agent.cr_name).where(
+                Agent.id.in_({refusal.agent_id for refusal in refusals})
+            )
+        )
+    }
+    runs = []
+    for refusal in sorted(refusals, key=lambda r: (r.created_at, r.run_id)):
+        agent = agents.get(refusal.agent_id)
+        runs.append(
+            DispatchableRun(
+                run_id=refusal.run_id,
+                agent_id=refusal.agent_id,
+                trigger=refusal.trigger,
+                created_at=refusal.created_at,
+                scheduled_for=None,
+                agent_uid=agent.cr_uid if agent else None,
+                agent_namespace=agent.cr_namespace if agent else None,
+                agent_name=agent.cr_name if agent else None,
+                request_key=refusal.request_key,
+                locks=DurableLocks(
+                    enabled=refusal.enabled,
+                    admin_paused=refusal.admin_paused,
+                    has_model=refusal.has_model,
+                    owner_present=refusal.owner_present,
+                    owner_active=refusal.owner_active,
+                ),
+                owner_tokens=0,
+                model_secret_name=None,
+                model_secret_key=None,
+            )
+        )
+    return runs
 
 
 def mark_dispatched(session: Session, secrets: Mapping[int, bytes], now: datetime) -> None:

@@ -367,6 +367,26 @@ class DeletedAgentTokens(Base):
     created_at: Mapped[datetime] = timestamp_column()
 
 
+class RunStartRefusal(Base):
+    """A run its claim refused because a durable lock had closed since its Job was made
+    (0016_seed_rules_two): the claim removed the run (a closed lock leaves no row, seed
+    000) and left this for the operator, which tells the Agent (an Event, a refused run
+    request), deletes the Job and then this row. The locks as the claim found them."""
+
+    __tablename__ = "run_start_refusals"
+
+    run_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    agent_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    trigger: Mapped[str] = mapped_column(Text, nullable=False)
+    request_key: Mapped[str | None] = mapped_column(Text)
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    admin_paused: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    has_model: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    owner_present: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    owner_active: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    created_at: Mapped[datetime] = timestamp_column()
+
+
 class AgentToolLink(Base):
     """The optional tools an owner picked beyond the locked KS core (append-only)."""
 
