@@ -201,3 +201,34 @@ def test_if_match_is_the_revision_bare_or_quoted(
     response = _post_reply(api, tokens("alice"), item.id, {"text": "x"}, if_match=if_match)
     assert response.status_code == 200, response.text
     assert response.json()["item"]["revision"] == 3
+
+
+def test_an_inbox_reply_over_a_chat_reply_is_written_a_changed_question_is_412(
+    api: ServedApi, tokens: Tokens, db: Engine
+) -> None:
+    """Seed 003 (issue 36 item 5): an inbox reply replaces the current reply whatever it
+    is; `If-Match` protects a person from answering a question that changed, never from a
+    chat reply that came while they wrote."""
+    item = box.ask(db, make_cr_agent(db, "alice")).item
+    token = tokens("alice")
+    read = _get(api, token, f"/v1/inbox/{item.id}")
+    assert read.headers["etag"] == '"1"'
+
+    # Meanwhile a chat reply lands (no reply yet, so the chat rule lets it in).
+    chat = _post_reply(
+        api, token, item.id, {"text": "chat: SQLite", "channel": "chat"}, if_match="1"
+    )
+    assert chat.status_code == 200, chat.text
+    inbox = _post_reply(api, token, item.id, {"text": "inbox: Postgres"}, if_match="1")
+    assert inbox.status_code == 200, inbox.text
+    assert inbox.json()["item"]["reply"]["text"] == "inbox: Postgres"
+    assert _replies(db, item.id) == [(2, "chat: SQLite"), (3, "inbox: Postgres")]
+
+    # The agent re-asks: a reply over the revision read before it is refused.
+    box.take(db, item.id)
+    box.ask(db, item.agent_id, question="Which database, for the archive?")  # revision 4
+    before = database_snapshot(db)
+    stale = _post_reply(api, token, item.id, {"text": "inbox: late"}, if_match="3")
+    assert assert_problem(stale, 412)["current_revision"] == 4
+    assert database_snapshot(db) == before
+    assert _post_reply(api, token, item.id, {"text": "x"}, if_match="4").status_code == 200

@@ -8,7 +8,9 @@ the current reply and replacing it:
   not an error.
 A person who read the item may also name the revision they replied to
 (`expected_revision`, the API's `If-Match`): one more guard in the same UPDATE, so a
-reply to a question that changed meanwhile is refused, never written.
+reply to a question that changed meanwhile (re-asked, moved) is refused, never written.
+Replies since that revision do not count as a change: the inbox channel always
+replaces the current reply (seed 003), a chat reply included.
 An accepted reply bumps the item's revision and then its board (lock order of
 `achilles.db.inbox.board`). Taking and acknowledging touch the item only.
 The caller owns the transaction.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.inbox.board import (
@@ -31,7 +33,7 @@ from achilles.db.inbox.board import (
     has_unprocessed_reply,
     item_from_row,
 )
-from achilles.db.inbox.models import InboxItemRow
+from achilles.db.inbox.models import InboxItemRevision, InboxItemRow
 from achilles.domain.inbox import (
     AckStatus,
     InboxItem,
@@ -41,6 +43,9 @@ from achilles.domain.inbox import (
     acknowledge_status,
     validate_text,
 )
+
+# `agent_inbox_item_revisions.change` of a revision that an accepted reply made (0010).
+REPLIED = "replied"
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ def write_reply(
     if channel is ReplyChannel.CHAT:
         guards.append(or_(InboxItemRow.reply.is_(None), InboxItemRow.reply_seen_at.is_not(None)))
     if expected_revision is not None:
-        guards.append(InboxItemRow.revision == expected_revision)
+        guards.append(asked_as_of(expected_revision))
     row = session.execute(
         update(InboxItemRow)
         .where(*guards)
@@ -90,14 +95,39 @@ def write_reply(
     ).first()
     if row is None:
         # Refused (or absent: NotFound). Read afterwards, for the caller's
-        # information only: the decision was the UPDATE's. Revisions only grow, so
-        # the expected one still being current means the chat rule refused.
+        # information only: the decision was the UPDATE's. What the item says only
+        # changes forward, so the expected revision still asking the same question
+        # means the chat rule refused.
         current, version = get_item_and_board_version(session, item_id)
-        stale = expected_revision is not None and current.revision != expected_revision
+        stale = expected_revision is not None and not _still_asked_as_of(
+            session, item_id, expected_revision
+        )
         refusal = ReplyRefusal.STALE_REVISION if stale else ReplyRefusal.CHAT_RULE
         return ReplyWrite(item=current, board_version=version, refusal=refusal)
     item = item_from_row(row)
     return ReplyWrite(item=item, board_version=bump_board(session, item.agent_id))
+
+
+def asked_as_of(expected_revision: int) -> ColumnElement[bool]:
+    """The item still says what it said at `expected_revision`: every revision since was
+    a reply (`agent_inbox_item_revisions`, one row per revision: 0010), none a re-ask or
+    a move. A revision the item never had is not."""
+    changed = InboxItemRevision.__table__.alias("changed")
+    return and_(
+        InboxItemRow.revision >= expected_revision,
+        ~exists().where(
+            changed.c.item_id == InboxItemRow.id,
+            changed.c.revision > expected_revision,
+            changed.c.change != REPLIED,
+        ),
+    )
+
+
+def _still_asked_as_of(session: Session, item_id: int, expected_revision: int) -> bool:
+    found = session.execute(
+        select(InboxItemRow.id).where(InboxItemRow.id == item_id, asked_as_of(expected_revision))
+    ).first()
+    return found is not None
 
 
 def take_reply(session: Session, item_id: int) -> InboxItem | None:
