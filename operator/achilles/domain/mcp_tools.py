@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# The AgentTool implementation whose tools come from an MCP server (`spec.mcp`).
+MCP_IMPLEMENTATION = "mcp"
 # The Chat Completions API's rule for function names (as `tools/base.py` checks).
 FUNCTION_NAME_MAX = 64
 _NOT_IN_FUNCTION_NAME = re.compile(r"[^a-zA-Z0-9_-]")
@@ -134,6 +136,35 @@ def offered_tools(
         for tool in listed
         if rules.is_allowed(tool.name)
     ]
+
+
+@dataclass(frozen=True)
+class HeaderRef:
+    """A header whose value is key `secret_key` of Secret `secret_name` (runs namespace)."""
+
+    name: str
+    secret_name: str
+    secret_key: str
+
+
+def header_env(tool_id: int, index: int) -> str:
+    """The run pod's variable that carries header `index` of tool `tool_id`'s source:
+    its Job names the Secret's key (`valueFrom`), never the value."""
+    return f"ACHILLES_MCP_{tool_id}_HEADER_{index}"
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """An MCP source as a run uses it: where, with which credentials (by reference), its
+    limits, and the tools it offers (the last listing through the admin's rules)."""
+
+    tool_id: int
+    catalogue_name: str
+    url: str
+    headers: tuple[HeaderRef, ...]
+    timeout_seconds: int
+    max_result_bytes: int
+    offered: tuple[OfferedTool, ...]
 
 
 def function_name(catalogue_name: str, tool: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from achilles.domain.mcp_tools import RunSource
 from achilles.domain.runs import RunTrigger
 
 
@@ -45,3 +46,5 @@ class RunSpec:
     # The tokens this run may spend (the Agent's maxRunTokens, else the platform's);
     # None: no cap. The runner fails the run with `token_cap` when its tokens reach it.
     max_run_tokens: int | None = None
+    # The agent's allowed MCP sources and the tools each offers (issue 38).
+    mcp_sources: tuple[RunSource, ...] = ()

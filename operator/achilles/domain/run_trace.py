@@ -56,6 +56,9 @@ class Step:
     argument_bytes: int | None = None
     result_bytes: int | None = None
     error: str | None = None
+    # SHA-256 of an MCP call's canonical arguments (issue 38): what the journal keeps of
+    # them besides their size.
+    argument_sha256: bytes | None = None
     # For the run's trace (OpenTelemetry), not the journal: the model's id of a tool
     # call, and a low-cardinality class of a step's error (an exception's class name).
     call_id: str | None = None

@@ -9,6 +9,7 @@ the first of the events `runner/main.py` lists.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -36,6 +37,7 @@ from achilles.runner.tracing import RunTrace, close_run_trace, start_run_trace
 from achilles.services.run_journal import RunJournal
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
+from achilles.tools.mcp import mcp_tools
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,8 @@ def _execute(
     *,
     trace: RunTrace | None,
 ) -> int:
-    selection = select_tools(spec.tool_implementations)
+    # The agent's MCP sources' tools, with the credentials its Job gave the pod.
+    selection = select_tools(spec.tool_implementations, mcp_tools(spec.mcp_sources, os.environ))
     # What the run uses, for the record: it rides on the run's first write.
     used = RunUsed(
         model=model_endpoint.name,

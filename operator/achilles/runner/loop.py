@@ -224,6 +224,7 @@ class AgentLoop:
             argument_bytes=len(call.arguments.encode()),
             result_bytes=None if result is None else len(result.content.encode()),
             error=clip_step_error(error),
+            argument_sha256=None if result is None else result.argument_sha256,
             call_id=call.call_id or None,
         )
 

@@ -22,6 +22,7 @@ from achilles.db.database import Database
 from achilles.db.tools import sources
 from achilles.domain.mcp_tools import (
     Approval,
+    HeaderRef,
     ListedTool,
     SourceRules,
     listing_digest,
@@ -43,8 +44,7 @@ def source_row(spec: McpSource) -> sources.SourceRow:
     return sources.SourceRow(
         url=spec.url,
         headers=tuple(
-            sources.HeaderRef(h.name, h.secret_key_ref.name, h.secret_key_ref.key)
-            for h in spec.headers
+            HeaderRef(h.name, h.secret_key_ref.name, h.secret_key_ref.key) for h in spec.headers
         ),
         credentials=spec.credentials,
         rules=SourceRules(
@@ -90,7 +90,7 @@ def secret_reader(core: CoreApi, namespace: str) -> ReadSecret:
     return read
 
 
-def read_headers(read_secret: ReadSecret, headers: Sequence[sources.HeaderRef]) -> dict[str, str]:
+def read_headers(read_secret: ReadSecret, headers: Sequence[HeaderRef]) -> dict[str, str]:
     """The headers' values from their Secrets (raises SecretUnavailable)."""
     values: dict[str, str] = {}
     for header in headers:

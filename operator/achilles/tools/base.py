@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -77,6 +77,8 @@ class ToolResult:
 
     content: str
     error: str | None = None
+    # SHA-256 of the call's canonical arguments, when the tool keeps one (MCP calls).
+    argument_sha256: bytes | None = None
 
     @classmethod
     def failed(cls, message: str, *, journal: str | None = None) -> ToolResult:
@@ -100,6 +102,21 @@ def describe_validation_error(exc: ValidationError, *, with_input: bool = True) 
             part += f" (got {shown})"
         parts.append(part)
     return "; ".join(parts)
+
+
+class ModelTool(Protocol):
+    """What the toolbox offers and dispatches to: a built-in `Tool`, or a tool of an MCP
+    server (`tools/mcp.py`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def step_kind(self) -> StepKind: ...
+
+    def spec(self) -> dict[str, Any]: ...
+
+    def call(self, arguments: str, ctx: ToolContext) -> ToolResult: ...
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ Function names must be unique across the catalogue (checked at import).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from achilles.tools import clock, inbox, ks
-from achilles.tools.base import Tool, ToolContext
+from achilles.tools.base import ModelTool, Tool, ToolContext
 from achilles.tools.toolbox import Toolbox
 
 CORE_TOOLS: tuple[Tool[Any], ...] = ks.CORE_TOOLS
@@ -72,9 +72,10 @@ class ToolSelection:
     run_start_notes: tuple[RunStartNote, ...] = ()
 
 
-def select_tools(implementations: Iterable[str]) -> ToolSelection:
-    """The core tools plus the named optional toolsets, in a stable order."""
-    chosen: list[Tool[Any]] = list(CORE_TOOLS)
+def select_tools(implementations: Iterable[str], extra: Sequence[ModelTool] = ()) -> ToolSelection:
+    """The core tools plus the named optional toolsets, in a stable order, then `extra`
+    (the tools of the agent's MCP sources, `tools/mcp.py`)."""
+    chosen: list[ModelTool] = list(CORE_TOOLS)
     unknown: list[str] = []
     notes: list[RunStartNote] = []
     for name in sorted(set(implementations)):
@@ -85,6 +86,7 @@ def select_tools(implementations: Iterable[str]) -> ToolSelection:
         chosen.extend(toolset)
         if name in RUN_START_NOTES:
             notes.append(RUN_START_NOTES[name])
+    chosen.extend(extra)
     return ToolSelection(
         toolbox=Toolbox(chosen), unknown=tuple(unknown), run_start_notes=tuple(notes)
     )

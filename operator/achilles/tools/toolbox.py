@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from achilles.domain.run_trace import StepKind
-from achilles.tools.base import Tool, ToolContext, ToolResult
+from achilles.tools.base import ModelTool, ToolContext, ToolResult
 
 
 class Toolbox:
-    def __init__(self, tools: Sequence[Tool[Any]]) -> None:
-        by_name: dict[str, Tool[Any]] = {}
+    def __init__(self, tools: Sequence[ModelTool]) -> None:
+        by_name: dict[str, ModelTool] = {}
         for item in tools:
             if item.name in by_name:
                 raise ValueError(f"two tools are named {item.name!r}")

@@ -14,6 +14,8 @@ from sqlalchemy.orm import Session
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, AgentToolLink, Tool, User
 from achilles.db.journal.runs import claim_run
 from achilles.db.journal.settings import load_settings
+from achilles.db.tools.sources import run_sources
+from achilles.domain.mcp_tools import MCP_IMPLEMENTATION
 from achilles.domain.run_controls import effective_max_run_tokens
 from achilles.domain.run_spec import ModelEndpoint, RunSpec
 from achilles.domain.runs import RunTrigger
@@ -55,7 +57,12 @@ def load_run_spec(session: Session, run_id: int) -> RunSpec | None:
     implementations = session.execute(
         select(Tool.implementation)
         .join(AgentToolLink, AgentToolLink.tool_id == Tool.id)
-        .where(AgentToolLink.agent_id == row.agent_id, Tool.agents_allowed.is_(True))
+        .where(
+            AgentToolLink.agent_id == row.agent_id,
+            Tool.agents_allowed.is_(True),
+            # MCP sources offer the tools of their server (`mcp_sources` below).
+            Tool.implementation != MCP_IMPLEMENTATION,
+        )
         .order_by(Tool.implementation)
     ).scalars()
     settings = load_settings(session)
@@ -85,4 +92,5 @@ def load_run_spec(session: Session, run_id: int) -> RunSpec | None:
             None if row.since_dispatch is None else max(0.0, float(row.since_dispatch))
         ),
         max_run_tokens=effective_max_run_tokens(row.max_run_tokens, settings.max_run_tokens),
+        mcp_sources=run_sources(session, row.agent_id),
     )

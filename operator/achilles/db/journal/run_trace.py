@@ -37,6 +37,7 @@ _COLUMNS = (
     ("argument_bytes", "integer"),
     ("result_bytes", "integer"),
     ("error", "text"),
+    ("argument_sha256", "bytea"),
 )
 _NAMES = ", ".join(name for name, _ in _COLUMNS)
 _ARRAYS = ", ".join(f"CAST(:step_{name} AS {kind}[])" for name, kind in _COLUMNS)
@@ -168,6 +169,7 @@ class StepRow(NamedTuple):
     argument_bytes: int | None
     result_bytes: int | None
     error: str | None
+    argument_sha256: bytes | None
 
 
 def run_steps(session: Session | Connection, run_id: int) -> list[StepRow]:

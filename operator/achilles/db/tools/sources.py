@@ -18,16 +18,14 @@ from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import AgentToolLink, Tool
 from achilles.db.tools.models import ToolMcpSource
-from achilles.domain.mcp_tools import Approval, ListedTool, SourceRules
-
-
-@dataclass(frozen=True)
-class HeaderRef:
-    """A header whose value is key `secret_key` of Secret `secret_name` (runs namespace)."""
-
-    name: str
-    secret_name: str
-    secret_key: str
+from achilles.domain.mcp_tools import (
+    Approval,
+    HeaderRef,
+    ListedTool,
+    RunSource,
+    SourceRules,
+    offered_tools,
+)
 
 
 @dataclass(frozen=True)
@@ -170,3 +168,20 @@ def sources_of_agent(session: Session, agent_id: int) -> list[Source]:
         .order_by(Tool.name)
     ).all()
     return [_source(row[0], row[1]) for row in rows]
+
+
+def run_sources(session: Session, agent_id: int) -> tuple[RunSource, ...]:
+    """What a run of the agent offers from its MCP sources: each allowed source's last
+    listing through the admin's rules (a source never listed offers nothing)."""
+    return tuple(
+        RunSource(
+            tool_id=source.tool_id,
+            catalogue_name=source.tool_name,
+            url=source.spec.url,
+            headers=source.spec.headers,
+            timeout_seconds=source.spec.timeout_seconds,
+            max_result_bytes=source.spec.max_result_bytes,
+            offered=tuple(offered_tools(source.tool_name, source.listed or (), source.spec.rules)),
+        )
+        for source in sources_of_agent(session, agent_id)
+    )

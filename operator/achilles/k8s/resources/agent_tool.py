@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from achilles.domain.mcp_tools import MCP_IMPLEMENTATION
 from achilles.k8s.resources.cel import CelRule, Reason, cel_rules
 from achilles.k8s.resources.common import (
     CustomResource,
@@ -29,8 +30,6 @@ from achilles.k8s.resources.mcp_source import (
 IMPLEMENTATION_PATTERN = r"^[a-z][a-z0-9_.-]*$"
 IMPLEMENTATION_MAX_LENGTH = 63
 DESCRIPTION_MAX_LENGTH = 2000
-# The implementation whose tools come from the MCP server `spec.mcp` names.
-MCP_IMPLEMENTATION = "mcp"
 # What the status keeps of a listed tool's description (the server's text, for people).
 STATUS_DESCRIPTION_MAX_LENGTH = 1024
 
