@@ -21,6 +21,7 @@ import subprocess
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
@@ -74,6 +75,8 @@ class ProviderSettings:
         default_factory=lambda: web_redirect_globs("127.0.0.1", "localhost")
     )
     cli_client_id: str = CLI_CLIENT_ID
+    # How long an access token lives, in seconds; None: the provider's hour.
+    access_token_lifetime: int | None = None
 
     def argv(self, binary: Path) -> list[str]:
         argv = [
@@ -86,6 +89,8 @@ class ProviderSettings:
         ]  # fmt: skip
         for uri in self.web_redirect_uris:
             argv += ["-web-redirect-uri", uri]
+        if self.access_token_lifetime is not None:
+            argv += ["-access-token-lifetime", f"{self.access_token_lifetime}s"]
         return argv
 
     def env(self) -> dict[str, str]:
@@ -257,6 +262,31 @@ def token_for(
     Raises SignInRefused with the provider's own message when it refuses the user key or
     the password, and OidcFlowError when it does not answer as an OpenID Provider.
     """
+    token = token_response_for(
+        issuer,
+        user_key,
+        password=password,
+        client_id=client_id,
+        client_secret=client_secret,
+        redirect_uri=redirect_uri,
+        scope=scope,
+    )
+    access_token: str = token["access_token"]
+    return access_token
+
+
+def token_response_for(
+    issuer: str,
+    user_key: str,
+    *,
+    password: str = DEV_PASSWORD,
+    client_id: str = CLI_CLIENT_ID,
+    client_secret: str | None = None,
+    redirect_uri: str = CLI_REDIRECT_URI,
+    scope: str = "openid profile",
+) -> dict[str, Any]:
+    """The token endpoint's whole answer (`access_token`, `id_token`, ...) for `user_key`,
+    through the provider's sign-in flow; errors as `token_for`."""
     config = discovery(issuer)
     if config is None:
         raise OidcFlowError(f"no OpenID Provider answers at {issuer}{DISCOVERY_PATH}")
@@ -285,7 +315,7 @@ def _run_flow(
     verifier: str,
     challenge: str,
     state: str,
-) -> str:
+) -> dict[str, Any]:
     authorize = http.get(
         _endpoint(config, "authorization_endpoint", issuer),
         params={
@@ -346,4 +376,31 @@ def _run_flow(
         raise OidcFlowError(
             f"the token endpoint answered HTTP {token.status_code}: {token.text[:300]!r}"
         )
-    return access_token
+    answer: dict[str, Any] = body
+    return answer
+
+
+def sign_in_through(
+    http: httpx.Client, login_url: str, user_key: str, *, password: str = DEV_PASSWORD
+) -> httpx.Response:
+    """A relying party's sign-in as a browser goes through it: from `login_url` (which
+    redirects to the provider) through the provider's form and back to the relying
+    party's callback; returns the callback's answer. `http` keeps the cookies."""
+    response = http.get(login_url)
+    while response.status_code in (301, 302, 303, 307, 308):
+        response = http.get(_redirect(response, "sign-in"))
+    form = _SignInForm()
+    form.feed(response.text)
+    if form.action is None or "username" not in form.fields:
+        raise OidcFlowError(f"expected the sign-in form at {response.request.url}")
+    response = http.post(
+        urljoin(str(response.request.url), form.action),
+        data={**form.hidden, "username": user_key, "password": password},
+    )
+    callback = urlsplit(login_url)._replace(path="/auth/callback", query="").geturl()
+    while response.status_code in (301, 302, 303, 307, 308):
+        target = _redirect(response, "sign-in")
+        response = http.get(target)
+        if target.startswith(callback):
+            return response
+    raise OidcFlowError(f"the sign-in did not come back to {callback}: HTTP {response.status_code}")

@@ -27,12 +27,19 @@ from tests.waiting import wait_for
 _counter = itertools.count(1)
 
 
-@contextmanager
-def served(app: FastAPI) -> Iterator[str]:
-    """`app` served by a real uvicorn on a free port (a thread of this process)."""
+def listening_socket() -> socket.socket:
+    """A socket bound to a free loopback port, listening (`served` takes it)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(128)
+    return listener
+
+
+@contextmanager
+def served(app: FastAPI, listener: socket.socket | None = None) -> Iterator[str]:
+    """`app` served by a real uvicorn on a free port (a thread of this process); on
+    `listener` when given (an app that must know its own URL before it starts)."""
+    listener = listener or listening_socket()
     port = listener.getsockname()[1]
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS

@@ -170,7 +170,8 @@ def test_forged_or_tampered_session_cookie_is_not_accepted(
     sign_in(page, web_server, oidc_provider, person.user_key)
     real = next(c["value"] for c in context.cookies() if c["name"] == "achilles_session")
     payload, _, signature = real.partition(".")
-    assert json.loads(base64.b64decode(payload)) == {"user_key": person.user_key}
+    session_fields = json.loads(base64.b64decode(payload))
+    assert session_fields == {"user_key": person.user_key, "sid": session_fields["sid"]}
     other = base64.b64encode(json.dumps({"user_key": "someone-else"}).encode()).decode()
     tampered = f"{other}.{signature}"
     outsider = browser.new_context()
@@ -186,8 +187,8 @@ def test_forged_or_tampered_session_cookie_is_not_accepted(
         outsider.close()
 
     # Control: the same payload signed with the server's secret is accepted, so the
-    # signature is what refused the two above.
-    genuine = _session_cookie({"user_key": person.user_key}, web_server.session_secret)
+    # signature is what refused the two above (the session's id names its live row).
+    genuine = _session_cookie(session_fields, web_server.session_secret)
     checker = browser.new_context()
     try:
         checker.add_cookies([{"name": "achilles_session", "value": genuine, "url": web_server.url}])
@@ -226,7 +227,8 @@ def test_reload_keeps_the_session_and_the_browser_holds_no_token(
     assert session["sameSite"] == "Lax"
     assert session["expires"] > 0  # bounded, not a browser-lifetime cookie
     payload = json.loads(base64.b64decode(session["value"].partition(".")[0]))
-    assert payload == {"user_key": person.user_key}  # the user key, no token
+    # The user key and the session's random id (its row is server-side), no token.
+    assert payload == {"user_key": person.user_key, "sid": payload["sid"]}
     assert cookies["achilles_csrf"]["httpOnly"] is False  # the page echoes it in a header
     assert "achilles_session" not in page.evaluate("document.cookie")
     assert page.evaluate("localStorage.length + sessionStorage.length") == 0

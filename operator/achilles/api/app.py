@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from achilles.api.identity.caller import Authenticator
-from achilles.api.limits import BodySizeLimit
+from achilles.api.identity.standing import Standing
+from achilles.api.limits import BodySizeLimit, NoStoreMiddleware
 from achilles.api.problems import install_problem_handlers
 from achilles.api.routers import available_routers
 
@@ -39,6 +40,7 @@ def default_authenticator(settings: ApiSettings) -> Authenticator:
             settings.oidc_audience,
             settings.oidc_user_claim,
             settings.oidc_algorithms,
+            clients=settings.oidc_clients,
         )
     kubernetes = None
     if settings.kube_audience is not None:
@@ -70,6 +72,7 @@ def create_app(
     app.state.settings = settings
     app.state.database = database
     app.state.authenticator = authenticator or default_authenticator(settings)
+    app.state.standing = Standing(database)
     app.state.run_requester = run_requester or KubernetesRunRequester(settings.kubeconfig_path)
     install_problem_handlers(app)
     for router in available_routers():
@@ -78,6 +81,8 @@ def create_app(
         from achilles.api.web import install_web  # type: ignore[import-not-found,unused-ignore]
 
         install_web(app, settings)
-    # Outermost: a body too large is refused before any other middleware reads it.
+    # A body too large is refused before any other middleware reads it; outside it only
+    # the header that keeps `/v1` answers (its 413s too) out of caches.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(NoStoreMiddleware)
     return app

@@ -1,5 +1,6 @@
-"""What an API process forgets on schedule: owner events past their retention and
-idempotency keys past their expiry (each replica does it; deleting twice is harmless).
+"""What an API process forgets on schedule: owner events past their retention,
+idempotency keys past their expiry and web sessions past theirs (each replica does it;
+deleting twice is harmless).
 
 Started with the event hub (`achilles.api.routers.events`' lifespan). A failure (the
 database is away) is logged and tried again at the next round.
@@ -11,7 +12,7 @@ import asyncio
 import logging
 
 from achilles.db.database import Database
-from achilles.services import idempotency, owner_events
+from achilles.services import access, idempotency, owner_events
 
 log = logging.getLogger("achilles.api.housekeeping")
 
@@ -23,8 +24,14 @@ async def forget_old_rows(database: Database, every: float = EVERY_SECONDS) -> N
         try:
             events = await asyncio.to_thread(owner_events.purge_old_events, database)
             keys = await asyncio.to_thread(idempotency.purge_expired, database)
-            if events or keys:
-                log.info("forgot %d old owner events and %d expired idempotency keys", events, keys)
+            sessions = await asyncio.to_thread(access.purge_expired_sessions, database)
+            if events or keys or sessions:
+                log.info(
+                    "forgot %d old owner events, %d expired idempotency keys, %d web sessions",
+                    events,
+                    keys,
+                    sessions,
+                )
         except Exception as exc:
             log.warning("housekeeping failed: %s", " ".join(str(exc).split()))
         await asyncio.sleep(every)

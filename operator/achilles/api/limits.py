@@ -1,4 +1,5 @@
-"""A bound on request bodies: larger ones are refused with 413 before they are read whole.
+"""A bound on request bodies: larger ones are refused with 413 before they are read whole;
+and `/v1` answers that no cache keeps (`NoStoreMiddleware`).
 
 Checked twice: a declared `Content-Length` over the limit is refused before the app runs;
 a chunked body is counted as it arrives and refused the moment it passes the limit (the
@@ -7,7 +8,7 @@ app's read raises an HTTP 413, which `achilles.api.problems` turns into a proble
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -66,3 +67,26 @@ class BodySizeLimit:
                 413, f"the request body is too large (at most {self.max_bytes} bytes)"
             )
             await response(scope, receive, send)
+
+
+class NoStoreMiddleware:
+    """`Cache-Control: no-store` on every `/v1` answer, errors included: they are one
+    person's data, and neither a shared proxy nor the browser's disk may keep them."""
+
+    PREFIX = "/v1/"
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(self.PREFIX):
+            await self.app(scope, receive, send)
+            return
+
+        async def no_store(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["cache-control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, no_store)

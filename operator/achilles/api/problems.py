@@ -119,6 +119,18 @@ def _engine_error_status(exc: AchillesError) -> int:
     return 500
 
 
+RETRY_SOON = {"Retry-After": "5"}
+
+
+def unavailable_detail(exc: AchillesError) -> str:
+    """A 503's `detail`: what is unavailable, in words of our own."""
+    if isinstance(exc, ClusterUnavailable):
+        return "the cluster's API server cannot be reached right now; try again shortly"
+    if isinstance(exc, SchemaError):
+        return "the database's schema is not this release's; an operator must migrate it"
+    return "the database cannot be reached right now; try again shortly"
+
+
 def _field(location: Sequence[Any]) -> str:
     """`('query', 'limit')` -> `limit`; `('body', 'reply', 0)` -> `reply[0]`."""
     parts = [str(part) for part in location]
@@ -186,7 +198,10 @@ def install_problem_handlers(app: FastAPI) -> None:
         if status == 500:
             return await on_unexpected(request, exc)
         if status == 503:
+            # The driver's text (libpq's host and user, urllib3's URL) is the log's, never
+            # the caller's: a 503 says which service is down and nothing of its address.
             log.warning("%s %s: %s", request.method, request.url.path, _one_line(exc))
+            return problem_response(503, unavailable_detail(exc), headers=RETRY_SOON)
         return problem_response(status, str(exc))
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -46,6 +46,7 @@ ENVIRONMENT: dict[str, str] = {
     "oidc_audience": "ACHILLES_API_OIDC_AUDIENCE",
     "oidc_user_claim": "ACHILLES_API_OIDC_USER_CLAIM",
     "oidc_algorithms": "ACHILLES_API_OIDC_ALGORITHMS",
+    "oidc_clients": "ACHILLES_API_OIDC_CLIENTS",
     "kube_audience": "ACHILLES_API_KUBE_AUDIENCE",
     "kube_user_prefix": "ACHILLES_API_KUBE_USER_PREFIX",
     "kubeconfig": "KUBECONFIG",
@@ -57,7 +58,7 @@ ENVIRONMENT: dict[str, str] = {
     "sse_keepalive_seconds": "ACHILLES_API_SSE_KEEPALIVE_SECONDS",
 }
 # Settings given as comma-separated lists in the environment.
-_LISTS = frozenset({"oidc_algorithms"})
+_LISTS = frozenset({"oidc_algorithms", "oidc_clients"})
 
 Algorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384"]
 
@@ -80,6 +81,8 @@ class ApiSettings(BaseModel):
     oidc_audience: str | None = None
     oidc_user_claim: str = DEFAULT_USER_CLAIM
     oidc_algorithms: Annotated[tuple[Algorithm, ...], Field(min_length=1)] = ("RS256",)
+    # The clients (`azp`, else `client_id`) whose access tokens are accepted; empty: any.
+    oidc_clients: tuple[str, ...] = ()
     # The portal: Kubernetes ServiceAccount tokens, checked by TokenReview for this audience.
     kube_audience: str | None = None
     # How Kubernetes RBAC names a person of user key K for the admin check: PREFIX + K.

@@ -13,6 +13,7 @@ own transactions.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -33,6 +34,8 @@ from achilles.errors import ClusterUnavailable, NotFound
 if TYPE_CHECKING:
     from achilles.services.idempotency import Once
     from achilles.services.run_requests import AgentSpecWriter, RunRequester
+
+log = logging.getLogger("achilles.inbox")
 
 # --- people ---
 
@@ -208,7 +211,16 @@ def _wake(agent: AgentInboxSettings, at: datetime, requester: RunRequester) -> W
     resource = f"{agent.cr_namespace}/{agent.cr_name}"
     try:
         value = requester.request(agent.cr_namespace, agent.cr_name, at)
-    except (ClusterUnavailable, NotFound) as exc:
+    except ClusterUnavailable as exc:
+        # The client's text (the API server's address) is for the log, not for the
+        # person replying (issue 37).
+        log.warning("wake of %s not delivered: %s", resource, exc)
+        return WakeOutcome(
+            requested=True,
+            agent_resource=resource,
+            detail="run not requested: the cluster's API server cannot be reached right now",
+        )
+    except NotFound as exc:
         return WakeOutcome(
             requested=True, agent_resource=resource, detail=f"run not requested: {exc}"
         )

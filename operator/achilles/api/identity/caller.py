@@ -6,9 +6,13 @@ Order (docs/api.md#authentication):
    goes to the Kubernetes API server's TokenReview when ServiceAccount tokens are enabled
    (`kubernetes.KubernetesIdentity`). A token either way refuses is 401; there is no
    falling through to a weaker way.
-2. The web inbox's session (`request.session["user_key"]`), present only when the web
-   helper's SessionMiddleware is installed.
+2. The web inbox's session (`request.session`: the user key and the session's id),
+   present only when the web helper's SessionMiddleware is installed; the session must
+   not have ended (signed out: `api_sessions`, every replica).
 3. Else 401.
+
+Then whether the person may still act (`standing.Standing`): an owner whose
+`users.active` is false is 403 whatever credential they hold (issue 37).
 
 No header naming a user is ever trusted (X-Forwarded-User, X-Remote-User, ...):
 `Impersonate-User` is honoured only for a ServiceAccount the API server says may
@@ -26,10 +30,27 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from achilles.api.identity.peek import CLAIMS, HEADER, unverified_part
+from achilles.api.identity.standing import Standing
 from achilles.api.problems import Problem, unauthorized
 
 IMPERSONATE_USER = "Impersonate-User"
 Via = Literal["oidc", "serviceaccount", "session"]
+
+
+SESSION_USER_KEY = "user_key"
+SESSION_ID = "sid"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a credential names, how, and until when it holds."""
+
+    user_key: str
+    via: Via
+    # When the credential stops verifying (seconds since the epoch): a token's `exp`
+    # (with the verifier's leeway); None when it does not say (a session's row does).
+    valid_until: float | None = None
+    session_id: str | None = None  # the web session's id, for its server-side row
 
 
 @dataclass(frozen=True)
@@ -39,6 +60,8 @@ class Caller:
     user_key: str
     is_admin: bool
     via: Via
+    valid_until: float | None = None
+    session_id: str | None = None
 
     def may_read(self, owner_key: str) -> bool:
         """Owner-scoping in one place: a person reads their own data, an admin anyone's."""
@@ -50,6 +73,10 @@ class BearerVerifier(Protocol):
 
     def user_key_of(self, token: str) -> str:
         """The user key the token names; `Problem` 401 if the token is not valid."""
+        ...
+
+    def verified(self, token: str) -> tuple[str, float]:
+        """The user key the token names and until when it verifies; 401 if not valid."""
         ...
 
     def needs_keys_for(self, token: str) -> bool:
@@ -82,13 +109,13 @@ class Authenticator:
     oidc: BearerVerifier | None
     kubernetes: ServiceAccountIdentity | None
 
-    def identify(self, request: Request) -> tuple[str, Via]:
+    def identify(self, request: Request) -> Identity:
         """The user key the request acts for and how it was recognised; 401/403 if none."""
         found = self._identify(request, may_wait=True)
         assert found is not None
         return found
 
-    def identify_now(self, request: Request) -> tuple[str, Via] | None:
+    def identify_now(self, request: Request) -> Identity | None:
         """`identify` when that is CPU work only; None when it would wait on the network
         (a JWKS fetch, a TokenReview): then call `identify` from a thread."""
         return self._identify(request, may_wait=False)
@@ -105,19 +132,18 @@ class Authenticator:
         does not let one act on it. Asks the API server (call from a thread)."""
         return self.kubernetes is not None and self.kubernetes.may_write_for_others(user_key)
 
-    def _identify(self, request: Request, *, may_wait: bool) -> tuple[str, Via] | None:
+    def _identify(self, request: Request, *, may_wait: bool) -> Identity | None:
         authorization = request.headers.get("authorization")
         if authorization is not None:
             return self._bearer(request, authorization, may_wait=may_wait)
         if "session" in request.scope:  # read by its middleware already
-            user_key = request.session.get("user_key")
-            if isinstance(user_key, str) and user_key:
-                return user_key, "session"
+            user_key = request.session.get(SESSION_USER_KEY)
+            session_id = request.session.get(SESSION_ID)
+            if isinstance(user_key, str) and user_key and isinstance(session_id, str):
+                return Identity(user_key, "session", session_id=session_id)
         raise unauthorized("no credentials: send Authorization: Bearer <token>")
 
-    def _bearer(
-        self, request: Request, authorization: str, *, may_wait: bool
-    ) -> tuple[str, Via] | None:
+    def _bearer(self, request: Request, authorization: str, *, may_wait: bool) -> Identity | None:
         token = _bearer_token(authorization)
         impersonate = request.headers.get(IMPERSONATE_USER)
         if self.oidc is not None and issuer_of(token) == self.oidc.issuer:
@@ -129,12 +155,23 @@ class Authenticator:
                 )
             if not may_wait and self.oidc.needs_keys_for(token):
                 return None
-            return self.oidc.user_key_of(token), "oidc"
+            user_key, valid_until = self.oidc.verified(token)
+            return Identity(user_key, "oidc", valid_until=valid_until)
         if self.kubernetes is not None:
             if not may_wait:
                 return None
-            return self.kubernetes.user_key_for(token, impersonate), "serviceaccount"
+            user_key = self.kubernetes.user_key_for(token, impersonate)
+            # The API server reviewed the token, so its `exp` is the token's.
+            return Identity(user_key, "serviceaccount", valid_until=_expiry_of(token))
         raise unauthorized("the bearer token is not valid")
+
+
+def _expiry_of(token: str) -> float | None:
+    claims = unverified_part(token, CLAIMS)
+    expires = None if claims is None else claims.get("exp")
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        return None
+    return float(expires)
 
 
 def _bearer_token(authorization: str) -> str:
@@ -169,10 +206,55 @@ async def current_caller(request: Request) -> Caller:
     found = authenticator.identify_now(request)
     if found is None:
         found = await run_in_threadpool(authenticator.identify, request)
-    user_key, via = found
+    standing: Standing | None = getattr(request.app.state, "standing", None)
+    if standing is not None:
+        await check_standing(request, standing, found)
+    user_key = found.user_key
     admin = authenticator.cached_admin(user_key)
     if admin is None:
         admin = await run_in_threadpool(authenticator.is_admin, user_key)
-    caller = Caller(user_key=user_key, is_admin=admin, via=via)
+    caller = Caller(
+        user_key=user_key,
+        is_admin=admin,
+        via=found.via,
+        valid_until=found.valid_until,
+        session_id=found.session_id,
+    )
     request.state.caller = caller
     return caller
+
+
+async def check_standing(request: Request, standing: Standing, identity: Identity) -> None:
+    """401 for a web session that ended (signed out, expired); 403 for a deactivated
+    owner. Cached answers stay on the event loop; the rest read in a thread."""
+    if identity.session_id is not None:
+        session = standing.cached_session(identity.session_id)
+        if session is None:
+            session = await run_in_threadpool(standing.session, identity.session_id)
+        if not session.live or session.user_key != identity.user_key:
+            request.session.clear()
+            raise unauthorized("the web session has ended: sign in again")
+        active = session.owner_active
+    else:
+        cached = standing.cached_owner_active(identity.user_key)
+        active = (
+            cached
+            if cached is not None
+            else await run_in_threadpool(standing.owner_active, identity.user_key)
+        )
+    if not active:
+        raise Problem(403, f"user {identity.user_key!r} is deactivated")
+
+
+async def still_allowed(request: Request, caller: Caller) -> bool:
+    """For a long request (an event stream) to ask again: False once the caller's owner
+    was deactivated or their web session ended."""
+    standing: Standing | None = getattr(request.app.state, "standing", None)
+    if standing is None:
+        return True
+    identity = Identity(caller.user_key, caller.via, caller.valid_until, caller.session_id)
+    try:
+        await check_standing(request, standing, identity)
+    except Problem:
+        return False
+    return True

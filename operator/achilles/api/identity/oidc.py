@@ -10,7 +10,11 @@ asymmetric algorithms (never `none`, never HS*: an HMAC "signed" with the public
 the classic forgery) and is the algorithm family of the key its `kid` names; the signature
 verifies; `iss` is the issuer, `aud` holds the audience; `exp`, `nbf` and `iat` are present
 and `exp`/`nbf` hold (with `LEEWAY_SECONDS` of clock skew); the user claim is a valid user
-key (`achilles.domain.users`).
+key (`achilles.domain.users`); and it is an access token, not an ID token (issue 37): a
+header `typ`, when there is one, is `JWT` or `at+jwt` (RFC 9068), and the claims carry
+none of the ID token's own (`nonce`, `at_hash`, `c_hash`, `s_hash`: OIDC Core 2, 3.1.3.6);
+an `azp` or `client_id`, when present, is one of `ACHILLES_API_OIDC_CLIENTS` if that is
+set. An ID token says who signed in to a client; it was never meant for this API.
 
 A token that verified is remembered (by its SHA-256) for `VERIFIED_SECONDS`: the same
 bytes verify the same way while the key that verified them is still the issuer's key of
@@ -32,7 +36,7 @@ import jwt
 from jwt import PyJWK, PyJWKSet
 
 from achilles.api.identity.cache import TtlCache
-from achilles.api.identity.peek import HEADER, unverified_part
+from achilles.api.identity.peek import CLAIMS, HEADER, unverified_part
 from achilles.api.problems import unauthorized
 from achilles.domain.users import is_valid_user_key
 
@@ -42,6 +46,10 @@ REFETCH_INTERVAL_SECONDS = 10.0
 LEEWAY_SECONDS = 30
 FETCH_TIMEOUT_SECONDS = 5.0
 REQUIRED_CLAIMS = ("exp", "nbf", "iat", "iss", "aud")
+# An access token's header `typ`, when it has one (RFC 9068 section 2.1; lower case).
+ACCESS_TOKEN_TYPES = frozenset({"jwt", "at+jwt", "application/at+jwt"})
+# Claims only an ID token carries (OIDC Core): their presence says what the token is.
+ID_TOKEN_CLAIMS = ("nonce", "at_hash", "c_hash", "s_hash")
 # The key type an algorithm family signs with: a token must not pick an algorithm the
 # key its `kid` names was never meant for.
 _KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC"}
@@ -141,6 +149,9 @@ class OidcVerifier:
         algorithms: Sequence[str],
         keys: JwksCache | None = None,
         clock: Callable[[], float] = time.time,
+        *,
+        clients: Sequence[str] = (),
+        leeway: float = LEEWAY_SECONDS,
     ) -> None:
         self.issuer = issuer
         self.audience = audience
@@ -148,23 +159,30 @@ class OidcVerifier:
         self.algorithms = tuple(algorithms)
         self.keys = keys or JwksCache(issuer)
         self.clock = clock  # wall clock (seconds since the epoch), as exp/nbf/iat count
+        self.clients = frozenset(clients)
+        self.leeway = leeway
         self._verified: TtlCache[bytes, _Verified] = TtlCache(VERIFIED_SECONDS)
 
     def user_key_of(self, token: str) -> str:
-        """The token's user key. A token verified before (the same bytes, by SHA-256)
-        is not verified again while the key that verified it is still the issuer's key
-        of that `kid`; its times are checked on every use."""
+        return self.verified(token)[0]
+
+    def verified(self, token: str) -> tuple[str, float]:
+        """The token's user key and until when it verifies (its `exp` plus the leeway).
+        A token verified before (the same bytes, by SHA-256) is not verified again while
+        the key that verified it is still the issuer's key of that `kid`; its times are
+        checked on every use."""
         digest = hashlib.sha256(token.encode()).digest()
         seen = self._verified.get(digest)
         if seen is not None and self.keys.cached(seen.kid) is seen.key:
-            _check_window(seen.times, self.clock())
-            return seen.user_key
+            _check_window(seen.times, self.clock(), self.leeway)
+            return seen.user_key, seen.times[0] + self.leeway
         claims, kid, key = self._verify(token)
         user_key = claims.get(self.user_claim)
         if not isinstance(user_key, str) or not is_valid_user_key(user_key):
             raise unauthorized(f"the bearer token's {self.user_claim!r} claim is not a user key")
-        self._verified.put(digest, _Verified(user_key, kid, key, _times(claims)))
-        return user_key
+        times = _times(claims)
+        self._verified.put(digest, _Verified(user_key, kid, key, times))
+        return user_key, times[0] + self.leeway
 
     def needs_keys_for(self, token: str) -> bool:
         """Whether `claims_of` would fetch the issuer's keys: a token of an accepted
@@ -186,6 +204,8 @@ class OidcVerifier:
         header = unverified_part(token, HEADER)
         if header is None:
             raise unauthorized("the bearer token is not a well-formed JWT")
+        # Refusing needs no signature: a token that is no access token is refused first.
+        self._refuse_other_token_kinds(header, unverified_part(token, CLAIMS) or {})
         algorithm = header.get("alg")
         if algorithm not in self.algorithms:
             raise unauthorized(
@@ -201,13 +221,28 @@ class OidcVerifier:
             raise _issuer_unavailable(exc) from None
         if key is None or key.key_type != _KEY_TYPES.get(str(algorithm)[:2]):
             raise unauthorized("the bearer token is not signed by a key of the issuer")
-        claims = _decode(token, key, str(algorithm), self.issuer, self.audience, self.clock())
+        claims = _decode(token, key, str(algorithm), self.issuer, self.audience)
+        _check_window(_times(claims), self.clock(), self.leeway)
+        self._refuse_other_token_kinds(header, claims)
         return claims, kid, key
 
+    def _refuse_other_token_kinds(self, header: dict[str, Any], claims: dict[str, Any]) -> None:
+        kind = header.get("typ")
+        if kind is not None and str(kind).lower() not in ACCESS_TOKEN_TYPES:
+            raise unauthorized(
+                f"the bearer token's type {str(kind)[:30]!r} is not an access token's (typ)"
+            )
+        if any(name in claims for name in ID_TOKEN_CLAIMS):
+            raise unauthorized("the bearer token is an ID token, not an access token")
+        if self.clients:
+            client = claims.get("azp", claims.get("client_id"))
+            if not isinstance(client, str) or client not in self.clients:
+                raise unauthorized(
+                    "the bearer token was not issued to a client this API accepts (azp)"
+                )
 
-def _decode(
-    token: str, key: PyJWK, algorithm: str, issuer: str, audience: str, now: float
-) -> dict[str, Any]:
+
+def _decode(token: str, key: PyJWK, algorithm: str, issuer: str, audience: str) -> dict[str, Any]:
     try:
         claims: dict[str, Any] = jwt.decode(
             token,
@@ -234,7 +269,6 @@ def _decode(
         raise unauthorized("the bearer token's signature does not verify") from None
     except jwt.PyJWTError:
         raise unauthorized("the bearer token is not valid") from None
-    _check_window(_times(claims), now)
     return claims
 
 
@@ -249,11 +283,13 @@ def _times(claims: dict[str, Any]) -> tuple[float, float, float]:
     return times[0], times[1], times[2]
 
 
-def _check_window(times: tuple[float, float, float], now: float) -> None:
+def _check_window(
+    times: tuple[float, float, float], now: float, leeway: float = LEEWAY_SECONDS
+) -> None:
     expires, not_before, issued = times
-    if now >= expires + LEEWAY_SECONDS:
+    if now >= expires + leeway:
         raise unauthorized("the bearer token has expired")
-    if now + LEEWAY_SECONDS < max(not_before, issued):
+    if now + leeway < max(not_before, issued):
         raise unauthorized("the bearer token is not valid yet (nbf/iat in the future)")
 
 

@@ -7,6 +7,11 @@ client that reconnects with `Last-Event-ID` first gets what it missed, then the 
 stream. The stream opens with a `ready` event whose id is where it stands (so even a
 client that saw no event yet can resume), and sends a keepalive comment every
 ACHILLES_API_SSE_KEEPALIVE_SECONDS (15 s). Only the caller's own events, admins included.
+
+A stream lives no longer than what let it open (issue 37): it ends when the caller's
+token stops verifying (its `exp`), and when a re-check every `RECHECK_SECONDS` finds the
+owner deactivated or the web session signed out; the client's reconnection then meets
+the refusal (401, 403).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -23,7 +29,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from achilles.api.event_hub import EventHub, Subscription
 from achilles.api.housekeeping import forget_old_rows
-from achilles.api.identity.caller import Caller, current_caller
+from achilles.api.identity.caller import Caller, current_caller, still_allowed
+from achilles.api.identity.standing import RECHECK_SECONDS
 from achilles.api.problems import PROBLEM_RESPONSES, Problem
 from achilles.errors import InvalidInputError
 from achilles.services import owner_events
@@ -83,14 +90,18 @@ async def events(
         raise Problem(503, "the event stream is starting; try again shortly")
     subscription = hub.subscribe(caller.user_key)
     return EventSourceResponse(
-        _stream(request, hub, subscription, after),
+        _stream(request, caller, hub, subscription, after),
         ping=request.app.state.settings.sse_keepalive_seconds,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
 async def _stream(
-    request: Request, hub: EventHub, subscription: Subscription, after: EventPosition | None
+    request: Request,
+    caller: Caller,
+    hub: EventHub,
+    subscription: Subscription,
+    after: EventPosition | None,
 ) -> AsyncIterator[ServerSentEvent]:
     try:
         seen = subscription.start
@@ -100,7 +111,17 @@ async def _stream(
             seen = max(after, subscription.start)
         yield ServerSentEvent(data="{}", event="ready", id=seen.token)
         while True:
-            live = await subscription.queue.get()
+            wait = RECHECK_SECONDS
+            if caller.valid_until is not None:
+                wait = min(wait, caller.valid_until - time.time())
+                if wait <= 0:  # the token expired: a reconnection meets the 401
+                    return
+            try:
+                live = await asyncio.wait_for(subscription.queue.get(), wait)
+            except TimeoutError:
+                if not await still_allowed(request, caller):
+                    return
+                continue
             if live is None:  # the hub closed this stream: the client resumes
                 return
             if live.position > seen:

@@ -25,13 +25,9 @@ from achilles.api.web.security import (
     SessionCSRFMiddleware,
     derived_secret,
 )
-from achilles.api.web.signin import build_oauth, signin_router
+from achilles.api.web.signin import SESSION_MAX_AGE_SECONDS, build_oauth, signin_router
 
-__all__ = ["SESSION_COOKIE", "install_web"]
-
-# A session lasts this long after sign-in (the cookie's signed timestamp is written once,
-# when the session is; the server refuses an older one whatever the browser kept).
-SESSION_MAX_AGE_SECONDS = 8 * 3600
+__all__ = ["SESSION_COOKIE", "SESSION_MAX_AGE_SECONDS", "install_web"]
 
 
 def install_web(app: FastAPI, settings: ApiSettings) -> None:

@@ -14,7 +14,7 @@ from fastapi.responses import FileResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from achilles.api.web.signin import SESSION_USER_KEY
+from achilles.api.identity.caller import SESSION_USER_KEY
 
 STATIC_DIR = Path(__file__).parent / "static"
 # The browser asks again each time (a new release's page never mixes with an old script).

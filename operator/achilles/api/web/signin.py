@@ -7,15 +7,17 @@ signed session, and on the callback checks the state, exchanges the code (with t
 verifier and the client secret) and verifies the ID token — signature by the issuer's
 JWKS, `iss`, `aud`, `exp`, `nonce`.
 
-What the browser keeps afterwards is the user key alone, in the signed HttpOnly session
-cookie: no access, ID or refresh token ever reaches it. The API then reads the key
-through `current_caller` (`request.session["user_key"]`).
+What the browser keeps afterwards is the user key and a random session id, in the signed
+HttpOnly session cookie: no access, ID or refresh token ever reaches it. The session is
+also a row (`services/access.py`), so signing out ends it on every replica and a copy of
+the cookie dies with it. The API then reads the key through `current_caller`.
 """
 
 from __future__ import annotations
 
 import html
 import logging
+from datetime import timedelta
 from typing import Any
 
 from authlib.common.errors import AuthlibBaseError  # type: ignore[import-untyped,unused-ignore]
@@ -23,14 +25,19 @@ from authlib.integrations.starlette_client import OAuth  # type: ignore[import-u
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from joserfc.errors import JoseError
+from starlette.concurrency import run_in_threadpool
 
+from achilles.api.identity.caller import SESSION_ID, SESSION_USER_KEY
 from achilles.api.settings import ApiSettings
 from achilles.domain.users import is_valid_user_key
+from achilles.services import access
 
 log = logging.getLogger(__name__)
 
 CLIENT_NAME = "achilles"
-SESSION_USER_KEY = "user_key"
+# A session lasts this long after sign-in: its row's `expires_at`, and the cookie's signed
+# timestamp (written once, when the session is; the server refuses an older one).
+SESSION_MAX_AGE_SECONDS = 8 * 3600
 # Scopes asked for: `openid` for the ID token; `profile` and `email` so a provider puts
 # `preferred_username` or `email` in it when that is the configured user claim.
 SCOPES = "openid profile email"
@@ -113,14 +120,26 @@ def signin_router(settings: ApiSettings, oauth: OAuth) -> APIRouter:
                 status=400,
             )
         # A fresh session: nothing from before sign-in (the flow's state) carries over.
+        session_id = await run_in_threadpool(
+            access.start_web_session,
+            request.app.state.database,
+            user_key,
+            timedelta(seconds=SESSION_MAX_AGE_SECONDS),
+        )
         request.session.clear()
         request.session[SESSION_USER_KEY] = user_key
+        request.session[SESSION_ID] = session_id
         return RedirectResponse("/", status_code=303)
 
     @router.post("/logout", status_code=204)
     async def logout(request: Request) -> Response:
-        # CSRF-checked like every unsafe request with the session cookie.
+        # CSRF-checked like every unsafe request with the session cookie. The row ends
+        # too: a copy of the cookie taken before is no session from now on, anywhere.
+        session_id = request.session.get(SESSION_ID)
         request.session.clear()
+        if isinstance(session_id, str):
+            await run_in_threadpool(access.end_web_session, request.app.state.database, session_id)
+            request.app.state.standing.forget_session(session_id)
         return Response(status_code=204)
 
     return router

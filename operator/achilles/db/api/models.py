@@ -1,11 +1,23 @@
-"""Typed models of the API's tables; the schema is migration `0010_api`."""
+"""Typed models of the API's tables; the schema is migrations `0010_api` and
+`0016_search_path` (`api_sessions`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Identity, Index, Integer, Text, text
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    Text,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -56,3 +68,21 @@ class IdempotencyKey(Base):
     response_body: Mapped[Any | None] = mapped_column(JSONB)
     response_headers: Mapped[dict[str, str] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = timestamp_column()
+
+
+class WebSession(Base):
+    """A web inbox session, server-side: the cookie names it by a random id, stored here
+    only as its SHA-256. Sign-out sets `ended_at`, which every replica reads."""
+
+    __tablename__ = "api_sessions"
+    __table_args__ = (
+        CheckConstraint("length(id_sha256) = 32", name="id_sha256_length"),
+        Index("ix_api_sessions_expires_at", "expires_at"),
+        Index("ix_api_sessions_user_key", "user_key"),
+    )
+
+    id_sha256: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    user_key: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = timestamp_column()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -18,6 +18,10 @@ Create Date: 2026-12-05
   statement for the database's owner to run (docs/security.md).
 - The API's group loses INSERT on the inbox's tables: people reply to items (UPDATE),
   only a run's agent asks (0011 gave the API more than it uses).
+- `api_sessions`: the web inbox's sessions, server-side. The signed cookie names a
+  session by a random id; the row (keyed by the id's SHA-256, never the id) says whose it
+  is, until when, and whether it ended: sign-out ends it on every replica, so a copied
+  cookie dies with it. The API reads and writes it; expired rows are its housekeeping's.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 API = "achilles_api"
+SESSIONS = "api_sessions"
+_TS = sa.DateTime(timezone=True)
 INBOX = ("agent_inbox_boards", "agent_inbox_items")
 # The functions 0011 and 0014 pinned to `pg_catalog, <schema>`; the others had no path.
 PINNED_BEFORE = (
@@ -106,9 +112,27 @@ def upgrade() -> None:
         op.execute(f"ALTER FUNCTION {signature} SET search_path = {path}")
     _temporary("REVOKE")
     op.execute(f"REVOKE INSERT ON {', '.join(INBOX)} FROM {API}")
+    _sessions()
+
+
+def _sessions() -> None:
+    op.create_table(
+        SESSIONS,
+        sa.Column("id_sha256", sa.LargeBinary, nullable=False),
+        sa.Column("user_key", sa.Text, nullable=False),
+        sa.Column("created_at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.Column("expires_at", _TS, nullable=False),
+        sa.Column("ended_at", _TS, nullable=True),
+        sa.PrimaryKeyConstraint("id_sha256", name=op.f("pk_api_sessions")),
+        sa.CheckConstraint("length(id_sha256) = 32", name=op.f("ck_api_sessions_id_sha256_length")),
+    )
+    op.create_index("ix_api_sessions_expires_at", SESSIONS, ["expires_at"])
+    op.create_index("ix_api_sessions_user_key", SESSIONS, ["user_key"])
+    op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {SESSIONS} TO {API}")
 
 
 def downgrade() -> None:
+    op.drop_table(SESSIONS)
     op.execute(f"GRANT INSERT ON {', '.join(INBOX)} TO {API}")
     _temporary("GRANT")
     schema = _schema()
