@@ -25,9 +25,14 @@ from achilles.services import schema
 from achilles.services.db_roles import grant_login
 from achilles_dev.config import StackConfig
 
-# The server's superuser: the migrations' login. The chart's migration Job logs in as it
-# over the pods' network, so in a dev stack it has a password too.
+# The server's superuser: the person's own CLI on loopback, and what makes the owner.
 SUPERUSER_KEY = "postgres"
+# The migrations' login, as the chart wants it (charts/achilles/README.md): it owns the
+# database and the schema and may create roles, and is no superuser, so the schema's
+# SECURITY DEFINER functions run as a plain role (issue 37). The chart's migration Job
+# logs in as it over the pods' network with its password.
+OWNER_KEY = "owner"
+OWNER_LOGIN = "achilles_dev_owner"
 # The dev stack's logins: achilles_dev_operator, achilles_dev_runner, achilles_dev_api.
 DEV_PREFIX = "achilles_dev"
 PASSWORDS_FILE = "database-passwords.json"
@@ -88,31 +93,108 @@ def grant_component_logins(
 
 
 def stack_logins(config: StackConfig) -> ComponentLogins:
-    """A dev stack's database, ready for its components: migrated (the group roles exist
-    only then), a login per component and a password for the superuser (the migration
-    Job's), all with the stack's stored passwords. URLs as the host reaches the server;
-    `.on_host(config.apiserver_host)` for the pods' Secrets."""
+    """A dev stack's database, ready for its components: owned by `achilles_dev_owner`
+    (no superuser, as in the chart) and migrated by it (the group roles exist only
+    then), a login per component, all with the stack's stored passwords. URLs as the host
+    reaches the server; `.on_host(config.apiserver_host)` for the pods' Secrets."""
     passwords = stored_passwords(config.state_dir / PASSWORDS_FILE)
-    admin = Database(config.database_url, pool_size=1, application_name="achilles-dev")
+    owner = ensure_schema_owner(config.database_url, OWNER_LOGIN, passwords[OWNER_KEY])
+    admin = Database(owner, pool_size=1, application_name="achilles-dev")
     try:
         schema.upgrade(admin)
     finally:
         admin.dispose()
     logins = grant_component_logins(
-        config.database_url,
+        owner,
         prefix=DEV_PREFIX,
         passwords={component: passwords[str(component)] for component in Component},
     )
-    migrations = set_superuser_password(config.database_url, passwords[SUPERUSER_KEY])
     return ComponentLogins(
-        migrations=migrations, operator=logins.operator, runner=logins.runner, api=logins.api
+        migrations=owner, operator=logins.operator, runner=logins.runner, api=logins.api
     )
+
+
+# As the superuser: everything of the current schema a superuser owns, given to the
+# owner (a stack migrated before issue 37 ran its migrations as `postgres`). A table's
+# own sequences and indexes follow it.
+_REASSIGN = """
+DO $$
+DECLARE
+    found record;
+BEGIN
+    FOR found IN
+        SELECT c.oid::regclass AS name FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+        WHERE c.relnamespace = current_schema()::regnamespace AND r.rolsuper
+          AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+          AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                          AND d.objid = c.oid AND d.deptype IN ('a', 'i'))
+    LOOP
+        EXECUTE format('ALTER TABLE %s OWNER TO %I', found.name, {owner});
+    END LOOP;
+    FOR found IN
+        SELECT p.oid::regprocedure AS name FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+        WHERE p.pronamespace = current_schema()::regnamespace AND r.rolsuper
+    LOOP
+        EXECUTE format('ALTER ROUTINE %s OWNER TO %I', found.name, {owner});
+    END LOOP;
+    FOR found IN
+        SELECT t.oid::regconfig AS name FROM pg_ts_config t JOIN pg_roles r ON r.oid = t.cfgowner
+        WHERE t.cfgnamespace = current_schema()::regnamespace AND r.rolsuper
+    LOOP
+        EXECUTE format('ALTER TEXT SEARCH CONFIGURATION %s OWNER TO %I', found.name, {owner});
+    END LOOP;
+    FOR found IN
+        SELECT t.oid::regtype AS name FROM pg_type t JOIN pg_roles r ON r.oid = t.typowner
+        WHERE t.typnamespace = current_schema()::regnamespace AND r.rolsuper
+          AND t.typtype IN ('e', 'd') AND t.typrelid = 0
+    LOOP
+        EXECUTE format('ALTER TYPE %s OWNER TO %I', found.name, {owner});
+    END LOOP;
+END
+$$
+"""
+
+
+def ensure_schema_owner(admin_url: str, name: str, password: str) -> str:
+    """As `admin_url`'s superuser: make `name` the migrations' login the chart asks for
+    (LOGIN CREATEROLE, no superuser, no BYPASSRLS), owning the database, its schema and
+    whatever a superuser made in that schema; return `admin_url` with `name` and
+    `password` in its place. Idempotent."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as connection:
+        verifier = connection.pgconn.encrypt_password(
+            password.encode(), name.encode(), b"scram-sha-256"
+        ).decode()
+        exists = connection.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+        connection.execute(
+            sql.SQL(
+                "{verb} ROLE {name} LOGIN CREATEROLE NOSUPERUSER NOBYPASSRLS NOCREATEDB"
+                " PASSWORD {verifier}"
+            ).format(
+                verb=sql.SQL("ALTER" if exists else "CREATE"),
+                name=sql.Identifier(name),
+                verifier=sql.Literal(verifier),
+            )
+        )
+        where = connection.execute("SELECT current_database(), current_schema()").fetchone()
+        assert where is not None
+        database, schema = where
+        for kind, object_name in (("DATABASE", database), ("SCHEMA", schema)):
+            connection.execute(
+                sql.SQL("ALTER {} {} OWNER TO {}").format(
+                    sql.SQL(kind), sql.Identifier(object_name), sql.Identifier(name)
+                )
+            )
+        connection.execute(sql.SQL(_REASSIGN).format(owner=sql.Literal(name)))
+    return with_login(admin_url, user=name, password=password)
 
 
 def stored_passwords(path: Path) -> dict[str, str]:
     """The stack's passwords (the superuser's and each component login's): read from
     `path`, or made once and written there, readable by its owner only."""
-    wanted = [SUPERUSER_KEY, *(str(c) for c in Component)]
+    wanted = [SUPERUSER_KEY, OWNER_KEY, *(str(c) for c in Component)]
     found: dict[str, str] = {}
     if path.exists():
         try:

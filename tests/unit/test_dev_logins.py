@@ -20,8 +20,8 @@ INITDB_LINES = [
 def test_passwords_are_made_once_and_readable_by_their_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "state" / "database-passwords.json"
     first = stored_passwords(path)
-    assert set(first) == {"postgres", "operator", "runner", "api"}
-    assert len(set(first.values())) == 4
+    assert set(first) == {"postgres", "owner", "operator", "runner", "api"}
+    assert len(set(first.values())) == 5
     assert all(len(password) >= 32 for password in first.values())
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     path.chmod(0o644)
