@@ -1,10 +1,11 @@
 """Auto-suspend and the per-run token cap (issue 22, items 2 and 4) on the real database.
 
 Auto-suspend: when a scheduled agent's slot comes due and its last N runs since its last
-edit failed, the scheduler suspends it instead of enqueuing (no skipped row), its status
-says why and how to resume, manual runs still start, and a change of its spec resumes it
-with a clean slate. The token cap: a real `achilles runner` against a scripted model
-fails `token_cap` once its tokens reach the cap, the call that crossed it counted.
+edit failed, the scheduler switches it off instead of enqueuing (no skipped row; the
+owner's lock, no third one), its status says why and how to resume, and the owner's
+switch resumes it with a clean slate. The token cap: a real `achilles runner` against a
+scripted model fails `token_cap` once its tokens reach the cap, the call that crossed it
+counted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from achilles.db.journal import runs as journal
 from achilles.db.journal.models import Agent, AgentRun
 from achilles.db.journal.run_context import claim_and_load
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
+from achilles.errors import StartRefused
 from achilles.k8s.resources.agent import AgentSpec
 from achilles.services import agents, scheduler
 from tests.db.factories import make_agent, make_model, make_owner, set_settings
@@ -88,27 +90,41 @@ def _runs(db: Engine, agent_id: int) -> int:
         ).scalar_one()
 
 
-def test_the_last_n_runs_failed_suspends_the_agent_instead_of_a_run(
+def test_the_last_n_runs_failed_switches_the_agent_off_instead_of_a_run(
     db: Engine, database_url: str
 ) -> None:
+    """Seed 000 has two locks and no third (issue 36 item 7): auto-suspend closes the
+    owner's switch, as a deactivated owner does, and owes the Agent resource
+    `spec.enabled: false` with an Event that says why and how to resume."""
     set_settings(db, agent_suspend_after_failures=2)
     agent = _scheduled_agent(db)
+    with Session(db) as session, session.begin():  # linked to its Agent resource
+        session.execute(
+            update(Agent).where(Agent.id == agent).values(cr_namespace="team", cr_name="digest")
+        )
     failed = [_end_run(db, agent, RunState.FAILED), _end_run(db, agent, RunState.FAILED)]
     tick = _tick(database_url)
     assert [s.agent_id for s in tick.suspended] == [agent]
     assert tick.suspended[0].run_ids == tuple(sorted(failed, reverse=True))
     assert "the last 2 runs failed" in tick.suspended[0].message
+    assert "set spec.enabled: true to resume" in tick.suspended[0].message
     assert tick.enqueued == []
     row = _agent(db, agent)
+    assert (row.enabled, row.next_run_at) == (False, None)
     assert row.suspended_at is not None
-    assert row.next_run_at is None
     assert _runs(db, agent) == 2  # no skipped row: the slot is simply not taken
+    (owed,) = agents.owed_specs(admin(database_url))
+    assert owed.patch == {"enabled": False}
+    (write,) = owed.writes.values()
+    assert (write.reason, write.event_type) == ("AgentSuspended", "Warning")
+    assert write.message == tick.suspended[0].message
     # Not scheduled any more, however often the scheduler looks (the repair included).
     scheduler.schedule_due_agents(admin(database_url), repair=True)
     assert _agent(db, agent).next_run_at is None
-    # Manual runs are still allowed.
-    with Session(db) as session, session.begin():
-        assert journal.enqueue_run(session, agent, RunTrigger.MANUAL).is_queued
+    # The owner's switch is off: a manual run is refused like any closed lock, no row.
+    with Session(db) as session, session.begin(), pytest.raises(StartRefused):
+        journal.enqueue_run(session, agent, RunTrigger.MANUAL)
+    assert _runs(db, agent) == 2
 
 
 def test_skipped_and_cancelled_runs_do_not_count_and_a_success_breaks_the_streak(
@@ -156,7 +172,14 @@ def test_without_a_threshold_nothing_is_suspended(db: Engine, database_url: str)
 
 
 def _cr(
-    owner: str, model: str, prompt: str, generation: int, uid: str, *, enabled: bool = True
+    owner: str,
+    model: str,
+    prompt: str,
+    generation: int,
+    uid: str,
+    *,
+    enabled: bool = True,
+    admin_paused: bool = False,
 ) -> agents.AgentObject:
     spec = AgentSpec.model_validate(
         {
@@ -166,6 +189,7 @@ def _cr(
             "schedule": {"type": "interval", "everyHours": 1},
             "suspendAfterFailures": 2,
             "enabled": enabled,
+            "adminPaused": admin_paused,
         }
     )
     return agents.AgentObject(
@@ -173,64 +197,66 @@ def _cr(
     )
 
 
-def test_a_changed_spec_resumes_a_suspended_agent_and_old_failures_no_longer_count(
-    db: Engine, database_url: str
-) -> None:
+def _suspend_through_the_cr(
+    database: Database, db: Engine, database_url: str, owner: str, model: str, uid: str
+) -> int:
+    first = agents.reconcile_agent(database, _cr(owner, model, "v1", 1, uid), is_new=True)
+    agent = first.agent_id
+    assert agent is not None
+    _make_due(db, agent)
+    for _ in range(2):
+        _end_run(db, agent, RunState.FAILED)
+    assert [s.agent_id for s in _tick(database_url).suspended] == [agent]
+    return agent
+
+
+def test_only_the_owners_switch_resumes_a_suspended_agent(db: Engine, database_url: str) -> None:
+    """What the status says resumes it is what does (issue 36 item 7): neither a resync,
+    nor another edit, nor an admin's toggle of adminPaused; only spec.enabled: true, after
+    which the old failures no longer count."""
     database = Database(database_url, pool_size=1)
     owner, model, uid = make_owner(db), make_model(db), str(uuid.uuid4())
     try:
-        first = agents.reconcile_agent(database, _cr(owner, model, "v1", 1, uid), is_new=True)
-        agent = first.agent_id
-        assert agent is not None
-        _make_due(db, agent)
-        for _ in range(2):
-            _end_run(db, agent, RunState.FAILED)
-        assert [s.agent_id for s in _tick(database_url).suspended] == [agent]
+        agent = _suspend_through_the_cr(database, db, database_url, owner, model, uid)
 
-        # The same spec again (a resync) leaves it suspended, and its status says so.
+        # The CR still says enabled: true until the owed write lands: the owed value wins.
         same = agents.reconcile_agent(database, _cr(owner, model, "v1", 1, uid))
         assert same.status["phase"] == "Suspended"
         assert same.status["nextRunAt"] is None
         assert same.status["suspendedAt"] is not None
+        (ready,) = [c for c in same.status["conditions"] if c["type"] == "Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "Disabled")
+        assert "set spec.enabled: true" in ready["message"]
         (scheduled,) = [c for c in same.status["conditions"] if c["type"] == "Scheduled"]
         assert (scheduled["status"], scheduled["reason"]) == ("False", "SuspendedAfterFailures")
-        assert "spec.enabled: false, then true" in scheduled["message"]
+        assert "set spec.enabled: true to resume" in scheduled["message"]
 
-        # A fixed prompt resumes it: a slot again, and the two old failures do not count.
-        fixed = agents.reconcile_agent(database, _cr(owner, model, "v2", 2, uid))
-        assert fixed.status["phase"] == "Ready"
-        assert fixed.status["suspendedAt"] is None
-        assert fixed.status["nextRunAt"] is not None
+        # The operator's write lands (spec.enabled: false); a fixed prompt, an admin's
+        # pause and its release: still off.
+        off = agents.reconcile_agent(database, _cr(owner, model, "v1", 2, uid, enabled=False))
+        assert off.status["phase"] == "Suspended"
+        assert agents.owed_specs(database) == []
+        fixed = agents.reconcile_agent(database, _cr(owner, model, "v2", 3, uid, enabled=False))
+        paused = agents.reconcile_agent(
+            database, _cr(owner, model, "v2", 4, uid, enabled=False, admin_paused=True)
+        )
+        (ready,) = [c for c in paused.status["conditions"] if c["type"] == "Ready"]
+        assert "an admin paused the agent" in ready["message"]
+        released = agents.reconcile_agent(database, _cr(owner, model, "v2", 5, uid, enabled=False))
+        for status in (fixed.status, released.status):
+            assert (status["phase"], status["nextRunAt"]) == ("Suspended", None)
+        assert _agent(db, agent).enabled is False
+
+        # The owner switches it on: a slot again, and the two old failures do not count.
+        on = agents.reconcile_agent(database, _cr(owner, model, "v2", 6, uid))
+        assert on.status["phase"] == "Ready"
+        assert on.status["suspendedAt"] is None
+        assert on.status["nextRunAt"] is not None
         assert _agent(db, agent).suspended_at is None
         _make_due(db, agent)
         tick = _tick(database_url)
         assert tick.suspended == []
         assert [agent_id for agent_id, _ in tick.enqueued] == [agent]
-    finally:
-        database.dispose()
-
-
-def test_switching_a_suspended_agent_off_and_on_resumes_it(db: Engine, database_url: str) -> None:
-    """The owner's way back without touching anything else (the condition says so)."""
-    database = Database(database_url, pool_size=1)
-    owner, model, uid = make_owner(db), make_model(db), str(uuid.uuid4())
-    try:
-        agent = agents.reconcile_agent(database, _cr(owner, model, "v1", 1, uid), is_new=True)
-        assert agent.agent_id is not None
-        _make_due(db, agent.agent_id)
-        for _ in range(2):
-            _end_run(db, agent.agent_id, RunState.FAILED)
-        assert [s.agent_id for s in _tick(database_url).suspended] == [agent.agent_id]
-
-        off = agents.reconcile_agent(database, _cr(owner, model, "v1", 2, uid, enabled=False))
-        assert (off.status["phase"], off.status["suspendedAt"]) == ("Disabled", None)
-        on = agents.reconcile_agent(database, _cr(owner, model, "v1", 3, uid))
-        assert on.status["phase"] == "Ready"
-        assert on.status["nextRunAt"] is not None
-        _make_due(db, agent.agent_id)
-        tick = _tick(database_url)
-        assert tick.suspended == []
-        assert [agent_id for agent_id, _ in tick.enqueued] == [agent.agent_id]
     finally:
         database.dispose()
 

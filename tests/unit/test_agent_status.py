@@ -170,20 +170,24 @@ def test_every_reconcile_derives_the_budget_warning_from_the_weekly_tokens(
 
 
 def test_a_suspended_agent_says_why_and_how_to_resume() -> None:
+    """Auto-suspend switched the owner's lock off (issue 36 item 7): the phase says why,
+    and both conditions say that the owner's switch is what resumes it."""
     daily = {"type": "calendar", "cadence": "daily", "time": "09:00"}
     status = agent_status(
-        replace(_row(), suspended_at=NOW), owner_missing=False, unknown_tools=(),
+        replace(_row(enabled=False), suspended_at=NOW), owner_missing=False, unknown_tools=(),
         schedule=daily, previous=None, generation=1, now=NOW,
     )  # fmt: skip
     assert (status["phase"], status["suspendedAt"]) == ("Suspended", "2026-12-01T09:00:00Z")
-    scheduled = {c["type"]: c for c in status["conditions"]}["Scheduled"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    scheduled, ready = conditions["Scheduled"], conditions["Ready"]
     assert (scheduled["status"], scheduled["reason"]) == ("False", "SuspendedAfterFailures")
-    assert "manual runs are still allowed" in scheduled["message"]
-    assert "change the Agent's spec" in scheduled["message"]
-    assert "spec.enabled: false, then true" in scheduled["message"]
-    # A closed lock explains more than the suspension: the phase names the lock.
+    assert "set spec.enabled: true to resume" in scheduled["message"]
+    assert "manual runs" not in scheduled["message"]
+    assert (ready["status"], ready["reason"]) == ("False", "Disabled")
+    assert "auto-suspend switched the agent off" in ready["message"]
+    # Another closed lock explains more than the suspension: the phase names the lock.
     paused = agent_status(
-        replace(_row(admin_paused=True), suspended_at=NOW), owner_missing=False,
+        replace(_row(enabled=False, admin_paused=True), suspended_at=NOW), owner_missing=False,
         unknown_tools=(), schedule=daily, previous=None, generation=1, now=NOW,
     )  # fmt: skip
-    assert paused["phase"] == "AdminPaused"
+    assert paused["phase"] == "Disabled"

@@ -67,16 +67,14 @@ def failure_streak(newest_first: Sequence[RunOutcome], threshold: int) -> tuple[
     return tuple(run.run_id for run in last)
 
 
+# Auto-suspend closes the owner's lock (seed 000 has two locks, no third): the operator
+# switches the agent off, and the owner's switch is what resumes it.
 RESUME_HINT = (
-    "manual runs are still allowed; to resume the schedule, change the Agent's spec (fix "
-    "what made the runs fail: prompt, model, tools, maxRunTokens...) or switch it off and "
-    "on again (spec.enabled: false, then true)"
+    "the operator switched it off (spec.enabled: false); fix what made the runs fail"
+    " (prompt, model, tools, maxRunTokens...) and set spec.enabled: true to resume"
 )
 
 
 def suspension_message(threshold: int, run_ids: Sequence[int]) -> str:
     runs = ", ".join(str(run_id) for run_id in sorted(run_ids))
-    return (
-        f"the last {threshold} runs failed (runs {runs}): the agent is no longer scheduled; "
-        + RESUME_HINT
-    )
+    return f"the last {threshold} runs failed (runs {runs}): " + RESUME_HINT

@@ -113,10 +113,13 @@ def _primary(closed: tuple[LockReason, ...]) -> LockReason:
 
 def phase_of(closed: tuple[LockReason, ...], *, suspended: bool = False) -> str:
     """The Agent's phase (its PHASE column) for these closed durable locks: the lock that
-    explains it, else Suspended when failed runs in a row stopped its schedule."""
+    explains it; Suspended when the owner's switch is the only one closed and it was
+    auto-suspend that switched it off (failed runs in a row)."""
+    if closed == (LockReason.DISABLED,) and suspended:
+        return SUSPENDED_PHASE
     if closed:
         return LOCK_REASONS[_primary(closed)]
-    return SUSPENDED_PHASE if suspended else READY_PHASE
+    return READY_PHASE
 
 
 def agent_status(
@@ -139,8 +142,14 @@ def agent_status(
     closed = (
         (LockReason.OWNER_MISSING,) if owner_missing or row is None else closed_locks(row.locks)
     )
+    suspended_at = row.suspended_at if row is not None else None
     if closed:
         messages = {lock: LOCK_MESSAGES[lock] for lock in closed}
+        if suspended_at is not None and LockReason.DISABLED in messages:
+            messages[LockReason.DISABLED] = (
+                "auto-suspend switched the agent off after failed runs in a row"
+                " (spec.enabled: false): fix what made them fail, then set spec.enabled: true"
+            )
         if missing_model is not None and LockReason.NO_MODEL in messages:
             messages[LockReason.NO_MODEL] = (
                 f"no model: {missing_model} is not an AgentModel (not in the allowlist);"
@@ -175,7 +184,6 @@ def agent_status(
         generation,
     )
     conditions = [ready, tools]
-    suspended_at = row.suspended_at if row is not None else None
     if schedule is not None and row is not None:
         if suspended_at is not None:
             conditions.append(_suspended(suspended_at, old_conditions, now, generation))
@@ -252,14 +260,14 @@ def _suspended(
     now: datetime,
     generation: int | None,
 ) -> dict[str, Any]:
-    """The scheduler suspended the agent after failed runs in a row (its Event names
+    """The scheduler switched the agent off after failed runs in a row (its Event names
     them): why, since when, and how to resume."""
     return condition(
         ConditionType.SCHEDULED,
         False,
         ConditionReason.SUSPENDED_AFTER_FAILURES,
         f"suspended at {iso_utc(since)} after spec.suspendAfterFailures (or the platform's)"
-        f" failed runs in a row: the agent is no longer scheduled; {RESUME_HINT}",
+        f" failed runs in a row: {RESUME_HINT}",
         old_conditions,
         now,
         generation,

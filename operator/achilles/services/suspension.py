@@ -1,4 +1,4 @@
-"""Auto-suspend: an agent whose last N runs failed stops being scheduled (issue 22).
+"""Auto-suspend: an agent whose last N runs failed is switched off (issues 22, 36).
 
 The one place an agent is suspended: the scheduler calls `suspend_if_failing` for each
 due agent, inside its batch's transaction, before it would enqueue the slot's run. So
@@ -6,9 +6,13 @@ suspending writes no skipped row (the slot is simply not taken), two replicas ca
 both judge one agent (its row is locked `SKIP LOCKED`), and whatever else must happen
 with a suspension (an outbox row, say) belongs here, in the same transaction.
 
-N is the Agent's `spec.suspendAfterFailures`, else the AgentPlatform's; resuming is an
-edit of the Agent (`db/journal/agents.py`, `upsert_agent`), after which only newer runs
-count. Manual runs are not affected.
+N is the Agent's `spec.suspendAfterFailures`, else the AgentPlatform's. Seed 000 has two
+locks and no third, so a suspension closes the owner's: the operator switches the agent
+off (`enabled` false, `spec.enabled: false` owed to the Agent resource, delivered with a
+Warning `AgentSuspended` Event that names the runs and says how to resume), as it does
+for a deactivated owner. Resuming is the owner's switch (`spec.enabled: true`), an edit
+after which only newer runs count; nothing else resumes it (an admin's toggle of
+`adminPaused` included).
 """
 
 from __future__ import annotations
@@ -56,5 +60,6 @@ def suspend_if_failing(
     streak = failure_streak(outcomes, threshold)
     if streak is None:
         return None
-    suspend_agent(session, agent.agent_id, now)
-    return Suspension(agent.agent_id, threshold, streak)
+    suspension = Suspension(agent.agent_id, threshold, streak)
+    suspend_agent(session, agent.agent_id, now, suspension.message)
+    return suspension

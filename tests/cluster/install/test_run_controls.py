@@ -6,8 +6,10 @@
   and cancelling it again changes nothing;
 - the token cap and auto-suspend, on one agent: `spec.maxRunTokens: 1` fails its run
   `token_cap` at the first call; with `spec.suspendAfterFailures: 1` its next slot
-  suspends it instead of running (phase Suspended, why and how to resume), a manual run
-  still starts, and a changed spec resumes it; the API server refuses a cap of 0.
+  switches it off instead of running (the operator writes `spec.enabled: false`: the
+  owner's lock, no third one; phase Suspended, why and how to resume), a manual run is
+  refused, neither a changed spec nor an admin's pause and release resume it, and the
+  owner's `spec.enabled: true` does; the API server refuses a cap of 0.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
-from achilles.domain.run_controls import RESUME_HINT
+from achilles.domain.run_controls import suspension_message
 from achilles.k8s.annotations import CANCEL_RUN
 from achilles.k8s.run_metadata import RUN_ID_LABEL
 from tests.cluster.conftest import Cluster
@@ -43,7 +45,6 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-SUSPENDED_HINT = f"the agent is no longer scheduled; {RESUME_HINT}"
 # Every call of this model holds its reply: a run that is running until it is cancelled.
 HOLDING_SCRIPT = {"rules": [{"reply": {"content": "held", "delay_seconds": 600}}]}
 
@@ -174,9 +175,10 @@ def test_a_running_run_cancelled_through_its_agent_ends_and_its_job_goes(
     assert _row(journal, run_id) == row
 
 
-def test_the_token_cap_fails_the_run_and_failures_suspend_the_schedule_until_the_spec_changes(
+def test_the_token_cap_fails_the_run_and_failures_switch_the_agent_off_until_its_owner_resumes(
     cluster: Cluster,
     admin_api: Achilles,
+    achilles_admin_api: Achilles,
     operator: OperatorProcess,
     models: dict[str, str],
     journal: Engine,
@@ -216,7 +218,7 @@ def test_the_token_cap_fails_the_run_and_failures_suspend_the_schedule_until_the
     assert run.tokens_used >= 1
     assert run.error.endswith("reaching its cap of 1 (maxRunTokens)")
 
-    # Its slot comes due: one failure in a row suspends it, and no run is made.
+    # Its slot comes due: one failure in a row switches it off, and no run is made.
     runs_before = _run_count(journal, agent_id)
     with journal.begin() as conn:
         conn.execute(
@@ -230,8 +232,15 @@ def test_the_token_cap_fails_the_run_and_failures_suspend_the_schedule_until_the
     assert status["suspendedAt"]
     (scheduled,) = [c for c in status["conditions"] if c["type"] == "Scheduled"]
     assert (scheduled["status"], scheduled["reason"]) == ("False", "SuspendedAfterFailures")
-    assert "manual runs are still allowed" in scheduled["message"]
+    assert "set spec.enabled: true to resume" in scheduled["message"]
     assert _run_count(journal, agent_id) == runs_before
+    # The owner's lock, as the seed has it: the operator wrote spec.enabled: false.
+    wait_for(
+        lambda: admin_api.get("Agent", "capped", namespace)["spec"].get("enabled") is False,
+        30,
+        what="spec.enabled: false written by the operator",
+        interval=0.5,
+    )
     suspended = wait_for(
         lambda: [
             e
@@ -243,25 +252,35 @@ def test_the_token_cap_fails_the_run_and_failures_suspend_the_schedule_until_the
         interval=0.5,
     )
     assert [(e.type, e.message) for e in suspended] == [
-        ("Warning", f"the last 1 runs failed (runs {run.id}): {SUSPENDED_HINT}")
+        ("Warning", suspension_message(1, [run.id]))
     ]
 
-    # A manual run still starts.
+    # A manual run is refused, as under any closed lock: no row.
     _annotate(admin_api, "capped", namespace, "achilles.io/run-requested-at", "second")
-    wait_status(
+    status = wait_status(
         admin_api,
         "capped",
         namespace,
-        lambda s: (
-            s.get("lastHandledRunRequest") == "second"
-            and (s.get("lastRun") or {}).get("id") != run.id
-        ),
-        "the manual run while suspended",
-        timeout=120,
+        lambda s: s.get("lastHandledRunRequest") == "second",
+        "the manual run while suspended handled",
+        timeout=60,
     )
+    (accepted,) = [c for c in status["conditions"] if c["type"] == "RunRequestAccepted"]
+    assert accepted["status"] == "False"
+    assert _run_count(journal, agent_id) == runs_before
 
-    # The owner raises the cap: a changed spec resumes the schedule.
+    # Neither a changed spec nor an admin's pause and release resume it.
     admin_api.patch("Agent", "capped", {"spec": {"maxRunTokens": 100000}}, namespace)
+    achilles_admin_api.patch("Agent", "capped", {"spec": {"adminPaused": True}}, namespace)
+    wait_status(admin_api, "capped", namespace, lambda s: s.get("phase") == "Disabled", "paused")
+    achilles_admin_api.patch("Agent", "capped", {"spec": {"adminPaused": False}}, namespace)
+    status = wait_status(
+        admin_api, "capped", namespace, lambda s: s.get("phase") == "Suspended", "still off"
+    )
+    assert status.get("nextRunAt") is None
+
+    # The owner switches it on: the schedule resumes.
+    admin_api.patch("Agent", "capped", {"spec": {"enabled": True}}, namespace)
     status = wait_status(
         admin_api,
         "capped",

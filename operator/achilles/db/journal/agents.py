@@ -10,12 +10,14 @@ from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Delete,
     Insert,
     Table,
     Update,
     all_,
     bindparam,
+    case,
     delete,
     insert,
     null,
@@ -172,13 +174,14 @@ def _upsert_statement(*, insert_row: bool, scheduled: bool) -> Insert | Update:
     # Written only when something differs: an Agent event that changed nothing (a status
     # write, a resync) must not churn the row.
     changed = or_(*(agents.c[column].is_distinct_from(value) for column, value in values.items()))
-    # A change of the spec resumes an agent suspended after failed runs in a row
-    # (docs/operator.md, "Run controls"): the owner fixed something, or switched it off
-    # and on. Its `updated_at` moves with the edit, so the runs before no longer count.
+    # Auto-suspend switched the owner's lock off (docs/operator.md, "Run controls"); the
+    # owner switching it on resumes the agent, and the note of why it was off goes. Its
+    # `updated_at` moves with the edit, so the runs before no longer count.
+    resumed = case((bindparam("v_enabled", type_=Boolean), null()), else_=agents.c.suspended_at)
     return (
         update(agents)
         .where(agents.c.id == bindparam("agent_id"), changed)
-        .values(**values, suspended_at=None)
+        .values(**values, suspended_at=resumed)
     )
 
 

@@ -178,6 +178,13 @@ def model_withdrawn(model_name: str) -> dict[str, OwedWrite]:
     }
 
 
+def suspended_after_failures(message: str) -> dict[str, OwedWrite]:
+    """Auto-suspend switches the owner's lock off (seed 000: two locks, no third)."""
+    return {
+        ENABLED_FIELD: OwedWrite(False, EventReason.AGENT_SUSPENDED, EventType.WARNING, message)
+    }
+
+
 def owner_deactivated() -> dict[str, OwedWrite]:
     return {
         ENABLED_FIELD: OwedWrite(

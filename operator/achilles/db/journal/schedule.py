@@ -44,14 +44,12 @@ class ScheduledAgent:
 
 
 def _startable() -> ColumnElement[bool]:
-    """Open durable locks, and not suspended after failed runs in a row (which stops only
-    the schedule: manual runs pass the start gates, `start_gates.py`)."""
+    """Open durable locks (auto-suspend closes the owner's: no lock of its own)."""
     return and_(
         Agent.enabled.is_(True),
         Agent.admin_paused.is_(False),
         Agent.model_id.is_not(None),
         User.active.is_(True),
-        Agent.suspended_at.is_(None),
     )
 
 

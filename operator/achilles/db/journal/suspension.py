@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentRun
+from achilles.db.journal.owed_spec import owing, suspended_after_failures
 from achilles.domain.run_controls import RunOutcome
 from achilles.domain.runs import FailReason, RunState
 
@@ -37,13 +38,22 @@ def recent_outcomes(
     return [RunOutcome(row.id, RunState(row.state), row.reason) for row in rows]
 
 
-def suspend_agent(session: Session, agent_id: int, now: datetime) -> bool:
-    """Stop scheduling the agent: no slot until an edit clears `suspended_at`
-    (`agents.upsert_agent`). False when it was suspended already."""
+def suspend_agent(session: Session, agent_id: int, now: datetime, message: str) -> bool:
+    """Switch the agent off, as its owner would (seed 000: two locks, no third; as for a
+    deactivated owner): `enabled` false, no slot, the Agent resource owed
+    `spec.enabled: false` with `message` for its Event. `suspended_at` records why the
+    owner's lock is closed; the owner switching it on again clears it
+    (`agents.upsert_agent`). False when the agent was off already."""
     changed = session.execute(
         update(Agent)
-        .where(Agent.id == agent_id, Agent.suspended_at.is_(None))
-        .values(suspended_at=now, next_run_at=None, schedule_zone=None)
+        .where(Agent.id == agent_id, Agent.enabled.is_(True))
+        .values(
+            enabled=False,
+            suspended_at=now,
+            next_run_at=None,
+            schedule_zone=None,
+            meta=owing(suspended_after_failures(message)),
+        )
         .returning(Agent.id)
     ).first()
     return changed is not None

@@ -14,6 +14,7 @@ from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
 from achilles.handlers.runtime import events
 from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.services import scheduler
 
 # Slots come with a NOTIFY (`next_run_at` moved) and the loop sleeps until the nearest:
@@ -53,14 +54,10 @@ def schedule_once(context: RuntimeContext, *, repair: bool) -> scheduler.TickRes
         metrics.SLOT_LATENESS.observe(late)
     for _, closed in tick.refused:
         metrics.count_refused("scheduled", closed)
-    for suspension in tick.suspended:
-        events.on_agent(
-            context,
-            suspension.agent_id,
-            EventType.WARNING,
-            EventReason.AGENT_SUSPENDED,
-            suspension.message,
-        )
+    if tick.suspended:
+        # Each suspended agent owes its resource `spec.enabled: false`; delivered now,
+        # with its `AgentSuspended` Event (what is not stays owed for the sweeper).
+        deliver_owed_specs(context)
     if tick.enqueued:
         context.dispatch_wake.set()
         context.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
