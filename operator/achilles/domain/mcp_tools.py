@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -41,6 +42,31 @@ class Approval(StrEnum):
     NEVER = "never"
     ALWAYS = "always"
     WRITES = "writes"
+
+
+# How long an approval waits for its owner; unanswered, it expires and the agent hears so.
+APPROVAL_TTL = timedelta(days=7)
+# The inbox item of an approval: one per call (tool and arguments).
+APPROVAL_KEY_PREFIX = "approval-"
+
+
+def approval_key(tool_id: int, mcp_tool: str, digest: bytes) -> str:
+    """The inbox key of the approval of one call (tool, arguments): asking the same call
+    again is the same item (seed 003: one question, one row)."""
+    tool = hashlib.sha256(mcp_tool.encode()).hexdigest()[:8]
+    return f"{APPROVAL_KEY_PREFIX}{tool_id}-{tool}-{digest.hex()[:24]}"
+
+
+def approval_question(function: str, arguments_text: str, reason: str | None) -> str:
+    """What the owner is asked: the tool, the exact arguments, the agent's reason."""
+    lines = [
+        f"May I call {function}? Approve to have it made once with exactly these arguments;"
+        " reject and it is never made.",
+        f"Arguments: {arguments_text}",
+    ]
+    if reason:
+        lines.append(f"Reason: {reason}")
+    return "\n".join(lines)
 
 
 class ApprovalState(StrEnum):

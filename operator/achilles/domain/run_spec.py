@@ -48,3 +48,5 @@ class RunSpec:
     max_run_tokens: int | None = None
     # The agent's allowed MCP sources and the tools each offers (issue 38).
     mcp_sources: tuple[RunSource, ...] = ()
+    # Whether the agent has approvals to settle at start (open, or an outcome untold).
+    approvals_owed: bool = False

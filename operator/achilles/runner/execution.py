@@ -35,6 +35,7 @@ from achilles.runner.prompt import compose_messages, composed_prompt_digest
 from achilles.runner.steps import StepJournal
 from achilles.runner.tracing import RunTrace, close_run_trace, start_run_trace
 from achilles.services.run_journal import RunJournal
+from achilles.tools import approvals
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
 from achilles.tools.mcp import mcp_tools
@@ -85,7 +86,9 @@ def _execute(
     trace: RunTrace | None,
 ) -> int:
     # The agent's MCP sources' tools, with the credentials its Job gave the pod.
-    selection = select_tools(spec.tool_implementations, mcp_tools(spec.mcp_sources, os.environ))
+    selection = select_tools(
+        spec.tool_implementations, mcp_tools(spec.mcp_sources, os.environ, approvals.ask)
+    )
     # What the run uses, for the record: it rides on the run's first write.
     used = RunUsed(
         model=model_endpoint.name,
@@ -139,7 +142,12 @@ def _execute(
         stop=stop,
         model_id=model_endpoint.provider_model,
     )
-    notes = [note for hook in selection.run_start_notes if (note := hook(tool_context))]
+    # Approved calls are made, and decided approvals told, before the model is called.
+    approved = None
+    if spec.approvals_owed:
+        approved = approvals.start_note(tool_context, spec.mcp_sources, os.environ)
+    notes = [approved] if approved else []
+    notes += [note for hook in selection.run_start_notes if (note := hook(tool_context))]
     messages = compose_messages(spec, datetime.now(UTC), notes)
     log.info("offering tools: %s", ", ".join(selection.toolbox.names))
 

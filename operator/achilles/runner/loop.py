@@ -164,6 +164,7 @@ class AgentLoop:
             if iteration == self._limits.max_iterations:
                 break  # the cap is reached; running these calls could change nothing
             messages.append(reply.as_message())
+            waits: list[str] = []
             for call in reply.tool_calls:
                 if self._stop.is_set():
                     return self._result(Outcome.STOPPED, "stop requested")
@@ -171,6 +172,12 @@ class AgentLoop:
                 messages.append(
                     {"role": "tool", "tool_call_id": call.call_id, "content": result.content}
                 )
+                if result.ends_run is not None:
+                    waits.append(result.ends_run)
+            if waits:
+                # A call waits for its owner's approval: the run ends here, saying so; a
+                # later run makes the approved call (`tools/approvals.py`).
+                return self._finish("\n".join(waits), "approval_requested")
         return self._fail(
             FailReason.ITERATION_CAP,
             f"the model was still calling tools after {self._limits.max_iterations} iterations",

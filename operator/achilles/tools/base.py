@@ -79,6 +79,9 @@ class ToolResult:
     error: str | None = None
     # SHA-256 of the call's canonical arguments, when the tool keeps one (MCP calls).
     argument_sha256: bytes | None = None
+    # The run ends after this reply's calls, succeeded with this output (a call that
+    # waits for its owner's approval, `tools/approvals.py`).
+    ends_run: str | None = None
 
     @classmethod
     def failed(cls, message: str, *, journal: str | None = None) -> ToolResult:

@@ -55,7 +55,7 @@ class McpCall:
 
 
 # Asks the owner to approve a call; its result for the model (`tools/approvals.py`).
-AskApproval = Callable[[McpCall, ToolContext], ToolResult]
+AskApproval = Callable[[McpCall, ToolContext, Mapping[str, str] | None], ToolResult]
 
 
 def perform(call: McpCall, headers: Mapping[str, str] | None) -> ToolResult:
@@ -159,7 +159,7 @@ class McpTool:
         if self._ask is None:
             message = f"{self.name} needs the owner's approval, which this run cannot ask"
             return ToolResult(error_result(message), message, call.argument_sha256)
-        return self._ask(call, ctx)
+        return self._ask(call, ctx, self._headers)
 
 
 def mcp_tools(

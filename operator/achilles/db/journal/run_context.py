@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, AgentToolLink, Tool, User
 from achilles.db.journal.runs import claim_run
 from achilles.db.journal.settings import load_settings
+from achilles.db.tools.approvals import has_approvals_owed
 from achilles.db.tools.sources import run_sources
 from achilles.domain.mcp_tools import MCP_IMPLEMENTATION
 from achilles.domain.run_controls import effective_max_run_tokens
@@ -93,4 +94,5 @@ def load_run_spec(session: Session, run_id: int) -> RunSpec | None:
         ),
         max_run_tokens=effective_max_run_tokens(row.max_run_tokens, settings.max_run_tokens),
         mcp_sources=run_sources(session, row.agent_id),
+        approvals_owed=has_approvals_owed(session, row.agent_id),
     )
