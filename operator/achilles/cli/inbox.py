@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from achilles.cli.approvals import approve, reject, show_approval
 from achilles.cli.common import (
     UserKey,
     WholeNumber,
@@ -44,6 +45,10 @@ def inbox() -> None:
 
 
 inbox.add_command(agent)
+# Approvals of agents' tool calls (issue 38).
+inbox.add_command(show_approval)
+inbox.add_command(approve)
+inbox.add_command(reject)
 
 
 def _listing_record(listing: ItemListing) -> dict[str, Any]:

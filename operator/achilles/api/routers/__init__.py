@@ -13,7 +13,7 @@ import importlib.util
 
 from fastapi import APIRouter
 
-ROUTERS = ("health", "me", "agents", "runs", "inbox", "events")
+ROUTERS = ("health", "me", "agents", "runs", "inbox", "approvals", "events")
 
 
 def available_routers() -> list[APIRouter]:
