@@ -1,9 +1,10 @@
 """OIDC bearer tokens: JWTs verified in-process against the issuer's published keys.
 
 The keys come from the issuer's JWKS (its `jwks_uri`, from OIDC discovery), fetched on
-first use and kept; a token signed with a key id not in the set makes one refetch (the
-issuer rotated its keys), at most once per `REFETCH_INTERVAL_SECONDS`, so a flood of
-made-up key ids cannot turn into a flood of requests to the issuer.
+first use and kept as long as the issuer's `Cache-Control` says (`JwksCache`); a token
+signed with a key id not in the set makes one refetch (the issuer rotated its keys), at
+most once per `REFETCH_INTERVAL_SECONDS`, so a flood of made-up key ids cannot turn into
+a flood of requests to the issuer, and no fetch ever holds the event loop.
 
 A token is accepted only when all of these hold: its header's `alg` is one of the pinned
 asymmetric algorithms (never `none`, never HS*: an HMAC "signed" with the public key is
@@ -43,6 +44,10 @@ from achilles.domain.users import is_valid_user_key
 log = logging.getLogger("achilles.api")
 
 REFETCH_INTERVAL_SECONDS = 10.0
+# How long the issuer's key set is kept when its answer says nothing (Cache-Control), and
+# at most whatever it says: a key it withdrew stops verifying within that time.
+DEFAULT_KEYS_AGE_SECONDS = 300.0
+MAX_KEYS_AGE_SECONDS = 86400.0
 LEEWAY_SECONDS = 30
 FETCH_TIMEOUT_SECONDS = 5.0
 REQUIRED_CLAIMS = ("exp", "nbf", "iat", "iss", "aud")
@@ -70,10 +75,31 @@ class _Verified:
     times: tuple[float, float, float]  # exp, nbf, iat
 
 
-def _fetch_json(url: str) -> Any:
+@dataclass(frozen=True)
+class Fetched:
+    """A document the issuer served, and how long it said to keep it (`max-age`)."""
+
+    document: Any
+    max_age: float | None = None
+
+
+def _fetch_json(url: str) -> Fetched:
     response = httpx.get(url, timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False)
     response.raise_for_status()
-    return response.json()
+    return Fetched(response.json(), _max_age(response.headers.get("cache-control")))
+
+
+def _max_age(cache_control: str | None) -> float | None:
+    """`max-age` of a Cache-Control header (0 for `no-store`/`no-cache`); None if absent."""
+    if not cache_control:
+        return None
+    for directive in cache_control.lower().split(","):
+        name, _, value = directive.strip().partition("=")
+        if name in ("no-store", "no-cache"):
+            return 0.0
+        if name == "max-age" and value.strip().strip('"').isdigit():
+            return float(value.strip().strip('"'))
+    return None
 
 
 class OidcUnavailable(Exception):
@@ -81,7 +107,18 @@ class OidcUnavailable(Exception):
 
 
 class JwksCache:
-    """The issuer's signing keys by `kid`, refetched on an unknown one (rate-limited)."""
+    """The issuer's signing keys by `kid`, kept as long as the issuer says (its key set's
+    `Cache-Control: max-age`, within [`REFETCH_INTERVAL_SECONDS`, `MAX_KEYS_AGE_SECONDS`];
+    `DEFAULT_KEYS_AGE_SECONDS` when it says nothing), so a key it withdrew stops verifying
+    once that time is up; refetched on an unknown `kid` (a rotation) or a stale set, at
+    most once per `REFETCH_INTERVAL_SECONDS`.
+
+    Nothing here makes the event loop wait: `cached` reads the current set without a
+    lock (the set is replaced whole, never changed in place), and only `key`, called in
+    a worker thread, fetches. One fetch at a time: a thread that finds a fetch under way
+    does not queue behind it (a slow issuer would hold every worker of the pool) but
+    answers from the keys it has, or 503 for a `kid` it does not know yet.
+    """
 
     def __init__(
         self, issuer: str, fetch: Fetch = _fetch_json, clock: Callable[[], float] = time.monotonic
@@ -89,53 +126,81 @@ class JwksCache:
         self.issuer = issuer
         self._fetch = fetch
         self._clock = clock
-        self._lock = threading.Lock()
+        self._fetching = threading.Lock()  # held across a fetch, never waited for
         self._jwks_uri: str | None = None
         self._keys: dict[str, PyJWK] = {}
+        self._fresh_until: float | None = None
         self._fetched_at: float | None = None
         self._failure: OidcUnavailable | None = None
 
+    def _is_fresh(self) -> bool:
+        return self._fresh_until is not None and self._clock() < self._fresh_until
+
     def cached(self, kid: str) -> PyJWK | None:
-        """The key if it is in the set already (never fetches)."""
-        with self._lock:
-            return self._keys.get(kid)
+        """The key while the set is fresh (never fetches, never waits)."""
+        return self._keys.get(kid) if self._is_fresh() else None
 
     def key(self, kid: str) -> PyJWK | None:
-        with self._lock:
-            key = self._keys.get(kid)
-            if key is not None:
-                return key
-            now = self._clock()
-            if self._fetched_at is not None and now - self._fetched_at < REFETCH_INTERVAL_SECONDS:
-                if self._failure is not None:
-                    raise self._failure
-                return None
-            self._fetched_at = now
-            try:
-                self._keys = self._load()
-            except OidcUnavailable as exc:
-                log.warning("OIDC issuer %s: cannot fetch its keys: %s", self.issuer, exc)
-                self._failure = exc
-                raise
-            self._failure = None
-            return self._keys.get(kid)
+        """The key of `kid`, fetching the set when it is stale or lacks `kid` and the
+        last fetch is older than the interval. Call from a thread."""
+        keys = self._keys
+        if kid in keys and self._is_fresh():
+            return keys[kid]
+        if not self._fetching.acquire(blocking=False):
+            # Another thread is fetching: the keys we have, or "try again" for a new kid.
+            if kid in keys:
+                return keys[kid]
+            raise OidcUnavailable("the issuer's keys are being fetched")
+        try:
+            return self._refresh(kid)
+        finally:
+            self._fetching.release()
 
-    def _load(self) -> dict[str, PyJWK]:
+    def _refresh(self, kid: str) -> PyJWK | None:
+        now = self._clock()
+        if self._fetched_at is not None and now - self._fetched_at < REFETCH_INTERVAL_SECONDS:
+            if kid in self._keys:  # stale, but the issuer was asked a moment ago
+                return self._keys[kid]
+            if self._failure is not None:
+                raise self._failure
+            return None
+        self._fetched_at = now
+        try:
+            keys, max_age = self._load()
+        except OidcUnavailable as exc:
+            log.warning("OIDC issuer %s: cannot fetch its keys: %s", self.issuer, exc)
+            self._failure = exc
+            if kid in self._keys:  # the issuer is away: the keys it last published
+                return self._keys[kid]
+            raise
+        self._failure = None
+        age = DEFAULT_KEYS_AGE_SECONDS if max_age is None else max_age
+        self._keys = keys
+        self._fresh_until = now + min(max(age, REFETCH_INTERVAL_SECONDS), MAX_KEYS_AGE_SECONDS)
+        return keys.get(kid)
+
+    def _load(self) -> tuple[dict[str, PyJWK], float | None]:
         try:
             if self._jwks_uri is None:
-                discovery = self._fetch(
-                    self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+                discovery = _document(
+                    self._fetch(self.issuer.rstrip("/") + "/.well-known/openid-configuration")
                 )
-                self._jwks_uri = str(discovery["jwks_uri"])
-            document = self._fetch(self._jwks_uri)
-            key_set = PyJWKSet.from_dict(document)
+                self._jwks_uri = str(discovery.document["jwks_uri"])
+            fetched = _document(self._fetch(self._jwks_uri))
+            key_set = PyJWKSet.from_dict(fetched.document)
         except (httpx.HTTPError, KeyError, TypeError, ValueError, jwt.PyJWTError) as exc:
             raise OidcUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        return {
+        keys = {
             key.key_id: key
             for key in key_set.keys
             if key.key_id is not None and key.public_key_use in (None, "sig")
         }
+        return keys, fetched.max_age
+
+
+def _document(fetched: Any) -> Fetched:
+    """A fetch's answer: a `Fetched`, or a bare document (kept the default time)."""
+    return fetched if isinstance(fetched, Fetched) else Fetched(fetched)
 
 
 class OidcVerifier:
