@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.resources import AgentStatus
+from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, rejection, verdict
 from tests.cluster.install.conftest import POLICY_MESSAGE, Release
 from tests.crd_cases import (
@@ -194,6 +197,51 @@ def test_portal_cannot_flip_admin_paused_and_an_admin_can(
         "Agent", "digest", {"spec": {"adminPaused": False}}, namespace
     )
     assert lifted["spec"]["adminPaused"] is False
+
+
+DELETE_MESSAGE = "an admin paused this Agent (spec.adminPaused: true): only members of"
+
+
+def test_an_admins_pause_is_not_shed_by_deleting_and_creating_the_agent_again(
+    portal_api: Achilles, achilles_admin_api: Achilles, namespace: str
+) -> None:
+    """Issue 36 item 1: deleting a paused Agent and creating it again without the lock
+    would lift the admin's lock (seed 000: only an admin lifts it). The portal may delete
+    Agents, but not one under the lock."""
+    portal_api.create(agent("digest"), namespace)
+    achilles_admin_api.patch("Agent", "digest", {"spec": {"adminPaused": True}}, namespace)
+
+    status, message = rejection(lambda: portal_api.delete("Agent", "digest", namespace))
+    assert (status, DELETE_MESSAGE in message) == (403, True), message
+    assert "ask one to lift the pause first" in message
+    assert portal_api.get("Agent", "digest", namespace)["spec"]["adminPaused"] is True
+    status, _ = rejection(lambda: portal_api.create(agent("digest"), namespace))
+    assert status == 409  # it is still there, under the lock
+
+    # Lifted by an admin, it is the owner's to delete again; an admin may delete it anyway.
+    achilles_admin_api.patch("Agent", "digest", {"spec": {"adminPaused": False}}, namespace)
+    portal_api.delete("Agent", "digest", namespace)
+    achilles_admin_api.create(agent("paused", adminPaused=True), namespace)
+    achilles_admin_api.delete("Agent", "paused", namespace)
+
+
+def test_a_namespace_with_a_paused_agent_still_empties(
+    cluster: Cluster, achilles_admin_api: Achilles
+) -> None:
+    """Kubernetes' own controllers may delete a paused Agent (the namespace controller)."""
+    name = f"t-paused-{uuid.uuid4().hex[:6]}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    achilles_admin_api.create(agent("paused", adminPaused=True), name)
+    cluster.core.delete_namespace(name)
+
+    def gone() -> bool:
+        try:
+            cluster.core.read_namespace(name)
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(gone, 60, what="the namespace deleted, its paused Agent with it", interval=0.5)
 
 
 def test_admin_may_create_an_agent_paused(achilles_admin_api: Achilles, namespace: str) -> None:
