@@ -15,7 +15,14 @@ const state = {
   problems: new Map(), // item id -> the last problem to show on its card
   notes: new Map(), // item id -> the last success note
   cards: new Map(), // item id -> {signature, node}
+  approvals: new Map(), // item id -> the call an approval item asks (GET .../approval)
+  approvalReads: new Set(), // item ids whose approval is being read
 };
+
+// An approval (issue 38): an item an agent asked to make one tool call; the card shows
+// the tool and its arguments (model-written: shown as text) and approve / reject.
+const APPROVAL_PREFIX = "approval-";
+const isApproval = (item) => typeof item.key === "string" && item.key.startsWith(APPROVAL_PREFIX);
 
 // The person's turn: blocked, and no reply of theirs waiting for the agent.
 function isAwaitingMe(item) {
@@ -34,6 +41,7 @@ function itemSignature(item) {
     reply.outcome,
     state.problems.get(item.id) || "",
     state.notes.get(item.id) || "",
+    JSON.stringify(state.approvals.get(item.id) || null),
   ]);
 }
 
@@ -97,16 +105,137 @@ function replyForm(item, headingId) {
   return form;
 }
 
+function readApproval(item) {
+  if (state.approvalReads.has(item.id)) return;
+  state.approvalReads.add(item.id);
+  api("GET", `/v1/inbox/${encodeURIComponent(item.id)}/approval`)
+    .then((approval) => state.approvals.set(item.id, approval))
+    .catch((error) => state.problems.set(item.id, `Could not read the call: ${error.message}`))
+    .finally(() => {
+      state.approvalReads.delete(item.id);
+      renderInbox();
+    });
+}
+
+function argumentValue(value) {
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+function approvalStatus(approval) {
+  switch (approval.state) {
+    case "pending":
+      return "Waiting for your decision. Approve: the agent's next run makes this call once, with exactly these arguments. Reject: it is never made.";
+    case "approved":
+      return "Approved: the agent's next run makes the call.";
+    case "executing":
+      return "Approved: the call is being made.";
+    case "executed":
+      return "Approved: the call was made.";
+    case "failed":
+      return `Approved, but the call failed: ${approval.error || "unknown error"}`;
+    case "rejected":
+      return "Rejected: the call was not made.";
+    case "expired":
+      return "Expired unanswered: the call was not made.";
+    default:
+      return approval.state;
+  }
+}
+
+function approvalBlock(item, headingId) {
+  const approval = state.approvals.get(item.id);
+  if (!approval) {
+    readApproval(item);
+    return el("p", { class: "meta", text: "Reading the call…" });
+  }
+  const argumentRows = Object.entries(approval.arguments || {})
+    .sort(([a], [b]) => a.localeCompare(b))
+    .flatMap(([name, value]) => [
+    el("dt", { text: name }),
+    el("dd", {}, el("pre", { class: "argument", text: argumentValue(value) })),
+  ]);
+  const block = el(
+    "div",
+    { class: "approval", id: `approval-${item.id}` },
+    el("p", { class: "approval-tool" }, "Tool: ", el("code", { text: `${approval.agent_tool} / ${approval.tool}` })),
+    argumentRows.length
+      ? el("dl", { class: "arguments", "aria-label": "Arguments" }, ...argumentRows)
+      : el("p", { class: "meta", text: "No arguments." }),
+    approval.reason ? el("p", { class: "reason" }, "The agent's reason: ", el("q", { text: approval.reason })) : null,
+    el("p", { class: "meta approval-state", text: approvalStatus(approval) }),
+    approval.result ? el("pre", { class: "context", "aria-label": "Result", text: approval.result }) : null,
+  );
+  if (approval.state === "pending") block.append(decisionForm(item, headingId));
+  return block;
+}
+
+function decisionForm(item, headingId) {
+  const approve = el("button", { type: "submit", id: `approve-${item.id}`, value: "approve", text: "Approve" });
+  const reject = el("button", {
+    type: "submit",
+    id: `reject-${item.id}`,
+    value: "reject",
+    class: "secondary",
+    text: "Reject",
+  });
+  const form = el(
+    "form",
+    { class: "reply-form", "aria-labelledby": headingId, novalidate: true },
+    el("p", { class: "problem", role: "alert", text: state.problems.get(item.id) || "" }),
+    el("div", { class: "actions" }, approve, reject),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const decision = event.submitter && event.submitter.value === "reject" ? "reject" : "approve";
+    sendDecision(item, decision, form);
+  });
+  return form;
+}
+
+async function sendDecision(item, decision, form) {
+  const buttons = form.querySelectorAll("button");
+  buttons.forEach((button) => {
+    button.disabled = true;
+  });
+  state.problems.delete(item.id);
+  try {
+    const outcome = await api("POST", `/v1/inbox/${encodeURIComponent(item.id)}/approval`, {
+      body: { decision },
+    });
+    state.approvals.set(item.id, outcome.approval);
+    const woken = outcome.wake_requested ? " The agent will run again." : "";
+    const note = `${decision === "approve" ? "Approved" : "Rejected"}.${woken}`;
+    state.notes.set(item.id, note);
+    announce(`${itemAgentName(item)}: ${note}`);
+    await loadInbox();
+  } catch (error) {
+    if (!(error instanceof ApiError) || error.status === 401) throw error;
+    state.problems.set(item.id, problemText(error));
+    state.approvals.delete(item.id);
+    await loadInbox().catch(() => renderInbox());
+    announce(problemText(error));
+  } finally {
+    buttons.forEach((button) => {
+      button.disabled = false;
+    });
+  }
+}
+
 function itemCard(item) {
   const awaiting = isAwaitingMe(item);
+  const approval = isApproval(item);
   const headingId = `item-${item.id}-heading`;
   const agent = itemAgentName(item);
   const card = el(
     "li",
     { class: awaiting ? "card waiting" : "card", id: `item-${item.id}`, "data-item": item.id },
-    el("h3", { id: headingId, text: awaiting ? `${agent} asks` : `${agent}: ${item.key}` }),
+    el("h3", {
+      id: headingId,
+      text: approval ? `${agent} asks to make a call` : awaiting ? `${agent} asks` : `${agent}: ${item.key}`,
+    }),
     el("p", { class: "question", id: `item-${item.id}-question`, text: item.question }),
-    item.context ? el("pre", { class: "context", "aria-label": "Context", text: item.context }) : null,
+    item.context && !approval ? el("pre", { class: "context", "aria-label": "Context", text: item.context }) : null,
+    approval ? approvalBlock(item, headingId) : null,
     el(
       "p",
       { class: "meta" },
@@ -116,7 +245,7 @@ function itemCard(item) {
     ),
     replyBlock(item),
     state.notes.get(item.id) ? el("p", { class: "note", text: state.notes.get(item.id) }) : null,
-    awaiting ? replyForm(item, headingId) : null,
+    awaiting && !approval ? replyForm(item, headingId) : null,
   );
   if (!awaiting && state.problems.get(item.id)) {
     card.append(el("p", { class: "problem", role: "alert", text: state.problems.get(item.id) }));
