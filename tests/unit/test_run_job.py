@@ -114,3 +114,17 @@ def test_the_job_name_is_the_run_id_and_back(run_id: int) -> None:
 @pytest.mark.parametrize("name", ["achilles-run-", "achilles-run-x1", "other-1", "achilles-run--1"])
 def test_foreign_names_are_not_runs(name: str) -> None:
     assert run_id_of(name) is None
+
+
+def test_mcp_credentials_are_optional_secret_refs_never_values() -> None:
+    """Issue 38: an agent's MCP headers reach its run's pod by Secret reference only, and
+    a missing Secret fails the tool's calls, not the pod's start."""
+    run = _run(secret_env=(("ACHILLES_MCP_7_HEADER_0", SecretKey("mcp-token", "authorization")),))
+    env = build_run_job(run, TEMPLATE)["spec"]["template"]["spec"]["containers"][0]["env"]
+    by_name = {item["name"]: item for item in env}
+    assert by_name["ACHILLES_MCP_7_HEADER_0"]["valueFrom"]["secretKeyRef"] == {
+        "name": "mcp-token",
+        "key": "authorization",
+        "optional": True,
+    }
+    assert all("value" not in item for item in env)

@@ -180,6 +180,15 @@ def header_env(tool_id: int, index: int) -> str:
 
 
 @dataclass(frozen=True)
+class HeaderSecret:
+    """One MCP header's value as a run pod's variable from a Secret's key (by reference)."""
+
+    env: str
+    secret_name: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
 class RunSource:
     """An MCP source as a run uses it: where, with which credentials (by reference), its
     limits, and the tools it offers (the last listing through the admin's rules)."""

@@ -81,6 +81,9 @@ class RunJobSpec:
     # The W3C traceparent of the run's dispatch span (tracing on): the runner's trace
     # continues it (the OpenTelemetry convention for a context in the environment).
     traceparent: str | None = None
+    # Variables from Secrets' keys (the agent's MCP credentials, issue 38): by reference,
+    # optional (a Secret missing makes the tool's calls fail, not the pod's start).
+    secret_env: tuple[tuple[str, SecretKey], ...] = ()
 
 
 def _label_safe(value: str | None) -> str:
@@ -126,6 +129,15 @@ def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
                 },
             }
         )
+    env += [
+        {
+            "name": name,
+            "valueFrom": {
+                "secretKeyRef": {"name": secret.name, "key": secret.key, "optional": True}
+            },
+        }
+        for name, secret in run.secret_env
+    ]
     env += [{"name": name, "value": value} for name, value in template.extra_env]
     if run.traceparent is not None:
         env.append({"name": TRACEPARENT_ENV, "value": run.traceparent})

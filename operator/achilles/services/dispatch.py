@@ -125,6 +125,12 @@ def _spec(
         model_secret=secret,
         run_secret=run_secret,
         traceparent=traceparent,
+        # The agent's MCP credentials: by Secret reference, only for the sources it is
+        # allowed (issue 38); never in the prompt, a step or a log line.
+        secret_env=tuple(
+            (header.env, SecretKey(header.secret_name, header.secret_key))
+            for header in run.mcp_headers
+        ),
     )
 
 

@@ -36,8 +36,10 @@ from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, RunStartRefusal, User
 from achilles.db.journal.usage import tokens_used_by
+from achilles.db.tools.sources import header_secrets_of_agents
 from achilles.domain.budget import BudgetWindow
 from achilles.domain.gates import DurableLocks, closed_locks
+from achilles.domain.mcp_tools import HeaderSecret
 from achilles.domain.runs import RunState
 
 # One key for "dispatching now" across replicas (migrations use 0x4AC41).
@@ -59,6 +61,8 @@ class DispatchableRun:
     owner_tokens: int  # the owner's tokens this week, now
     model_secret_name: str | None
     model_secret_key: str | None
+    # The agent's MCP credentials, by Secret reference (its allowed sources' headers).
+    mcp_headers: tuple[HeaderSecret, ...] = ()
 
     @property
     def startable(self) -> bool:
@@ -156,6 +160,7 @@ def _waiting_runs(
         .limit(limit)
         .with_for_update(of=AgentRun, skip_locked=True)
     ).all()
+    credentials = header_secrets_of_agents(session, [row.agent_id for row in rows])
     return [
         DispatchableRun(
             run_id=row.id,
@@ -177,6 +182,7 @@ def _waiting_runs(
             owner_tokens=int(row.used),
             model_secret_name=row.api_key_secret_name,
             model_secret_key=row.api_key_secret_key,
+            mcp_headers=credentials.get(row.agent_id, ()),
         )
         for row in rows
     ]

@@ -21,9 +21,11 @@ from achilles.db.tools.models import ToolMcpSource
 from achilles.domain.mcp_tools import (
     Approval,
     HeaderRef,
+    HeaderSecret,
     ListedTool,
     RunSource,
     SourceRules,
+    header_env,
     offered_tools,
 )
 
@@ -185,3 +187,27 @@ def run_sources(session: Session, agent_id: int) -> tuple[RunSource, ...]:
         )
         for source in sources_of_agent(session, agent_id)
     )
+
+
+def header_secrets_of_agents(
+    session: Session, agent_ids: Sequence[int]
+) -> dict[int, tuple[HeaderSecret, ...]]:
+    """Each agent's MCP credentials as its runs' pods get them: the headers of the
+    sources it is allowed now (`agents_allowed`), by Secret reference only. An agent
+    not allowed a source never gets its credentials (issue 38)."""
+    if not agent_ids:
+        return {}
+    rows = session.execute(
+        select(AgentToolLink.agent_id, ToolMcpSource.tool_id, ToolMcpSource.headers)
+        .join(Tool, Tool.id == AgentToolLink.tool_id)
+        .join(ToolMcpSource, ToolMcpSource.tool_id == Tool.id)
+        .where(AgentToolLink.agent_id.in_(agent_ids), Tool.agents_allowed.is_(True))
+        .order_by(AgentToolLink.agent_id, ToolMcpSource.tool_id)
+    ).all()
+    found: dict[int, list[HeaderSecret]] = {}
+    for agent_id, tool_id, headers in rows:
+        found.setdefault(agent_id, []).extend(
+            HeaderSecret(header_env(tool_id, index), h["secret_name"], h["secret_key"])
+            for index, h in enumerate(headers)
+        )
+    return {agent_id: tuple(secrets) for agent_id, secrets in found.items()}
