@@ -90,6 +90,18 @@ def run_steps(size: int, json_path: Path | None, server_url: str | None) -> None
 
 
 @bench.command()
+@_size_option(200, "MCP calls each way (and up to 30 approvals)")
+@json_option
+@server_option
+def tools(size: int, json_path: Path | None, server_url: str | None) -> None:
+    """MCP tools (issue 38): the runner's overhead per call against the server's own
+    latency, and reply -> approved call made."""
+    from bench import tools as benchmark
+
+    _show(benchmark.run(size, json_path, server_url))
+
+
+@bench.command()
 @_size_option(100_000, "finished runs over two years (100 owners, 1,000 agents)")
 @click.option(
     "--output-bytes",
