@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,6 +107,8 @@ def api_process(database_url: str, oidc_provider: OidcProvider, tmp_path: Path) 
         "ACHILLES_DATABASE_URL": login_url(database_url, Component.API),  # as installed
         "ACHILLES_API_OIDC_ISSUER": oidc_provider.issuer,
         "ACHILLES_API_OIDC_AUDIENCE": oidc_provider.audience,
+        # A short deadline for a request's head, so the slowloris test waits 1 s.
+        "ACHILLES_API_HEADER_TIMEOUT_SECONDS": "1",
     }
     log = (tmp_path / "api.log").open("w")
     process = subprocess.Popen(
@@ -140,3 +143,17 @@ def test_the_server_process_answers_a_real_token(api_process: str, tokens: Token
     assert me.json()["user_key"] == "carol"
     anonymous = httpx.get(f"{api_process}/v1/me", timeout=10)
     assert anonymous.status_code == 401
+
+
+def test_a_request_head_that_dribbles_in_is_cut_off(api_process: str) -> None:
+    """Slowloris (issue 37): a connection whose request head is not whole within
+    ACHILLES_API_HEADER_TIMEOUT_SECONDS is closed by the server; a prompt one is served."""
+    host, port = api_process.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as slow:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and no end of the head
+        started = time.monotonic()
+        assert slow.recv(1024) == b""  # closed by the server, not by our 10 s timeout
+        assert time.monotonic() - started < 5
+    with socket.create_connection((host, int(port)), timeout=10) as idle:
+        assert idle.recv(1024) == b""  # a connection that never sends a byte: the same
+    assert httpx.get(f"{api_process}/healthz", timeout=10).status_code == 200

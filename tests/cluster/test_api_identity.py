@@ -300,6 +300,35 @@ def test_an_admin_cancels_another_owners_run_only_with_a_write_grant(
     assert _annotations(cluster, portal.namespace, "helper")[CANCEL_RUN] == str(run_id)
 
 
+def _token_reviews(cluster: Cluster) -> float:
+    """How many TokenReviews the API server has answered (its own metrics)."""
+    method, url, headers, body, post = cluster.api.param_serialize(
+        "GET", "/metrics", auth_settings=["BearerToken"]
+    )
+    response: Any = cluster.api.call_api(method, url, headers, body, post)
+    response.read()
+    metrics: str = response.data.decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("apiserver_request_total{")
+        and 'resource="tokenreviews"' in line
+        and 'verb="POST"' in line
+    )
+
+
+def test_a_refused_token_is_reviewed_once(portal: Portal, cluster: Cluster) -> None:
+    """A bearer that is not the issuer's is a TokenReview; the API server's refusal is
+    remembered briefly, so a client repeating the token costs one review (issue 37)."""
+    before = _token_reviews(cluster)
+    for _ in range(5):
+        response = httpx.get(
+            f"{portal.url}/v1/me", headers=_as(portal.wrong_audience_token, "alice"), timeout=10
+        )
+        assert_problem(response, 401)
+    assert _token_reviews(cluster) - before == 1
+
+
 def _create_agent(cluster: Cluster, namespace: str, name: str, *, owner: str) -> None:
     client.CustomObjectsApi(cluster.api).create_namespaced_custom_object(
         API_GROUP,

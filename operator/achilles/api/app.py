@@ -17,6 +17,7 @@ from achilles.api.identity.standing import Standing
 from achilles.api.limits import BodySizeLimit, NoStoreMiddleware
 from achilles.api.problems import install_problem_handlers
 from achilles.api.routers import available_routers
+from achilles.api.throttle import ClientLimitMiddleware, Throttle, parse_limit
 
 if TYPE_CHECKING:
     from achilles.api.settings import ApiSettings
@@ -73,6 +74,12 @@ def create_app(
     app.state.database = database
     app.state.authenticator = authenticator or default_authenticator(settings)
     app.state.standing = Standing(database)
+    throttle = Throttle(
+        per_user=parse_limit(settings.rate_limit_user),
+        per_client=parse_limit(settings.rate_limit_client),
+        auth_failures=parse_limit(settings.auth_failure_limit),
+    )
+    app.state.throttle = throttle
     app.state.run_requester = run_requester or KubernetesRunRequester(settings.kubeconfig_path)
     install_problem_handlers(app)
     for router in available_routers():
@@ -84,5 +91,6 @@ def create_app(
     # A body too large is refused before any other middleware reads it; outside it only
     # the header that keeps `/v1` answers (its 413s too) out of caches.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ClientLimitMiddleware, throttle=throttle)
     app.add_middleware(NoStoreMiddleware)
     return app

@@ -88,6 +88,9 @@ class EventHub:
             if not subscribers:
                 del self._subscribers[subscription.owner_key]
 
+    def streams_of(self, owner_key: str) -> int:
+        return len(self._subscribers.get(owner_key, ()))
+
     @property
     def subscriber_count(self) -> int:
         return sum(len(s) for s in self._subscribers.values())

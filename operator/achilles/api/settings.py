@@ -56,6 +56,11 @@ ENVIRONMENT: dict[str, str] = {
     "public_url": "ACHILLES_API_PUBLIC_URL",
     "session_secret": "ACHILLES_API_SESSION_SECRET",
     "sse_keepalive_seconds": "ACHILLES_API_SSE_KEEPALIVE_SECONDS",
+    "rate_limit_user": "ACHILLES_API_RATE_LIMIT_USER",
+    "rate_limit_client": "ACHILLES_API_RATE_LIMIT_CLIENT",
+    "auth_failure_limit": "ACHILLES_API_AUTH_FAILURE_LIMIT",
+    "max_streams_per_user": "ACHILLES_API_MAX_STREAMS_PER_USER",
+    "header_timeout_seconds": "ACHILLES_API_HEADER_TIMEOUT_SECONDS",
 }
 # Settings given as comma-separated lists in the environment.
 _LISTS = frozenset({"oidc_algorithms", "oidc_clients"})
@@ -91,6 +96,15 @@ class ApiSettings(BaseModel):
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = DEFAULT_MAX_BODY_BYTES
     # GET /v1/events: a keepalive comment this often, so proxies keep an idle stream open.
     sse_keepalive_seconds: Annotated[float, Field(ge=0.1, le=300)] = 15.0
+    # Rate limits (`achilles.api.throttle`): `N/second|minute|hour`, or 0 for none.
+    rate_limit_user: str = "600/minute"
+    rate_limit_client: str = "3000/minute"
+    auth_failure_limit: str = "30/minute"
+    # Open event streams a person may hold at once (each replica counts its own).
+    max_streams_per_user: Annotated[int, Field(ge=1, le=1000)] = 5
+    # A request's head (request line and headers) must arrive within this long of its
+    # first byte or of the connection (slowloris); uvicorn closes the connection then.
+    header_timeout_seconds: Annotated[float, Field(ge=0.5, le=300)] = 10.0
     # The web inbox (the web helper's `install_web`); on when web_client_id is set.
     web_client_id: str | None = None
     web_client_secret: SecretStr | None = None
@@ -119,6 +133,19 @@ class ApiSettings(BaseModel):
     def _not_blank(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("must not be blank")
+        return value
+
+    @field_validator("rate_limit_user", "rate_limit_client", "auth_failure_limit")
+    @classmethod
+    def _limit(cls, value: str) -> str:
+        from achilles.api.throttle import parse_limit
+
+        try:
+            parse_limit(value)
+        except ValueError as exc:
+            raise ValueError(
+                f"must be N/second, N/minute or N/hour (or 0: no limit); got {value!r}"
+            ) from exc
         return value
 
     @field_validator("session_secret")

@@ -36,6 +36,7 @@ def api(host: str, port: int, verbose: bool) -> None:
     import uvicorn
 
     from achilles.api.app import create_app
+    from achilles.api.http_protocol import with_head_timeout
     from achilles.api.settings import load_settings
     from achilles.db.database import Database
 
@@ -59,6 +60,9 @@ def api(host: str, port: int, verbose: bool) -> None:
             proxy_headers=False,  # no header is trusted, not even a proxy's
             server_header=False,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            # A request's head must be whole in time (slowloris; issue 37).
+            http=with_head_timeout(settings.header_timeout_seconds),
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         )
     )
     bound_host, bound_port = listener.getsockname()[:2]
@@ -79,6 +83,9 @@ def api(host: str, port: int, verbose: bool) -> None:
 # dies with "connection reset" (seen with 40 writers on a loaded machine). Longer than
 # the clients' and proxies' idle timeouts, the client always closes first.
 KEEP_ALIVE_SECONDS = 75
+# The largest request head (request line and headers) uvicorn reads: bearer tokens and
+# the session cookie fit many times over.
+MAX_HEAD_BYTES = 32 * 1024
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -32,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from achilles.api.identity.peek import CLAIMS, HEADER, unverified_part
 from achilles.api.identity.standing import Standing
 from achilles.api.problems import Problem, unauthorized
+from achilles.api.throttle import Throttle, client_address
 
 IMPERSONATE_USER = "Impersonate-User"
 Via = Literal["oidc", "serviceaccount", "session"]
@@ -203,9 +204,22 @@ async def current_caller(request: Request) -> Caller:
     if isinstance(cached, Caller):
         return cached
     authenticator: Authenticator = request.app.state.authenticator
-    found = authenticator.identify_now(request)
-    if found is None:
-        found = await run_in_threadpool(authenticator.identify, request)
+    throttle: Throttle | None = getattr(request.app.state, "throttle", None)
+    client = client_address(request.scope)
+    try:
+        found = authenticator.identify_now(request)
+        if found is None:
+            # Checking costs a network call (a TokenReview, the issuer's keys): not for
+            # a client that failed too often already.
+            if throttle is not None:
+                throttle.check_auth_failures(client)
+            found = await run_in_threadpool(authenticator.identify, request)
+    except Problem as problem:
+        if problem.status == 401 and throttle is not None:
+            throttle.auth_failed(client)
+        raise
+    if throttle is not None:
+        throttle.user_request(found.user_key)
     standing: Standing | None = getattr(request.app.state, "standing", None)
     if standing is not None:
         await check_standing(request, standing, found)

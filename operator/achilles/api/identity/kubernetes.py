@@ -15,7 +15,7 @@
   owner's run (a cancel) asks a second review, of `update` on `ownerdata`: a read grant
   never writes.
 
-Answers are cached for `CACHE_SECONDS` (positive token reviews, keyed by the token's
+Answers are cached for `CACHE_SECONDS` (token reviews both ways, keyed by the token's
 hash; access reviews both ways), so a busy portal costs the API server one review per
 token and user every few seconds; a revoked grant takes effect within that time.
 """
@@ -55,6 +55,9 @@ class KubernetesIdentity:
         self.audience = audience
         self.user_prefix = user_prefix
         self._tokens: TtlCache[str, ReviewedUser] = TtlCache(CACHE_SECONDS)
+        # Tokens the API server refused, by hash: a client repeating one costs no review
+        # (issue 37; the address's failed sign-ins are limited too, `api/throttle.py`).
+        self._refused: TtlCache[str, bool] = TtlCache(CACHE_SECONDS)
         self._access: TtlCache[tuple[str, tuple[str, ...], Access], bool] = TtlCache(CACHE_SECONDS)
 
     @classmethod
@@ -110,8 +113,11 @@ class KubernetesIdentity:
         digest = hashlib.sha256(token.encode()).hexdigest()
         user = self._tokens.get(digest)
         if user is None:
+            if self._refused.get(digest):
+                raise unauthorized("the bearer token is not valid")
             user = self.reviews.authenticate(token, self.audience)
             if user is None or not user.username.startswith(SERVICE_ACCOUNT_PREFIX):
+                self._refused.put(digest, True)
                 raise unauthorized("the bearer token is not valid")
             self._tokens.put(digest, user)
         return user

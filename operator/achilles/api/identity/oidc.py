@@ -116,8 +116,9 @@ class JwksCache:
     Nothing here makes the event loop wait: `cached` reads the current set without a
     lock (the set is replaced whole, never changed in place), and only `key`, called in
     a worker thread, fetches. One fetch at a time: a thread that finds a fetch under way
-    does not queue behind it (a slow issuer would hold every worker of the pool) but
-    answers from the keys it has, or 503 for a `kid` it does not know yet.
+    answers from the keys it has, or waits for that fetch at most `FETCH_TIMEOUT_SECONDS`
+    for a `kid` it does not know yet (a first sign-in, a rotation), then 503: a slow
+    issuer holds no worker of the pool longer than that.
     """
 
     def __init__(
@@ -146,10 +147,10 @@ class JwksCache:
         keys = self._keys
         if kid in keys and self._is_fresh():
             return keys[kid]
-        if not self._fetching.acquire(blocking=False):
-            # Another thread is fetching: the keys we have, or "try again" for a new kid.
-            if kid in keys:
-                return keys[kid]
+        if kid in keys and self._fetching.locked():
+            return keys[kid]  # stale, and another thread is fetching: no waiting for it
+        if not self._fetching.acquire(timeout=FETCH_TIMEOUT_SECONDS):
+            # A slow fetch under way: "try again" rather than hold this worker longer.
             raise OidcUnavailable("the issuer's keys are being fetched")
         try:
             return self._refresh(kid)

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -37,6 +38,8 @@ from achilles.services import owner_events
 from achilles.services.owner_events import Event, EventPosition
 
 CATCH_UP_BATCH = 500
+# Threads the event streams' catch-ups share (each replica).
+CATCH_UP_THREADS = 2
 # How long a request waits for a hub that is (re)starting before 503.
 READY_TIMEOUT_SECONDS = 5.0
 
@@ -88,6 +91,14 @@ async def events(
     hub: EventHub | None = getattr(request.app.state, "event_hub", None)
     if hub is None or not await hub.ready(READY_TIMEOUT_SECONDS):
         raise Problem(503, "the event stream is starting; try again shortly")
+    cap = request.app.state.settings.max_streams_per_user
+    if hub.streams_of(caller.user_key) >= cap:
+        raise Problem(
+            429,
+            f"at most {cap} open event streams per person; close one first",
+            type_="rate-limited",
+            headers={"Retry-After": str(int(RECHECK_SECONDS))},
+        )
     subscription = hub.subscribe(caller.user_key)
     return EventSourceResponse(
         _stream(request, caller, hub, subscription, after),
@@ -136,16 +147,27 @@ async def _missed(
     """The caller's events in (after, subscription.start]: settled, so all in the log."""
     database = request.app.state.database
     while after < subscription.start:
-        batch = await asyncio.to_thread(
+        # Catch-ups take their own few threads, not the requests' pool (a reconnection
+        # from `0-0` reads up to a day of events).
+        batch = await anyio.to_thread.run_sync(
             owner_events.missed_events,
             database,
             subscription.owner_key,
             after,
             subscription.start,
             CATCH_UP_BATCH,
+            limiter=_catch_up_threads(request),
         )
         for event in batch:
             yield event
         if len(batch) < CATCH_UP_BATCH:
             return
         after = batch[-1].position
+
+
+def _catch_up_threads(request: Request) -> anyio.CapacityLimiter:
+    limiter: anyio.CapacityLimiter | None = getattr(request.app.state, "catch_up_threads", None)
+    if limiter is None:
+        limiter = anyio.CapacityLimiter(CATCH_UP_THREADS)
+        request.app.state.catch_up_threads = limiter
+    return limiter
