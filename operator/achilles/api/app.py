@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
+from achilles.api.docs_page import install_docs
 from achilles.api.identity.caller import Authenticator
 from achilles.api.identity.standing import Standing
 from achilles.api.limits import BodySizeLimit, NoStoreMiddleware
@@ -67,7 +68,7 @@ def create_app(
         version="1",
         description=DESCRIPTION,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # ours: `docs_page`, no CDN
         redoc_url=None,
     )
     app.state.settings = settings
@@ -82,6 +83,7 @@ def create_app(
     app.state.throttle = throttle
     app.state.run_requester = run_requester or KubernetesRunRequester(settings.kubeconfig_path)
     install_problem_handlers(app)
+    install_docs(app)
     for router in available_routers():
         app.include_router(router)
     if settings.web_enabled and importlib.util.find_spec(WEB_PACKAGE) is not None:

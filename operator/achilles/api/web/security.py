@@ -49,7 +49,7 @@ PAGE_HEADERS = {
     "cross-origin-opener-policy": "same-origin",
 }
 # Paths of the web inbox (pages, sign-in, its static files). The JSON API's own
-# responses keep FastAPI's defaults (its /docs page loads Swagger UI's scripts).
+# responses keep FastAPI's defaults; `/docs` has headers of its own (`api/docs_page.py`).
 WEB_PATHS = ("/auth/", "/static/")
 
 
