@@ -1,14 +1,17 @@
-"""Cancelling a run (issue 22, item 1) on the real database: a queued or running run ends
-`failed/cancelled` once, a finished one is left as it is, its runner writes nothing after,
-and a cancel racing what else may end the run (the runner's outcome, the reaper) ends it
-exactly once. The Job side: the sweep deletes the Job of a run cancelled behind the
-operator's back (the dispatcher made it meanwhile, or the CLI cancelled)."""
+"""Cancelling a run (issue 22, item 1; issue 36, item 3) on the real database: a queued
+run with no Job ends `failed/cancelled` at once; a run with a pod holds its agent until
+the pod is gone and then ends `failed/cancelled`, with the tokens it reported; a finished
+one is left as it is, and a cancel racing what else may end the run (the runner's
+outcome, the reaper, the dispatcher) ends it exactly once. The Job side: the sweep
+deletes, pods first, the Job of a run cancelled behind the operator's back (the
+dispatcher made it meanwhile, or the CLI cancelled), and the Job's deletion ends it."""
 
 from __future__ import annotations
 
 import functools
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, cast
 
@@ -127,28 +130,103 @@ def test_a_request_on_an_agent_cancels_only_that_agents_runs(db: Engine, databas
         _cancel(database_url, run_id + 1000)
 
 
-def test_a_cancelled_running_runs_pod_writes_nothing_after(db: Engine, database_url: str) -> None:
-    run_id = _enqueue(db, make_agent(db))
+def test_a_cancelled_running_run_holds_its_agent_until_its_pod_is_gone(
+    db: Engine, database_url: str
+) -> None:
+    """Issue 36 item 3 (seed 002: one active run, one runner alive per agent): a cancel
+    asks the run's pod to stop; until the pod is gone the run stays active, so no other
+    run of the agent starts beside it however many ask at once, and the tokens its
+    runner reports meanwhile count. Its end, whatever the runner writes, is the cancel's."""
+    agent = make_agent(db)
+    run_id = _enqueue(db, agent)
     pod = _runner(database_url, run_id, _with_secret(db, run_id))
     try:
         with pod.transaction() as session:
             assert journal.claim_run(session, run_id)
             assert journal.add_tokens(session, run_id, 40)
         outcome = _cancel(database_url, run_id)
-        assert (outcome.cancelled, outcome.was_running) == (True, True)
-        ended = _row(db, run_id)
-        # Every write of the runner is refused: the guards, and `achilles_run_id()` (0011)
-        # that shows a runner nothing once its run ended.
+        assert (outcome.cancelled, outcome.was_running, outcome.stopping) == (True, True, True)
+        assert "its pod is being stopped" in run_cancel.describe(outcome)
+        assert _row(db, run_id)["state"] == "running"
+
+        # Many ask for a run of the agent at once, each on a connection of its own.
+        barrier = threading.Barrier(RACES)
+
+        def enqueue(_: int) -> str:
+            engine = Database(database_url, pool_size=1)
+            try:
+                barrier.wait()
+                with engine.transaction() as session:
+                    return str(journal.enqueue_run(session, agent, RunTrigger.MANUAL).reason)
+            finally:
+                engine.dispose()
+
+        with ThreadPoolExecutor(RACES) as threads:
+            reasons = list(threads.map(enqueue, range(RACES)))
+        assert reasons == ["already_running"] * RACES
+
+        # The model call in flight reports its tokens; then the pod's SIGTERM writes: the
+        # pod is still there, so the run stays active.
         with pod.transaction() as session:
-            assert not journal.record_heartbeat(session, run_id)
+            assert journal.record_heartbeat(session, run_id)
+            assert journal.add_tokens(session, run_id, 5)
+            assert journal.fail_run(
+                session, run_id, FailReason.ERROR, "runner terminated by SIGTERM"
+            )
+        assert (_row(db, run_id)["state"], _row(db, run_id)["tokens_used"]) == ("running", 45)
+        with Session(db) as session, session.begin():
+            skipped = journal.enqueue_run(session, agent, RunTrigger.MANUAL)
+        assert skipped.reason == "already_running"
+        # Its Job is gone, its pods before it (foreground): the run ends, the cancel's.
+        operator = Database(database_url, pool_size=1)
+        try:
+            assert outcomes.job_gone(operator, run_id)
+        finally:
+            operator.dispose()
+        ended = _row(db, run_id)
+        assert (ended["state"], ended["reason"], ended["tokens_used"]) == (
+            "failed",
+            "cancelled",
+            45,
+        )
+        assert ended["error"] == "cancelled by a test"
+        with pod.transaction() as session:
             assert not journal.add_tokens(session, run_id, 5)
-            assert not journal.succeed_run(session, run_id, "too late")
-            assert not journal.fail_run(session, run_id, FailReason.ERROR, "SIGTERM")
         assert _row(db, run_id) == ended
-        # What it spent before the cancel is kept: it counts against the weekly budget.
-        assert ended["tokens_used"] == 40
     finally:
         pod.dispose()
+    _enqueue(db, agent)  # the pod is gone: the agent may run again
+
+
+def test_a_stopping_run_whose_pod_went_silently_ends_when_its_job_is_gone(
+    db: Engine, database_url: str
+) -> None:
+    """A pod killed before its runner wrote anything: the Job's deletion (its pods first,
+    foreground) ends the run, or the sweep finds no Job."""
+    agent = make_agent(db)
+    operator = Database(database_url, pool_size=2)
+    jobs = _Jobs()
+    try:
+        first, second = _enqueue(db, agent), _enqueue(db, make_agent(db))
+        for run_id in (first, second):
+            with Session(db) as session, session.begin():
+                assert journal.claim_run(session, run_id)
+                assert journal.add_tokens(session, run_id, 3)
+            assert _cancel(database_url, run_id).stopping
+        swept = outcomes.sweep(operator, cast(RunJobs, jobs), {first, second})
+        assert sorted(swept.cancelled_jobs) == sorted([first, second])
+        assert jobs.foreground == sorted([first, second])
+        assert swept.cancelled == []
+        assert {_row(db, r)["state"] for r in (first, second)} == {"running"}
+
+        assert outcomes.job_gone(operator, first)  # the Job watcher's DELETED
+        assert not outcomes.job_gone(operator, first)
+        assert outcomes.sweep(operator, cast(RunJobs, jobs), set()).cancelled == [second]
+        for run_id in (first, second):
+            row = _row(db, run_id)
+            assert (row["state"], row["reason"], row["tokens_used"]) == ("failed", "cancelled", 3)
+    finally:
+        operator.dispose()
 
 
 def _race(first: Callable[[], object], second: Callable[[], object]) -> tuple[Any, Any]:
@@ -192,16 +270,23 @@ def test_a_cancel_racing_the_runners_outcome_ends_the_run_once(
             succeeded, outcome = _race(finish, functools.partial(_cancel, database_url, run_id))
         finally:
             pod.dispose()
+        assert succeeded
+        if outcome.cancelled:  # asked to stop first: the run ends once its pod is gone
+            operator = Database(database_url, pool_size=1)
+            try:
+                assert _row(db, run_id)["state"] == "running"
+                assert outcomes.job_gone(operator, run_id)
+            finally:
+                operator.dispose()
         row = _row(db, run_id)
-        # Exactly one of the two wrote, and the row says which.
-        assert succeeded != outcome.cancelled
-        if succeeded:
+        # The first decides: the answer, or the cancel.
+        if outcome.cancelled:
+            assert (row["state"], row["reason"], row["output"]) == ("failed", "cancelled", None)
+            ended["cancelled"] += 1
+        else:
             assert (row["state"], row["output"]) == ("succeeded", "the answer")
             assert (outcome.state, outcome.reason) == ("succeeded", None)
             ended["succeeded"] += 1
-        else:
-            assert (row["state"], row["reason"], row["output"]) == ("failed", "cancelled", None)
-            ended["cancelled"] += 1
 
 
 def test_a_cancel_racing_the_reaper_ends_the_run_once(db: Engine, database_url: str) -> None:
@@ -225,7 +310,8 @@ def test_a_cancel_racing_the_reaper_ends_the_run_once(db: Engine, database_url: 
 
             reaped, outcome = _race(reap, functools.partial(_cancel, database_url, run_id))
             row = _row(db, run_id)
-            assert (run_id in reaped) != outcome.cancelled
+            # Reaped first: stale. Asked to stop first: the reaper's end is the cancel's.
+            assert run_id in reaped
             expected = "cancelled" if outcome.cancelled else "stale"
             assert (row["state"], row["reason"]) == ("failed", expected)
     finally:
@@ -238,17 +324,20 @@ class _Jobs:
     def __init__(self) -> None:
         self.created: list[int] = []
         self.deleted: list[int] = []
+        self.foreground: list[int] = []  # deleted after their pods
 
     def create(self, manifest: dict[str, Any]) -> bool:
         self.created.append(int(manifest["metadata"]["labels"][RUN_ID_LABEL]))
         return True
 
-    def delete(self, run_id: int) -> bool:
+    def delete(self, run_id: int, *, foreground: bool = False) -> bool:
         self.deleted.append(run_id)
+        if foreground:
+            self.foreground.append(run_id)
         return True
 
 
-def test_a_run_cancelled_while_its_job_is_made_loses_the_job_and_frees_its_slot(
+def test_a_run_cancelled_while_its_job_is_made_holds_its_slot_until_the_job_is_gone(
     db: Engine, database_url: str
 ) -> None:
     set_settings(db, agent_max_concurrency=1)
@@ -259,17 +348,20 @@ def test_a_run_cancelled_while_its_job_is_made_loses_the_job_and_frees_its_slot(
         # The dispatcher marked the run and made its Job; the cancel lands meanwhile.
         created = dispatch_queued_runs(operator, cast(RunJobs, jobs), TEMPLATE).created
         assert [run.run_id for run in created] == [first]
-        assert _cancel(database_url, first).dispatched
-        # The slot is free at once: the next run is dispatched under the cap of one.
+        outcome = _cancel(database_url, first)
+        assert (outcome.dispatched, outcome.stopping) == (True, True)
+        # Its pod may be starting: the slot stays taken under the cap of one.
+        assert dispatch_queued_runs(operator, cast(RunJobs, jobs), TEMPLATE).created == []
+        # The sweep finds the cancelled run's Job among those that exist and deletes it,
+        # its pods first; the run ends when the Job is gone, and the slot frees.
+        swept = outcomes.sweep(operator, cast(RunJobs, jobs), {first})
+        assert swept.cancelled_jobs == [first]
+        assert jobs.foreground == [first]
+        assert _row(db, first)["state"] == "queued"
+        assert outcomes.job_gone(operator, first)
+        assert _row(db, first)["reason"] == "cancelled"
         created = dispatch_queued_runs(operator, cast(RunJobs, jobs), TEMPLATE).created
         assert [run.run_id for run in created] == [waiting]
-        # The sweep finds the cancelled run's Job among those that exist and deletes it;
-        # the waiting run's Job is left alone.
-        swept = outcomes.sweep(operator, cast(RunJobs, jobs), {first, waiting})
-        assert swept.cancelled_jobs == [first]
-        assert jobs.deleted == [first]
-        assert _row(db, first)["reason"] == "cancelled"
-        assert _row(db, waiting)["state"] == "queued"
     finally:
         operator.dispose()
 
@@ -290,13 +382,16 @@ def test_a_cancel_racing_the_dispatcher_ends_the_run_and_its_job_is_swept(
             )
             # Queued when it was cancelled, whether its Job was being made or not.
             assert (outcome.cancelled, outcome.was_running) == (True, False)
-            row = _row(db, run_id)
-            assert (row["state"], row["reason"]) == ("failed", "cancelled")
-            if jobs.created:  # made after the mark: the sweep deletes it
+            if jobs.created:  # marked first: it holds its agent until its Job is gone
                 made += 1
+                assert outcome.stopping
                 swept = outcomes.sweep(dispatcher, cast(RunJobs, jobs), set(jobs.created))
                 assert swept.cancelled_jobs == [run_id]
-                assert jobs.deleted == [run_id]
+                assert jobs.foreground == [run_id]
+                assert outcomes.job_gone(dispatcher, run_id)
+            row = _row(db, run_id)
+            assert (row["state"], row["reason"]) == ("failed", "cancelled")
+            dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE)
             assert _row(db, run_id) == row  # nothing the dispatcher did changed it
     finally:
         dispatcher.dispose()

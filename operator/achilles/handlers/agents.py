@@ -211,8 +211,9 @@ def _apply(
         state, reason = reconciliation.enqueued
         metrics.count_enqueued("manual", state, reason)
     if reconciliation.delete_job_of is not None:
-        # A cancelled run's Job, and its pod with it (background propagation).
-        context.jobs.delete(reconciliation.delete_job_of)
+        # A cancelled run's Job, after its pods (foreground propagation): the run holds
+        # its agent until the Job is gone, and then ends (the Job watcher).
+        context.jobs.delete(reconciliation.delete_job_of, foreground=True)
     if reconciliation.wake_dispatcher:
         context.dispatch_wake.set()
     agent_id = reconciliation.agent_id

@@ -286,11 +286,15 @@ class RunJobs:
                     return RunSecret(variable.value)
         return None
 
-    def delete(self, run_id: int) -> bool:
-        """Delete the run's Job and its pods (a reaped or removed run); False if absent."""
+    def delete(self, run_id: int, *, foreground: bool = False) -> bool:
+        """Delete the run's Job and its pods (a reaped or removed run); False if absent.
+        `foreground`: the Job goes only after its pods are gone (a cancelled run, which
+        holds its agent until then: the Job's deletion says the pod is gone)."""
         try:
             self.batch.delete_namespaced_job(
-                job_name(run_id), self.namespace, propagation_policy="Background"
+                job_name(run_id),
+                self.namespace,
+                propagation_policy="Foreground" if foreground else "Background",
             )
         except ApiException as exc:
             if exc.status == 404:

@@ -232,9 +232,10 @@ def _answer_cancel_request(
     )
     if outcome.cancelled:
         result.journal_moved = True
-        result.wake_dispatcher = True  # its slot is free
-        if outcome.dispatched:
-            result.delete_job_of = run_id
+        if outcome.stopping:
+            result.delete_job_of = run_id  # its slot is free once the pod is gone
+        else:
+            result.wake_dispatcher = True  # its slot is free
 
 
 @dataclass(frozen=True)

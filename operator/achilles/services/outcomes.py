@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
-from achilles.db.journal.cancel import cancelled_among
+from achilles.db.journal.cancel import end_stopped_runs, stopping_among
 from achilles.db.journal.runs import ReapedRun, fail_run, fail_unclaimed_run, reap_stale_runs
 from achilles.db.journal.settings import database_now, database_started_at
 from achilles.domain.pod_outcome import (
@@ -47,9 +47,11 @@ class SweepResult:
     failed: list[FailedRun] = field(default_factory=list)
     reaped: list[int] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
-    # Cancelled runs whose Job still existed (cancelled by the CLI, or while the
-    # dispatcher made the Job): their Jobs were deleted.
+    # Runs being cancelled (or cancelled) whose Job still existed (cancelled by the CLI,
+    # or while the dispatcher made the Job): their Jobs were deleted, with their pods.
     cancelled_jobs: list[int] = field(default_factory=list)
+    # Runs asked to stop whose pod was gone: ended `failed/cancelled`.
+    cancelled: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -176,8 +178,9 @@ def sweep(
     *,
     stale_after: timedelta = STALE_AFTER,
 ) -> SweepResult:
-    """Reap stale runs, then repair runs whose Job is missing and find the cancelled runs
-    whose Job still exists (deleted after the transaction), in one transaction.
+    """Reap stale runs, end the runs asked to stop whose pod is gone (their Job is), then
+    repair runs whose Job is missing and find the cancelled runs whose Job still exists
+    (deleted after the transaction, with its pods), in one transaction.
 
     Silence counts only while the database is up: a runner cannot beat while PostgreSQL
     is down, so for `stale_after` after the server (re)starts nothing is reaped, and the
@@ -194,6 +197,11 @@ def sweep(
         if now - database_started_at(session) >= stale_after:
             reaped = reap_stale_runs(session, now=now, stale_after=stale_after)
         if existing_run_ids is not None:
+            result.cancelled = end_stopped_runs(
+                session,
+                without_job=set(existing_run_ids),
+                dispatched_before=now - MISSING_JOB_GRACE,
+            )
             lost_queued: list[int] = []
             for active in queue.active_runs(session):
                 if active.run_id in existing_run_ids or active.dispatched_at is None:
@@ -210,10 +218,18 @@ def sweep(
             # read (its Job perhaps being made now) keeps its new mark and secret.
             queue.release_dispatch(session, lost_queued, dispatched_before=now - MISSING_JOB_GRACE)
             result.requeued = lost_queued
-            result.cancelled_jobs = cancelled_among(session, set(existing_run_ids))
+            result.cancelled_jobs = stopping_among(session, set(existing_run_ids))
     for run in reaped:
         jobs.delete(run.run_id)
         result.reaped.append(run.run_id)
     for run_id in result.cancelled_jobs:
-        jobs.delete(run_id)  # its pod goes with it (background propagation)
+        # Its pods first (foreground propagation): the run ends when the Job is gone.
+        jobs.delete(run_id, foreground=True)
     return result
+
+
+def job_gone(database: Database, run_id: int) -> bool:
+    """The run's Job was deleted, and with foreground propagation its pods before it: a
+    run asked to stop ends `failed/cancelled` now (True), anything else is untouched."""
+    with database.transaction() as session:
+        return bool(end_stopped_runs(session, run_ids={run_id}))

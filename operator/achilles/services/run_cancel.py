@@ -3,11 +3,14 @@
 Who asks: an owner through the portal (the Agent's `achilles.io/cancel-run` annotation,
 which the operator honours: `services/agent_events.py`), `achilles runs cancel RUN` (an
 admin, or any login that may write runs), and the HTTP API through the same annotation.
-Each goes through `cancel_run`, which ends the row in its own transaction (idempotent: a
-run that ended already is left as it is and the answer says how it ended). The run's Job
-is the operator's to delete: at once when the operator itself cancelled, otherwise at
-its sweeper's next pass (`outcomes.sweep`, every 30 s), which also catches a Job the
-dispatcher made while the cancel landed.
+Each goes through `cancel_run`, in its own transaction (idempotent: a run that ended
+already is left as it is and the answer says how it ended). A queued run with no Job
+ends at once; a run with a pod, or one being made, is asked to stop and holds its agent
+(seed 002: one runner alive per agent) until its pod is gone. The run's Job is the
+operator's to delete, with its pods first (foreground propagation): at once when the
+operator itself cancelled, otherwise at its sweeper's next pass (`outcomes.sweep`, every
+30 s), which also catches a Job the dispatcher made while the cancel landed; the Job's
+deletion (the Job watcher) or its absence (the sweep) ends the run.
 """
 
 from __future__ import annotations
@@ -42,8 +45,15 @@ def cancel_run(database: Database, request: CancelRequest) -> CancelledRun:
 
 def describe(outcome: CancelledRun) -> str:
     """The answer in words, for an Event or a CLI line."""
+    was = "running" if outcome.was_running else "queued"
+    if outcome.cancelled and outcome.stopping:
+        return (
+            f"run {outcome.run_id} cancelled (it was {was}): its pod is being stopped, and the"
+            " run ends failed/cancelled once it is gone (the agent stays held until then)"
+        )
     if outcome.cancelled:
-        was = "running" if outcome.was_running else "queued"
         return f"run {outcome.run_id} cancelled (it was {was})"
+    if outcome.stopping:
+        return f"run {outcome.run_id} is being cancelled already: nothing changed"
     how = outcome.state.value + (f"/{outcome.reason}" if outcome.reason else "")
     return f"run {outcome.run_id} had already ended ({how}): nothing changed"

@@ -200,6 +200,8 @@ class RunObjects:
             with self._lock:
                 self._job_runs.pop(job.name, None)
                 self._settled_jobs.discard(job.name)
+            # A cancelled run's Job goes after its pods: the run may end now.
+            outcomes.job_gone(self.database, job.run_id)
             return []
         with self._lock:
             self._job_runs[job.name] = job.run_id

@@ -238,7 +238,7 @@ def test_a_namespace_with_a_paused_agent_still_empties(
         try:
             cluster.core.read_namespace(name)
         except ApiException as error:
-            return error.status == 404
+            return bool(error.status == 404)
         return False
 
     wait_for(gone, 60, what="the namespace deleted, its paused Agent with it", interval=0.5)

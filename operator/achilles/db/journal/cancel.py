@@ -1,10 +1,15 @@
-"""Cancelling a run: `queued|running -> failed/cancelled`, once.
+"""Cancelling a run: `queued|running -> failed/cancelled`, once, and only once its pod
+is gone (issue 36 item 3; seed 002: one active run, one runner alive per agent).
 
 The row is locked first (`FOR UPDATE`), so a cancel and whatever else may end the run at
 that moment (its runner's outcome, the reaper, a pod's verdict, the dispatcher's budget
 gate) are ordered by the database: the second finds the row ended and writes nothing (a
-terminal row never changes again). A runner whose run was cancelled sees each of its
-writes refused and stops (`achilles_run_id()` of 0011 is NULL once the row ended).
+terminal row never changes again). A queued run with no Job made ends at once. A run
+that has or may have a pod (running, or queued and dispatched) is only asked to stop
+(`cancel_requested_at`, 0019): it stays active, holding its agent and its slot, while
+the operator deletes its Job with the pods; whatever end is written then (the runner's
+SIGTERM, the pod seen gone, the reaper) is `failed/cancelled` with the cancel's error
+(a trigger, `achilles_cancel_wins`), and the tokens reported until then stay.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import AgentRun
@@ -25,11 +30,12 @@ from achilles.errors import NotFound
 class CancelledRun:
     run_id: int
     agent_id: int
-    cancelled: bool  # False: it had ended already, and nothing changed
-    state: RunState  # the state it ended in (failed, when this cancel ended it)
+    cancelled: bool  # False: it had ended already (or was stopping already): nothing changed
+    state: RunState  # the state it is in now (failed, when this cancel ended it)
     reason: str | None
     was_running: bool  # its runner had claimed it
     dispatched: bool  # a Job was (or was being) made for it
+    stopping: bool = False  # it ends once its pod is gone (its Job is to be deleted)
 
 
 def cancel_run(
@@ -40,12 +46,17 @@ def cancel_run(
     agent_id: int | None = None,
     now: datetime | None = None,
 ) -> CancelledRun:
-    """End the run `failed/cancelled` with `error` if it is queued or running; a run that
-    ended already is left as it is. `agent_id`: the run must be that agent's (a request
-    on an Agent names only its own runs), else `NotFound` as for a run that does not
-    exist."""
+    """Cancel the run with `error` if it is queued or running: at once when no Job was
+    made for it, else by asking it to stop (it ends when its pod is gone). A run that
+    ended already, or is stopping already, is left as it is. `agent_id`: the run must be
+    that agent's (a request on an Agent names only its own runs), else `NotFound` as for
+    a run that does not exist."""
     query = select(
-        AgentRun.agent_id, AgentRun.state, AgentRun.reason, AgentRun.dispatched_at
+        AgentRun.agent_id,
+        AgentRun.state,
+        AgentRun.reason,
+        AgentRun.dispatched_at,
+        AgentRun.cancel_requested_at,
     ).where(AgentRun.id == run_id)
     if agent_id is not None:
         query = query.where(AgentRun.agent_id == agent_id)
@@ -53,44 +64,91 @@ def cancel_run(
     if row is None:
         raise NotFound(f"run {run_id} does not exist")
     state = RunState(row.state)
+    dispatched = row.dispatched_at is not None
+    running = state is RunState.RUNNING
     if state not in ACTIVE_STATES:
+        return CancelledRun(run_id, row.agent_id, False, state, row.reason, False, dispatched)
+    at = now or database_now(session)
+    if row.cancel_requested_at is not None:
         return CancelledRun(
-            run_id, row.agent_id, False, state, row.reason, False, row.dispatched_at is not None
+            run_id, row.agent_id, False, state, None, running, dispatched, stopping=True
+        )
+    if running or dispatched:
+        session.execute(
+            update(AgentRun)
+            .where(AgentRun.id == run_id)
+            .values(cancel_requested_at=at, cancel_error=error)
+        )
+        return CancelledRun(
+            run_id, row.agent_id, True, state, None, running, dispatched, stopping=True
         )
     session.execute(
         update(AgentRun)
-        .where(
-            AgentRun.id == run_id,
-            AgentRun.state.in_([s.value for s in in_definition_order(ACTIVE_STATES)]),
-        )
+        .where(AgentRun.id == run_id, AgentRun.state == RunState.QUEUED)
         .values(
             state=RunState.FAILED,
             reason=FailReason.CANCELLED,
             error=error,
-            finished_at=now or database_now(session),
+            finished_at=at,
         )
     )
     return CancelledRun(
-        run_id,
-        row.agent_id,
-        True,
-        RunState.FAILED,
-        FailReason.CANCELLED,
-        state is RunState.RUNNING,
-        row.dispatched_at is not None,
+        run_id, row.agent_id, True, RunState.FAILED, FailReason.CANCELLED, False, False
     )
 
 
-def cancelled_among(session: Session, run_ids: set[int]) -> list[int]:
-    """Which of `run_ids` (runs whose Job exists) ended cancelled: their Jobs must go."""
+def stopping_among(session: Session, run_ids: set[int]) -> list[int]:
+    """Which of `run_ids` (runs whose Job exists) are being cancelled, or ended cancelled:
+    their Jobs must go, with their pods."""
     if not run_ids:
         return []
     return list(
         session.execute(
             select(AgentRun.id).where(
                 AgentRun.id.in_(sorted(run_ids)),
-                AgentRun.state == RunState.FAILED,
-                AgentRun.reason == FailReason.CANCELLED,
+                or_(
+                    and_(
+                        AgentRun.cancel_requested_at.is_not(None),
+                        AgentRun.state.in_([s.value for s in in_definition_order(ACTIVE_STATES)]),
+                    ),
+                    and_(
+                        AgentRun.state == RunState.FAILED,
+                        AgentRun.reason == FailReason.CANCELLED,
+                    ),
+                ),
             )
         ).scalars()
     )
+
+
+def end_stopped_runs(
+    session: Session,
+    *,
+    run_ids: set[int] | None = None,
+    without_job: set[int] | None = None,
+    dispatched_before: datetime | None = None,
+) -> list[int]:
+    """End `failed/cancelled` the runs asked to stop whose pod is gone: those in `run_ids`
+    (their Job was deleted, with its pods: foreground propagation), or, with
+    `without_job` (the runs whose Job exists), those not in it that are running or were
+    dispatched before `dispatched_before` (a Job being made is not missing yet)."""
+    active = [s.value for s in in_definition_order(ACTIVE_STATES)]
+    query = update(AgentRun).where(
+        AgentRun.cancel_requested_at.is_not(None), AgentRun.state.in_(active)
+    )
+    if run_ids is not None:
+        if not run_ids:
+            return []
+        query = query.where(AgentRun.id.in_(sorted(run_ids)))
+    if without_job is not None:
+        not_made_now = AgentRun.state == RunState.RUNNING
+        if dispatched_before is not None:
+            not_made_now = or_(not_made_now, AgentRun.dispatched_at < dispatched_before)
+        query = query.where(AgentRun.id.not_in(sorted(without_job)), not_made_now)
+    # The trigger (0019) makes any end of such a run `failed/cancelled` with its error.
+    ended = session.execute(
+        query.values(
+            state=RunState.FAILED, reason=FailReason.CANCELLED, finished_at=func.now()
+        ).returning(AgentRun.id)
+    )
+    return list(ended.scalars())
