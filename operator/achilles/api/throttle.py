@@ -7,10 +7,10 @@ a bound; a shared store would make every request wait on one). What is counted:
 
 - a person (`ACHILLES_API_RATE_LIMIT_USER`, default 600/minute): every `/v1` request
   once they are recognised, whichever way (token, session, portal acting for them);
-- a client address (`ACHILLES_API_RATE_LIMIT_CLIENT`, default 3000/minute): every `/v1`
+- a client address (`ACHILLES_API_RATE_LIMIT_CLIENT`, off by default): every `/v1`
   request, before anything else. The address is the TCP peer's (no header is trusted):
-  behind an Ingress every request comes from it, so set this to the Ingress's whole
-  budget there, or `0` for none;
+  behind an Ingress every request comes from it, and the portal is one address acting
+  for everyone, so it is for an API exposed directly to its clients;
 - failed sign-ins of a client address (`ACHILLES_API_AUTH_FAILURE_LIMIT`, default
   30/minute): each `401` counts; once over, a credential that would cost a network call
   to check (a TokenReview, a fetch of the issuer's keys) is refused before that call.
