@@ -85,7 +85,7 @@ def model_changed(
     context = context_of(memo)
     name = meta["name"]
     if _deleted(type, meta):
-        stopped = catalogue.withdraw_model(context.database, name)
+        stopped = catalogue.withdraw_model(context.database, name, uid=meta.get("uid"))
         logger.info("model %s withdrawn from %d agent(s)", name, len(stopped))
         # Clear their spec.model (the owner must choose again); what a failure leaves
         # undelivered stays owed in the database and the sweeper finishes it.
@@ -95,7 +95,16 @@ def model_changed(
     parsed = mirror.parse(AgentModelSpec, spec)
     if parsed is None:
         return
-    mirrored = catalogue.mirror_model(context.database, name, parsed)
+    mirrored = catalogue.mirror_model(context.database, name, parsed, uid=meta.get("uid"))
+    if mirrored.withdrawn:
+        # The model of this name was deleted while no operator watched, and this is a new
+        # one: its agents were withdrawn from the old (seed 000: nobody revives).
+        logger.info(
+            "model %s was deleted and created again unseen: withdrawn from %d agent(s)",
+            name,
+            len(mirrored.withdrawn),
+        )
+        deliver_owed_specs(context)
     # Reconciled before this model existed: read again by the sweeper's next retries
     # pass, which links the ones that name it.
     requeue_agents(context, mirrored.awaiting)
@@ -154,7 +163,7 @@ def tool_changed(
     if _deleted(type, meta):
         # Its links go; the agents that had them still name it: read again, they show
         # it unknown (ToolsResolved False) and link to it if it is created again.
-        unlinked = catalogue.remove_tool(context.database, name)
+        unlinked = catalogue.remove_tool(context.database, name, uid=meta.get("uid"))
         requeue_agents(context, unlinked)
         logger.info("tool %s removed: %d agent(s) linked to it read again", name, len(unlinked))
         return
@@ -163,7 +172,10 @@ def tool_changed(
     parsed = mirror.parse(AgentToolSpec, spec)
     if parsed is None:
         return
-    mirrored = catalogue.mirror_tool(context.database, name, parsed)
+    mirrored = catalogue.mirror_tool(context.database, name, parsed, uid=meta.get("uid"))
+    # Linked to an older object of this name, deleted unseen: read again, they link to
+    # this one as to any new tool.
+    requeue_agents(context, mirrored.unlinked)
     # Reconciled while no tool of this name existed: read again, they link to it.
     requeue_agents(context, mirrored.awaiting)
     if mirrored.awaiting:

@@ -22,12 +22,23 @@ class ModelMirrored:
     # A new model: the agents with none, whose CR may name it (reconciled before it
     # existed); their handler reads them again (`agents_awaiting_a_model`).
     awaiting: list[catalogue.AgentRef] = field(default_factory=list)
+    # The object this name mirrored before was deleted unseen (another uid now): its
+    # agents were withdrawn from it as its delete event would have (seed 000: a model
+    # deleted and created again revives nobody); their CRs are owed `spec.model: null`.
+    withdrawn: list[catalogue.AgentRef] = field(default_factory=list)
 
 
-def mirror_model(database: Database, name: str, spec: AgentModelSpec) -> ModelMirrored:
+def mirror_model(
+    database: Database, name: str, spec: AgentModelSpec, *, uid: str | None = None
+) -> ModelMirrored:
+    """The model's row as its object says; `uid`: that object's (issue 36 item 8)."""
     secret = spec.api_key_secret_ref
     with database.transaction() as session:
         catalogue.lock_model_name(session, name, shared=False)
+        _found, mirrored = catalogue.model_uid(session, name)
+        withdrawn: list[catalogue.AgentRef] = []
+        if catalogue.is_another_object(mirrored, uid):
+            withdrawn = catalogue.withdraw_model(session, name)
         model_id, created = catalogue.upsert_model(
             session,
             catalogue.ModelRow(
@@ -37,20 +48,24 @@ def mirror_model(database: Database, name: str, spec: AgentModelSpec) -> ModelMi
                 api_key_secret_name=secret.name if secret else None,
                 api_key_secret_key=secret.key if secret else None,
                 is_default=spec.is_default,
+                uid=uid,
             ),
         )
         conflict = None
         if not catalogue.set_default_model(session, name, spec.is_default):
             conflict = catalogue.default_model_name(session)
         awaiting = catalogue.agents_awaiting_a_model(session) if created else []
-    return ModelMirrored(model_id, conflict, awaiting)
+    return ModelMirrored(model_id, conflict, awaiting, withdrawn)
 
 
-def withdraw_model(database: Database, name: str) -> list[catalogue.AgentRef]:
+def withdraw_model(
+    database: Database, name: str, *, uid: str | None = None
+) -> list[catalogue.AgentRef]:
     """DESIGN §4: its agents stop (model_id NULL); re-adding the name revives nobody.
-    Their CRs are owed `spec.model: null` (delivered by `agents.deliver_owed_specs`)."""
+    Their CRs are owed `spec.model: null` (delivered by `agents.deliver_owed_specs`).
+    `uid`: the deleted object's; a newer object of the name is left alone."""
     with database.transaction() as session:
-        return catalogue.withdraw_model(session, name)
+        return catalogue.withdraw_model(session, name, uid=uid)
 
 
 @dataclass(frozen=True)
@@ -97,13 +112,23 @@ class ToolMirrored:
     # A new tool: the agents whose last reconcile found it missing from their
     # `spec.tools`; their handler reads them again (`agents_awaiting_a_tool`).
     awaiting: list[catalogue.AgentRef] = field(default_factory=list)
+    # The object this name mirrored before was deleted unseen (another uid now): its
+    # links went as its delete event would have taken them; those agents are read again.
+    unlinked: list[catalogue.AgentRef] = field(default_factory=list)
 
 
-def mirror_tool(database: Database, name: str, spec: AgentToolSpec) -> ToolMirrored:
+def mirror_tool(
+    database: Database, name: str, spec: AgentToolSpec, *, uid: str | None = None
+) -> ToolMirrored:
+    """The tool's row as its object says; `uid`: that object's (issue 36 item 8)."""
     with database.transaction() as session:
         catalogue.lock_tool_name(session, name, shared=False)
+        _found, mirrored = catalogue.tool_uid(session, name)
+        unlinked: list[catalogue.AgentRef] = []
+        if catalogue.is_another_object(mirrored, uid):
+            unlinked = catalogue.delete_tool(session, name) or []
         tool_id, created = catalogue.upsert_tool(
-            session, name, spec.description, spec.implementation, spec.agents_allowed
+            session, name, spec.description, spec.implementation, spec.agents_allowed, uid=uid
         )
         # An MCP source's server and rules (issue 38); its tools are listed afterwards
         # (`services/mcp_sources.discover`), outside this transaction.
@@ -112,14 +137,20 @@ def mirror_tool(database: Database, name: str, spec: AgentToolSpec) -> ToolMirro
         else:
             sources.delete_source(session, tool_id)
         awaiting = catalogue.agents_awaiting_a_tool(session, name) if created else []
-    return ToolMirrored(tool_id, awaiting)
+    return ToolMirrored(tool_id, awaiting, unlinked)
 
 
-def remove_tool(database: Database, name: str) -> list[catalogue.AgentRef]:
+def remove_tool(
+    database: Database, name: str, *, uid: str | None = None
+) -> list[catalogue.AgentRef]:
     """The tool and its links gone (DESIGN §4: its agents keep the KS core); the agents
     that were linked to it, whose CRs still name it: their handler reads them again, they
-    show it unknown and link to it if it is created again (`agents_awaiting_a_tool`)."""
+    show it unknown and link to it if it is created again (`agents_awaiting_a_tool`).
+    `uid`: the deleted object's; a newer object of the name is left alone."""
     with database.transaction() as session:
+        _found, mirrored = catalogue.tool_uid(session, name)
+        if catalogue.is_another_object(mirrored, uid):
+            return []
         return catalogue.delete_tool(session, name) or []
 
 

@@ -23,6 +23,7 @@ class ModelRow:
     api_key_secret_name: str | None
     api_key_secret_key: str | None
     is_default: bool
+    uid: str | None = None  # the AgentModel object's (None: not from a cluster object)
 
 
 # The first key of the two-key advisory locks on a model's name (`lock_model_name`); the
@@ -48,6 +49,7 @@ def upsert_model(session: Session, model: ModelRow) -> tuple[int, bool]:
         "provider_model": model.provider_model,
         "api_key_secret_name": model.api_key_secret_name,
         "api_key_secret_key": model.api_key_secret_key,
+        "cr_uid": model.uid,
     }
     # `xmax = 0`: the row version is this INSERT's own, not an update of a conflicting row.
     row: tuple[int, bool] = (
@@ -110,11 +112,29 @@ def agents_awaiting_a_model(session: Session) -> list[AgentRef]:
     return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
 
 
-def withdraw_model(session: Session, name: str) -> list[AgentRef]:
+def is_another_object(mirrored: str | None, uid: str | None) -> bool:
+    """A row that mirrors object `mirrored` met object `uid` of the same name: another
+    object (its predecessor was deleted) when both are known and differ (0020)."""
+    return mirrored is not None and uid is not None and mirrored != uid
+
+
+def model_uid(session: Session, name: str) -> tuple[bool, str | None]:
+    """(whether a model of this name is in the allowlist, the uid of its object)."""
+    row = session.execute(
+        select(AgentModel.cr_uid).where(AgentModel.name == name).with_for_update()
+    ).first()
+    return (row is not None, row.cr_uid if row is not None else None)
+
+
+def withdraw_model(session: Session, name: str, *, uid: str | None = None) -> list[AgentRef]:
     """Delete the model; its agents' `model_id` becomes NULL and they stop. Each of their
     CRs is owed `spec.model: null` (`owed_spec`), recorded in this transaction, so a
     failed or interrupted delivery is finished later; until then a model re-created under
-    this name revives nobody. Returns those agents."""
+    this name revives nobody. Returns those agents. `uid`: the deleted object's; a row
+    that mirrors another object of the name (made since) is left alone."""
+    found, mirrored = model_uid(session, name)
+    if not found or is_another_object(mirrored, uid):
+        return []
     model_id = model_id_by_name(session, name)
     if model_id is None:
         return []
@@ -169,13 +189,20 @@ def lock_tool_name(session: Session, name: str, *, shared: bool) -> None:
 
 
 def upsert_tool(
-    session: Session, name: str, description: str | None, implementation: str, allowed: bool
+    session: Session,
+    name: str,
+    description: str | None,
+    implementation: str,
+    allowed: bool,
+    *,
+    uid: str | None = None,
 ) -> tuple[int, bool]:
-    """The tool's row written: (its id, whether this created it)."""
+    """The tool's row written: (its id, whether this created it); `uid`: its object's."""
     values = {
         "description": description,
         "implementation": implementation,
         "agents_allowed": allowed,
+        "cr_uid": uid,
     }
     # `xmax = 0`: the row version is this INSERT's own, not an update of a conflicting row.
     row: tuple[int, bool] = (
@@ -202,6 +229,12 @@ def agents_awaiting_a_tool(session: Session, name: str) -> list[AgentRef]:
         )
     ).all()
     return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
+
+
+def tool_uid(session: Session, name: str) -> tuple[bool, str | None]:
+    """(whether a tool of this name is in the catalogue, the uid of its object)."""
+    row = session.execute(select(Tool.cr_uid).where(Tool.name == name).with_for_update()).first()
+    return (row is not None, row.cr_uid if row is not None else None)
 
 
 def delete_tool(session: Session, name: str) -> list[AgentRef] | None:

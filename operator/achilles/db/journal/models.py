@@ -87,6 +87,9 @@ class AgentModel(Base):
     api_key_secret_key: Mapped[str | None] = mapped_column(Text)
     is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     created_at: Mapped[datetime] = timestamp_column()
+    # The AgentModel object mirrored here (0020): another uid under this name is a new
+    # object, its predecessor deleted (NULL: made in the database, or not seen since).
+    cr_uid: Mapped[str | None] = mapped_column(Text)
 
 
 class Tool(Base):
@@ -102,6 +105,8 @@ class Tool(Base):
         Boolean, nullable=False, server_default=text("true")
     )
     created_at: Mapped[datetime] = timestamp_column()
+    # The AgentTool object mirrored here (0020), as `AgentModel.cr_uid`.
+    cr_uid: Mapped[str | None] = mapped_column(Text)
 
 
 class PlatformSettings(Base):
