@@ -7,8 +7,9 @@ PostgreSQL:
 
 - **Overhead per call.** The server's own latency is a `tools/call` of `echo` on a session
   already open (one round trip, the SDK client's work included); the runner's is the same
-  call as a run makes it (`tools/mcp.py`: a session of its own per call, its
-  initialisation, the arguments' digest, the result's cap). Reported: both series, and
+  call as a run makes it (`tools/mcp.py`: on the run's session with the server, kept on
+  its own event-loop thread, the arguments' digest, the result's cap). A run's first call
+  of a server, which opens that session, is reported apart. Reported: both series, and
   the ratio runner / server at p50 and p99; the server's series is taken in two halves
   around the runner's, so a drift of the machine's load moves both alike.
 - **Reply -> approved call made.** An approval pending (`echo` under `approval: always`),
@@ -52,7 +53,7 @@ from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.services import catalogue, tool_approvals
 from achilles.tools import approvals as run_approvals
 from achilles.tools.base import ToolContext
-from achilles.tools.mcp import McpTool
+from achilles.tools.mcp import McpConnections, McpTool
 from achilles_dev import mcp_servers
 from bench.pg import bench_database
 from bench.report import Progress, Report, at_most, percentile
@@ -108,9 +109,20 @@ def _echo_source(url: str, tool_id: int, catalogue_name: str, *, approval: bool)
 
 def _overhead(report: Report, url: str, size: int, progress: Callable[[str], None]) -> None:
     source = _echo_source(url, 1, "everything", approval=False)
-    tool = McpTool(source, source.offered[0], {})
     arguments = json.dumps(ECHO)
     ctx = _context(None, 0, 0, 0)  # type: ignore[arg-type]
+    # A run's first call of a server opens the run's session with it (what a call cost
+    # before the sessions were kept: one per call).
+    first: list[float] = []
+    for _ in range(max(1, size // 10)):
+        connections = McpConnections()
+        tool = McpTool(source, source.offered[0], {}, connections=connections)
+        started = time.perf_counter()
+        tool.call(arguments, ctx)
+        first.append(time.perf_counter() - started)
+        connections.close()
+    connections = McpConnections()
+    tool = McpTool(source, source.offered[0], {}, connections=connections)
     _open_session_calls(url, WARM_UP)
     for _ in range(WARM_UP):
         tool.call(arguments, ctx)
@@ -126,10 +138,12 @@ def _overhead(report: Report, url: str, size: int, progress: Callable[[str], Non
         if (n + 1) % 50 == 0:
             progress(f"{n + 1} runner calls")
     server += _open_session_calls(url, size - size // 2)
+    connections.close()
     server.sort()
     runner.sort()
     report.latency("server's own latency per call (open session)", server, on="median")
-    report.latency("runner's time per MCP call (a session per call)", runner, on="median")
+    report.latency("runner's time per MCP call (the run's session)", runner, on="median")
+    report.latency("a run's first call of a server (opens its session)", first, on="median")
     for label, at in (("p50", 0.5), ("p99", 0.99)):
         ratio = _at(runner, at) / _at(server, at)
         report.add_value(f"runner / server latency, {label}", ratio, "x")

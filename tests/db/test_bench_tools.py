@@ -22,7 +22,8 @@ def test_tools_benchmark_runs_reports_and_cleans_up(
     result = json.loads(out.read_text())
     figures = {figure["name"]: figure for figure in result["figures"]}
     assert figures["server's own latency per call (open session)"]["series"]["count"] == 4
-    assert figures["runner's time per MCP call (a session per call)"]["series"]["count"] == 4
+    assert figures["runner's time per MCP call (the run's session)"]["series"]["count"] == 4
+    assert figures["a run's first call of a server (opens its session)"]["series"]["count"] == 1
     assert figures["runner / server latency, p99"]["value"] > 0
     reply = figures["reply -> approved call made (decision + the run's start settling)"]
     assert reply["series"]["count"] == 4

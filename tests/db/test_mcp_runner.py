@@ -209,3 +209,32 @@ def test_a_withdrawn_source_is_not_offered_and_the_agent_runs_on_the_core(
     assert row.state == "succeeded"
     assert not any(name.startswith("everything-withdrawn") for name in _offered(requests[0].body))
     assert "search_knowledge" in _offered(requests[0].body)
+
+
+def _session_log(server: McpServer) -> tuple[int, int]:
+    """Sessions the server opened and was told to end, from its own log."""
+    text_ = server.log.read_text()
+    return text_.count("Session initialized with ID"), text_.count(
+        "Received session termination request"
+    )
+
+
+def test_a_runs_calls_share_one_session_which_ends_with_the_run(
+    database: Database, db: Engine, database_url: str, mcp_everything: McpServer
+) -> None:
+    tool_id = _mcp_tool(database, "everything-session", mcp_everything.url)
+    echo = "everything-session__echo"
+    calls = [{"name": echo, "arguments": {"message": f"m{n}"}} for n in range(3)]
+    script = {
+        "rules": [
+            {"when": {"turn": 0}, "reply": {"tool_calls": calls[:2]}},
+            {"when": {"turn": 1}, "reply": {"tool_calls": calls[2:]}},
+            {"reply": {"content": "${last_result:/result}"}},
+        ]
+    }
+    opened, ended = _session_log(mcp_everything)
+
+    run_id, _ = _run(db, database_url, script, [tool_id])
+
+    assert run_row(db, run_id).output == "Echo: m2"
+    assert _session_log(mcp_everything) == (opened + 1, ended + 1)

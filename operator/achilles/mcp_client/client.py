@@ -108,18 +108,22 @@ def _run(endpoint: McpEndpoint, work: Callable[[Client], Awaitable[T]]) -> T:
 
     try:
         return anyio.run(session)
-    except TimeoutError as exc:
-        raise McpUnreachable(
-            f"no answer from {endpoint.url} within {_seconds(endpoint.timeout_seconds)}"
-        ) from exc
-    except MCPError as exc:
-        raise McpUnreachable(f"{endpoint.url} answered with an MCP error: {exc}") from exc
-    except ValidationError as exc:
-        raise McpUnreachable(f"{endpoint.url} answered something that is not MCP") from exc
-    except (httpx2.HTTPError, OSError) as exc:
-        raise McpUnreachable(f"cannot reach {endpoint.url}: {_reason(exc)}") from exc
+    except (TimeoutError, MCPError, ValidationError, httpx2.HTTPError, OSError) as exc:
+        raise unreachable(endpoint, exc) from exc
     except BaseExceptionGroup as group:  # the transport's task group
-        raise McpUnreachable(f"cannot reach {endpoint.url}: {_reason(group)}") from group
+        raise unreachable(endpoint, group) from group
+
+
+def unreachable(endpoint: McpEndpoint, exc: BaseException) -> McpUnreachable:
+    """What a failure to reach, or to speak MCP with, the server is called (no header)."""
+    if isinstance(exc, TimeoutError):
+        seconds = _seconds(endpoint.timeout_seconds)
+        return McpUnreachable(f"no answer from {endpoint.url} within {seconds}")
+    if isinstance(exc, MCPError):
+        return McpUnreachable(f"{endpoint.url} answered with an MCP error: {exc}")
+    if isinstance(exc, ValidationError):
+        return McpUnreachable(f"{endpoint.url} answered something that is not MCP")
+    return McpUnreachable(f"cannot reach {endpoint.url}: {_reason(exc)}")
 
 
 def _seconds(value: float) -> str:

@@ -38,7 +38,7 @@ from achilles.services.run_journal import RunJournal
 from achilles.tools import approvals
 from achilles.tools.base import ToolContext
 from achilles.tools.catalogue import select_tools
-from achilles.tools.mcp import mcp_tools
+from achilles.tools.mcp import McpConnections, mcp_tools
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,15 @@ def execute(
     `claimed` is the claim's `time.monotonic()`: deadlines count from it, not from
     this module's import. `stop` stops the loop and the heartbeat."""
     trace = start_run_trace(spec, model_endpoint, claimed=claimed)
+    # The run's MCP sessions, one per server, opened at the first call (issue 38).
+    connections = McpConnections()
     try:
-        return _execute(spec, config, database, events, model_endpoint, claimed, stop, trace=trace)
+        return _execute(
+            spec, config, database, events, model_endpoint, claimed, stop,
+            trace=trace, connections=connections,
+        )  # fmt: skip
     finally:
+        connections.close()
         close_run_trace(trace, spec.run_id)
 
 
@@ -84,10 +90,12 @@ def _execute(
     stop: threading.Event,
     *,
     trace: RunTrace | None,
+    connections: McpConnections,
 ) -> int:
     # The agent's MCP sources' tools, with the credentials its Job gave the pod.
     selection = select_tools(
-        spec.tool_implementations, mcp_tools(spec.mcp_sources, os.environ, approvals.ask)
+        spec.tool_implementations,
+        mcp_tools(spec.mcp_sources, os.environ, approvals.ask, connections),
     )
     # What the run uses, for the record: it rides on the run's first write.
     used = RunUsed(
@@ -145,7 +153,7 @@ def _execute(
     # Approved calls are made, and decided approvals told, before the model is called.
     approved = None
     if spec.approvals_owed:
-        approved = approvals.start_note(tool_context, spec.mcp_sources, os.environ)
+        approved = approvals.start_note(tool_context, spec.mcp_sources, os.environ, connections)
     notes = [approved] if approved else []
     notes += [note for hook in selection.run_start_notes if (note := hook(tool_context))]
     messages = compose_messages(spec, datetime.now(UTC), notes)

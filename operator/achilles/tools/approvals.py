@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from achilles.db.inbox import board, replies
@@ -37,7 +38,7 @@ from achilles.domain.mcp_tools import (
 )
 from achilles.errors import AchillesError
 from achilles.tools.base import ToolContext, ToolResult, error_result
-from achilles.tools.mcp import McpCall, perform, run_headers
+from achilles.tools.mcp import MakeCall, McpCall, McpConnections, perform, run_headers
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 MAX_SHOWN_ARGUMENTS = 3_000
 
 
-def ask(call: McpCall, ctx: ToolContext, headers: Mapping[str, str] | None) -> ToolResult:
+def ask(call: McpCall, ctx: ToolContext, make: MakeCall) -> ToolResult:
     """The call asked of the owner (or, approved meanwhile, made): the model's result."""
     digest = call.argument_sha256
     shown = canonical_arguments(call.arguments)
@@ -97,7 +98,7 @@ def ask(call: McpCall, ctx: ToolContext, headers: Mapping[str, str] | None) -> T
     if not claimed:
         message = f"{function}: this exact call was just made by another run"
         return ToolResult(error_result(message), message, digest)
-    return _make(found.id, call, ctx, headers)
+    return _make(found.id, call, ctx, make)
 
 
 def _waiting(function: str, item_id: int, digest: bytes, *, new: bool) -> ToolResult:
@@ -119,12 +120,10 @@ def _waiting(function: str, item_id: int, digest: bytes, *, new: bool) -> ToolRe
     )
 
 
-def _make(
-    approval_id: int, call: McpCall, ctx: ToolContext, headers: Mapping[str, str] | None
-) -> ToolResult:
+def _make(approval_id: int, call: McpCall, ctx: ToolContext, make: MakeCall) -> ToolResult:
     """Make a call this run claimed and record its outcome (the claim committed first:
     a crash from here on leaves it `executing`, never made twice)."""
-    result = perform(call, headers)
+    result = make(call)
     with ctx.transaction() as session:
         approvals.record_outcome(
             session,
@@ -137,7 +136,10 @@ def _make(
 
 
 def start_note(
-    ctx: ToolContext, sources: Sequence[RunSource], environ: Mapping[str, str]
+    ctx: ToolContext,
+    sources: Sequence[RunSource],
+    environ: Mapping[str, str],
+    connections: McpConnections | None = None,
 ) -> str | None:
     """Settle the agent's approvals at run start (module docstring); the note for the
     model, or None when there is nothing to tell."""
@@ -168,7 +170,8 @@ def start_note(
             continue
         source, tool = found
         call = McpCall(source, tool, approval.arguments, approval.reason)
-        _make(approval.id, call, ctx, run_headers(source, environ))
+        make = partial(perform, headers=run_headers(source, environ), connections=connections)
+        _make(approval.id, call, ctx, make)
     with ctx.transaction() as session:
         told = approvals.unreported(session, ctx.agent_id)
         for approval in told:

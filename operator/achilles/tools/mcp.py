@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from achilles.domain.mcp_tools import (
     OfferedTool,
@@ -34,6 +34,10 @@ from achilles.domain.mcp_tools import (
 )
 from achilles.domain.run_trace import StepKind
 from achilles.tools.base import ModelTool, ToolContext, ToolResult, error_result
+
+if TYPE_CHECKING:
+    from achilles.mcp_client.client import CallOutcome, McpEndpoint
+    from achilles.mcp_client.sessions import McpSessions
 
 # The property a tool that waits for approval adds to its schema: the agent's reason,
 # shown to the person who decides (and not sent to the server).
@@ -54,15 +58,41 @@ class McpCall:
         return arguments_digest(self.arguments)
 
 
-# Asks the owner to approve a call; its result for the model (`tools/approvals.py`).
-AskApproval = Callable[[McpCall, ToolContext, Mapping[str, str] | None], ToolResult]
+# Makes one call (the tool's, with its run's credentials and sessions): its result.
+MakeCall = Callable[[McpCall], ToolResult]
+# Asks the owner to approve a call (or makes it, approved meanwhile): the model's result
+# (`tools/approvals.py`).
+AskApproval = Callable[[McpCall, ToolContext, MakeCall], ToolResult]
 
 
-def perform(call: McpCall, headers: Mapping[str, str] | None) -> ToolResult:
-    """Make the call on the server; its result for the model (an error result when the
+class McpConnections:
+    """The run's MCP sessions (`mcp_client/sessions.py`): one per server, opened at its
+    first call, closed with `close` when the run ends. The SDK is imported at the first
+    call: it brings OpenTelemetry's API with it, which a run without MCP tools (or with
+    tracing off) should not load (`achilles bench run-steps`)."""
+
+    def __init__(self) -> None:
+        self._sessions: McpSessions | None = None
+
+    def call(self, endpoint: McpEndpoint, name: str, arguments: dict[str, Any]) -> CallOutcome:
+        if self._sessions is None:
+            from achilles.mcp_client.sessions import McpSessions
+
+            self._sessions = McpSessions()
+        return self._sessions.call_tool(endpoint, name, arguments)
+
+    def close(self) -> None:
+        if self._sessions is not None:
+            self._sessions.close()
+            self._sessions = None
+
+
+def perform(
+    call: McpCall, headers: Mapping[str, str] | None, connections: McpConnections | None = None
+) -> ToolResult:
+    """Make the call on the server (on the run's session when `connections` is given,
+    else a session of its own); its result for the model (an error result when the
     server failed, could not be reached, or the run has no credentials for it)."""
-    # Imported at the first call: the SDK brings OpenTelemetry's API with it, which a run
-    # without MCP tools (or with tracing off) should not load (`achilles bench run-steps`).
     from achilles.mcp_client.client import McpEndpoint, McpUnreachable, call_tool
 
     digest = call.argument_sha256
@@ -71,7 +101,10 @@ def perform(call: McpCall, headers: Mapping[str, str] | None) -> ToolResult:
         return ToolResult(error_result(message), message, digest)
     endpoint = McpEndpoint(call.source.url, float(call.source.timeout_seconds), headers)
     try:
-        outcome = call_tool(endpoint, call.offered.tool.name, call.arguments)
+        if connections is not None:
+            outcome = connections.call(endpoint, call.offered.tool.name, call.arguments)
+        else:
+            outcome = call_tool(endpoint, call.offered.tool.name, call.arguments)
     except McpUnreachable as exc:
         message = f"{call.offered.function_name}: {exc}"
         return ToolResult(error_result(message), message, digest)
@@ -104,11 +137,13 @@ class McpTool:
         offered: OfferedTool,
         headers: Mapping[str, str] | None,
         ask: AskApproval | None = None,
+        connections: McpConnections | None = None,
     ) -> None:
         self._source = source
         self._offered = offered
         self._headers = headers
         self._ask = ask
+        self._connections = connections
 
     @property
     def name(self) -> str:
@@ -155,21 +190,25 @@ class McpTool:
             reason = given if isinstance(given, str) else None
         call = McpCall(self._source, self._offered, parsed, reason)
         if not self.needs_approval:
-            return perform(call, self._headers)
+            return self._make(call)
         if self._ask is None:
             message = f"{self.name} needs the owner's approval, which this run cannot ask"
             return ToolResult(error_result(message), message, call.argument_sha256)
-        return self._ask(call, ctx, self._headers)
+        return self._ask(call, ctx, self._make)
+
+    def _make(self, call: McpCall) -> ToolResult:
+        return perform(call, self._headers, self._connections)
 
 
 def mcp_tools(
     sources: tuple[RunSource, ...],
     environ: Mapping[str, str],
     ask: AskApproval | None = None,
+    connections: McpConnections | None = None,
 ) -> list[ModelTool]:
     """The functions the agent's MCP sources offer this run."""
     return [
-        McpTool(source, offered, run_headers(source, environ), ask)
+        McpTool(source, offered, run_headers(source, environ), ask, connections)
         for source in sources
         for offered in source.offered
     ]
