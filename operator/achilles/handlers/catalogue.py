@@ -12,6 +12,7 @@ from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
 from achilles.handlers.agents import requeue_agents
 from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.runtime.mcp_listings import report_discovery
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retries import context_of, retried
 from achilles.k8s.objects import ObjectRef
@@ -191,15 +192,10 @@ def tool_changed(
             context.resources.core, context.config.job_template.namespace
         )
         discovery = mcp_sources.discover(context.database, secrets, name)
-        if discovery is None:
-            return
-        if discovery.notice is not None:
-            notice = discovery.notice
-            context.resources.post_event(ref, notice.type, notice.reason, notice.message)
-        ready = mirror.condition(
-            ConditionType.READY, discovery.ready, discovery.reason, discovery.message
-        )
-        mirror.write([ready], databaseId=mirrored.tool_id, **discovery.status)
+        if discovery is not None:
+            report_discovery(
+                context, ref, mirror.generation, mirror.previous, discovery, mirrored.tool_id
+            )
         return
     mirror.write(
         [

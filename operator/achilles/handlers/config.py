@@ -16,6 +16,10 @@ from achilles.errors import ConfigurationError, InvalidInputError
 from achilles.k8s.jobs import JobTemplate, SecretKey
 from achilles.telemetry.settings import exporter_env
 
+# How often every MCP source is listed again (issue 38), unless
+# ACHILLES_MCP_RELIST_SECONDS says.
+MCP_RELIST_EVERY = 300.0
+
 
 def _env(name: str, default: str | None = None) -> str:
     value = os.environ.get(name, default)
@@ -73,6 +77,8 @@ class OperatorConfig:
     # How long a run's pod may take to start (an image pull, a missing Secret) before its
     # run fails; START_DEADLINE unless an installation with slow pulls lengthens it.
     start_deadline: timedelta = START_DEADLINE
+    # How often the MCP sources' servers are listed again (issue 38).
+    mcp_relist_every: float = MCP_RELIST_EVERY
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -111,5 +117,8 @@ class OperatorConfig:
                     int(START_DEADLINE.total_seconds()),
                     minimum=1,
                 )
+            ),
+            mcp_relist_every=float(
+                _int("ACHILLES_MCP_RELIST_SECONDS", int(MCP_RELIST_EVERY), minimum=5)
             ),
         )

@@ -104,6 +104,12 @@ def read_headers(read_secret: ReadSecret, headers: Sequence[HeaderRef]) -> dict[
     return values
 
 
+def source_names(database: Database) -> list[str]:
+    """The AgentTools that are MCP sources, by name."""
+    with database.transaction() as session:
+        return sources.source_tool_names(session)
+
+
 def discover(database: Database, read_secret: ReadSecret, name: str) -> Discovery | None:
     """List the tools of AgentTool `name`'s server and record them; None when the tool
     has no MCP source (not mirrored yet, or not `implementation: mcp`)."""

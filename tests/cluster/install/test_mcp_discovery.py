@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from achilles_dev import mcp_servers
 from achilles_dev.mcp_servers import McpServer
 from achilles_dev.ports import free_port, release
 from achilles_dev.versions import bin_dir
@@ -28,6 +29,7 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.cluster
 
 EVENTS_NAMESPACE = "default"  # where the operator posts Events of cluster-scoped objects
+RELIST_SECONDS = 5
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,10 @@ def operator(
     cluster: Cluster, achilles_release: Release, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     log = tmp_path_factory.mktemp("mcp-discovery") / "operator.log"
-    with running_operator(cluster, achilles_release, log) as process:
+    # The sweeper lists every MCP source again at this period (300 s by default).
+    with running_operator(
+        cluster, achilles_release, log, ACHILLES_MCP_RELIST_SECONDS=str(RELIST_SECONDS)
+    ) as process:
         yield process
 
 
@@ -139,3 +144,36 @@ def test_an_unreachable_server_and_an_unreadable_secret_are_reported(
         release([closed])
         admin_api.delete("AgentTool", gone)
         admin_api.delete("AgentTool", guarded)
+
+
+def test_a_server_that_goes_away_later_is_found_by_the_next_listing(
+    cluster: Cluster, admin_api: Achilles, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """No edit of the spec: the sweeper's listing pass finds the server gone."""
+    server = mcp_servers.start_everything(tmp_path)
+    name = f"fleeting-{uuid.uuid4().hex[:6]}"
+    try:
+        admin_api.apply(_tool(name, server.url, timeoutSeconds=3))
+        ready = wait_for(lambda: _ready(admin_api, name), 60, what="the first listing")
+        assert ready["status"] == "True"
+        listed = admin_api.get("AgentTool", name)["status"]["schemaDigest"]
+        server.stop()
+
+        def gone() -> dict[str, Any] | None:
+            found = _ready(admin_api, name)
+            return found if found and found["status"] == "False" else None
+
+        down = wait_for(gone, 6 * RELIST_SECONDS + 30, what="a later listing to find it gone")
+        assert down["reason"] == "ServerUnreachable", operator.log()
+        # The last good listing stays what agents are offered and the status shows.
+        assert admin_api.get("AgentTool", name)["status"]["schemaDigest"] == listed
+        assert admin_api.get("AgentTool", name)["metadata"]["generation"] == 1
+        warned = wait_for(
+            lambda: [e for e in _events(cluster, name) if e[1] == "McpServerUnreachable"],
+            30,
+            what="the Warning",
+        )
+        assert warned[0][0] == "Warning"
+    finally:
+        server.stop()
+        admin_api.delete("AgentTool", name)

@@ -159,6 +159,17 @@ def source_by_tool_name(session: Session, name: str) -> Source | None:
     return None if row is None else _source(row[0], row[1])
 
 
+def source_tool_names(session: Session) -> list[str]:
+    """The names of the tools that are MCP sources."""
+    return list(
+        session.execute(
+            select(Tool.name)
+            .join(ToolMcpSource, ToolMcpSource.tool_id == Tool.id)
+            .order_by(Tool.name)
+        ).scalars()
+    )
+
+
 def sources_of_agent(session: Session, agent_id: int) -> list[Source]:
     """The MCP sources among the agent's tools whose `agents_allowed` is true now (the
     seed's soft degradation: a withdrawn tool is simply not offered)."""

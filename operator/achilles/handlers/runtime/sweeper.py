@@ -41,6 +41,7 @@ from achilles.handlers.agents import requeue_agents
 from achilles.handlers.runtime import events
 from achilles.handlers.runtime.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
 from achilles.handlers.runtime.context import RuntimeContext, Wake
+from achilles.handlers.runtime.mcp_listings import McpListingsPass
 from achilles.handlers.runtime.memory import TRIM_EVERY, MemoryPass
 from achilles.handlers.runtime.owed_specs import deliver_owed_specs
 from achilles.handlers.runtime.retention import RETENTION_BUSY_EVERY, RetentionPass
@@ -77,6 +78,7 @@ def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], obje
         "memory": (TRIM_EVERY, MemoryPass()),
         "budget-warnings": (BUDGET_WARNINGS_EVERY, BudgetWarningsPass(context)),
         "retention": (RETENTION_BUSY_EVERY, RetentionPass(context)),
+        "mcp-listings": (context.config.mcp_relist_every, McpListingsPass(context)),
     }
 
 
