@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from sqlalchemy import create_engine
 
 from achilles.db.roles import Component
 from achilles_dev import postgres
@@ -38,11 +39,13 @@ from tests.cluster.install.api import Achilles, impersonating, verdict
 from tests.conftest import create_database, drop_database
 from tests.crd_cases import agent
 from tests.db.logins import PASSWORD, login_url
+from tests.tools.invariants import InvariantMonitor, pod_lister
 from tests.waiting import wait_for
 
 PORTAL_USER = "portal-bot"
 ADMIN_USER, ADMIN_GROUP = "ann-admin", "achilles-admins"
 POLICY_MESSAGE = "only members of achilles-admins may set or change spec.adminPaused"
+RUNS_NAMESPACE = "achilles-runs"  # the chart's default, where the run pods are
 
 # What the tests install: the chart's defaults plus what a test cluster needs.
 TEST_VALUES: dict[str, Any] = {
@@ -129,9 +132,24 @@ def achilles_release(
     _wait_until_admin_paused_policy_enforces(cluster)
     wait_until_platform_owner_enforces(cluster.kubeconfig)
     wait_until_policies_admit(cluster.kubeconfig)
-    yield release
-    install.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
-    drop_database(postgres_server, database)
+    # The seed's invariants, watched while every test of the session runs against this
+    # release (issue 36 item 10): a violation fails the session.
+    journal = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    monitor = InvariantMonitor(journal, pod_lister(cluster.core, RUNS_NAMESPACE))
+    monitor.start()
+    try:
+        yield release
+    finally:
+        violations = monitor.stop()
+        journal.dispose()
+        install.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
+        drop_database(postgres_server, database)
+    if violations:
+        pytest.fail(
+            f"the seed's invariants broke while the cluster tier ran ({monitor.samples}"
+            " samples):\n" + "\n".join(violations),
+            pytrace=False,
+        )
 
 
 def _wait_until_admin_paused_policy_enforces(cluster: Cluster) -> None:

@@ -37,7 +37,10 @@ from tests.cluster.install.operator_support import (
 from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.standin("the pod is held at its claim by a host file: the stand-in shares it"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +64,6 @@ def operator(
     claim_hold: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    if cluster.stack is None:
-        pytest.skip("the pod is held at its claim by a host file: the local node only")
     env = {
         "ACHILLES_RUNNER_COMMAND": slow_runner_command(cluster),
         "ACHILLES_RUNNER_ENV": json.dumps(

@@ -1,0 +1,103 @@
+"""The invariant monitor (issue 36 item 10, `tests/tools/invariants.py`) sees each
+violation it watches for, and nothing in a run that keeps the rules, on the real database.
+The violations are written here as a faulty component would write them (straight into the
+journal, as the superuser), since the product's own paths no longer can."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+from achilles.db.journal import runs as journal
+from achilles.domain.runs import RunTrigger
+from achilles.errors import StartRefused
+from achilles.k8s.annotations import format_run_request
+from tests.db import inbox_support as box
+from tests.db.factories import make_agent, make_owner
+from tests.tools.invariants import InvariantMonitor
+
+Pods = list[tuple[str, str | None, str]]
+
+
+def _monitor(db: Engine, pods: Pods | None = None) -> InvariantMonitor:
+    listed: Pods = pods if pods is not None else []
+    return InvariantMonitor(db, lambda: list(listed))
+
+
+def _run(db: Engine, agent_id: int, tokens: int = 0, key: str | None = None) -> int:
+    with Session(db) as session, session.begin():
+        run_id = journal.enqueue_run(session, agent_id, RunTrigger.MANUAL, request_key=key).run_id
+        assert journal.claim_run(session, run_id)
+        assert journal.add_tokens(session, run_id, tokens)
+        assert journal.succeed_run(session, run_id, "done")
+    return run_id
+
+
+def _pause(db: Engine, agent_id: int) -> None:
+    with db.begin() as conn:
+        conn.execute(text("UPDATE agents SET admin_paused = true WHERE id = :a"), {"a": agent_id})
+
+
+def test_a_run_that_keeps_the_rules_is_no_violation(db: Engine) -> None:
+    owner = make_owner(db)
+    agent = make_agent(db, owner)
+    monitor = _monitor(db, [("p1", str(agent), "Running"), ("p0", str(agent), "Succeeded")])
+    monitor.sample()
+    _run(db, agent, tokens=30)
+    monitor.sample()
+    _pause(db, agent)
+    monitor.sample()
+    with Session(db) as session, session.begin(), pytest.raises(StartRefused):
+        journal.enqueue_run(session, agent, RunTrigger.MANUAL)  # refused by the lock: no row
+    assert monitor.stop() == []
+    assert monitor.samples == 4
+
+
+def test_each_violation_is_seen(db: Engine) -> None:
+    owner = make_owner(db)
+    paused, spender, twice = make_agent(db, owner), make_agent(db, owner), make_agent(db, owner)
+    pods: Pods = []
+    monitor = _monitor(db, pods)
+    spent = _run(db, spender, tokens=50)
+    item = box.ask(db, twice).item
+    reply = box.reply(db, item.id).item.reply
+    assert reply is not None
+    with Session(db) as session, session.begin():  # queued before the pause
+        queued = journal.enqueue_run(session, paused, RunTrigger.MANUAL).run_id
+    _pause(db, paused)
+    monitor.sample()
+
+    pods.extend([("a", str(spender), "Running"), ("b", str(spender), "Running")])
+    with db.begin() as conn:
+        # A claim past the closed lock, a skipped row the lock should have prevented.
+        conn.execute(
+            text(
+                "UPDATE agent_runs SET state = 'running', started_at = now(),"
+                " heartbeat_at = now() WHERE id = :r"
+            ),
+            {"r": queued},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO agent_runs (agent_id, trigger, state, reason, finished_at)"
+                " VALUES (:a, 'scheduled', 'skipped', 'budget_exceeded', now())"
+            ),
+            {"a": paused},
+        )
+        # Spent tokens given back (a run deleted before its week ended).
+        conn.execute(text("DELETE FROM agent_runs WHERE id = :r"), {"r": spent})
+    # One reply, two wake runs.
+    value = format_run_request(reply.handled_at)
+    _run(db, twice, key=value)
+    _run(db, twice, key=f"{value}+1")
+
+    violations = monitor.stop()
+    kinds = sorted(violation.split(":")[0] for violation in violations)
+    assert kinds == [
+        "claim under a closed lock",
+        "closed lock wrote a row",
+        "reply woke twice",
+        "tokens went down",
+        "two runner pods",
+    ], violations
