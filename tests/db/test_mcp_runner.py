@@ -27,7 +27,7 @@ from achilles.services import catalogue, mcp_sources
 from achilles_dev.mcp_servers import McpServer
 from achilles_dev.ports import free_port, release
 from tests.db.factories import make_owner
-from tests.db.runner_support import add_model, queue_run, run_row, run_to_end, serving
+from tests.db.runner_support import achilles, add_model, queue_run, run_row, run_to_end, serving
 
 pytestmark = pytest.mark.db
 
@@ -238,3 +238,24 @@ def test_a_runs_calls_share_one_session_which_ends_with_the_run(
 
     assert run_row(db, run_id).output == "Echo: m2"
     assert _session_log(mcp_everything) == (opened + 1, ended + 1)
+
+
+def test_the_cli_shows_a_calls_argument_digest_never_the_arguments(
+    database: Database, db: Engine, database_url: str, mcp_time: McpServer
+) -> None:
+    tool_id = _mcp_tool(database, "time-cli", mcp_time.url)
+    call = "time-cli__get_current_time"
+    script = {
+        "rules": [
+            {"when": {"turn": 0}, "reply": {"tool_calls": [{"name": call, "arguments": BERLIN}]}},
+            {"reply": {"content": "done"}},
+        ]
+    }
+    run_id, _ = _run(db, database_url, script, [tool_id])
+
+    shown = achilles(database_url, "runs", "show", str(run_id), "--steps", "--json")
+
+    assert shown.returncode == 0, shown.stderr
+    (step,) = [s for s in json.loads(shown.stdout)["steps"] if s["kind"] == "tool_call"]
+    assert step["argument_sha256"] == arguments_digest(BERLIN).hex()
+    assert "Berlin" not in shown.stdout

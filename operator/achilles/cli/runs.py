@@ -101,7 +101,7 @@ def show_run(database_url: str | None, run_id: int, with_steps: bool, as_json: b
     digest, tools offered); `--steps` lists its steps as they happened."""
     from achilles.cli.common import open_database
     from achilles.services.journal_queries import get_run
-    from achilles.services.run_trace import run_trace
+    from achilles.services.run_trace import run_trace, step_record
 
     database = open_database(database_url)
     record = _as_dict(get_run(database, run_id))
@@ -109,7 +109,7 @@ def show_run(database_url: str | None, run_id: int, with_steps: bool, as_json: b
     if as_json:
         record["used"] = _used_dict(trace)
         if with_steps:
-            record["steps"] = [step._asdict() for step in trace.steps]
+            record["steps"] = [step_record(step) for step in trace.steps]
         echo_json(record)
         return
     for key, value in record.items():

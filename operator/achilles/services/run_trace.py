@@ -15,7 +15,14 @@ from achilles.domain.run_trace import RunUsed
 from achilles.errors import NotFound
 from achilles.services import owner_reads
 
-__all__ = ["RunTrace", "StepRow", "owned_run_trace", "run_trace", "trace_of_found_run"]
+__all__ = [
+    "RunTrace",
+    "StepRow",
+    "owned_run_trace",
+    "run_trace",
+    "step_record",
+    "trace_of_found_run",
+]
 
 
 @dataclass(frozen=True)
@@ -53,3 +60,11 @@ def trace_of_found_run(database: Database, run_id: int, *, steps: bool) -> RunTr
             used=reads.used_by_run(connection, run_id),
             steps=reads.run_steps(connection, run_id) if steps else [],
         )
+
+
+def step_record(step: StepRow) -> dict[str, object]:
+    """A step as the CLI's JSON and the API show it: the arguments' digest as hex."""
+    record: dict[str, object] = step._asdict()
+    digest = step.argument_sha256
+    record["argument_sha256"] = None if digest is None else bytes(digest).hex()
+    return record

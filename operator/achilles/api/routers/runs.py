@@ -27,7 +27,7 @@ from achilles.domain.runs import RunState
 from achilles.services import owner_reads, run_trace
 from achilles.services.owner_reads import OwnedRun, RunFilter
 from achilles.services.run_requests import RunCanceller, request_owned_cancel
-from achilles.services.run_trace import RunTrace
+from achilles.services.run_trace import RunTrace, step_record
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=PROBLEM_RESPONSES)
 
@@ -96,6 +96,10 @@ class RunStep(BaseModel):
     argument_bytes: int | None
     result_bytes: int | None
     error: str | None
+    argument_sha256: str | None = Field(
+        default=None,
+        description="MCP tool calls: SHA-256 (hex) of the canonical arguments (never them)",
+    )
 
 
 class RunSteps(BaseModel):
@@ -236,7 +240,7 @@ def _run_steps(database: Database, run_id: int, owner_key: str | None) -> RunSte
     trace = run_trace.owned_run_trace(database, run_id, owner_key, steps=True)
     return RunSteps(
         run_id=run_id,
-        items=[RunStep.model_validate(step._asdict()) for step in trace.steps],
+        items=[RunStep.model_validate(step_record(step)) for step in trace.steps],
         truncated=any(step.kind == "truncated" for step in trace.steps),
     )
 
