@@ -14,10 +14,12 @@ the server answers an MCP listing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,7 +115,13 @@ class McpServer:
 
 
 def answers(url: str) -> bool:
-    """Whether an MCP server at `url` lists its tools."""
+    """Whether an MCP server at `url` lists its tools. On a thread of its own: the SDK
+    client runs an event loop, and a caller may be inside one (Playwright's sync API)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(_answers, url).result()
+
+
+def _answers(url: str) -> bool:
     try:
         list_tools(McpEndpoint(url, 5.0))
     except McpUnreachable:
@@ -159,23 +167,53 @@ def start_everything(workdir: Path) -> McpServer:
                   env={"PORT": str(port)})  # fmt: skip
 
 
+# supergateway answers "ok" here once it listens (`achilles dev status`' cheap check; an
+# MCP listing would start a child process per look).
+HEALTH_PATH = "/healthz"
+
+
 def _gateway(stdio_command: str, port: int) -> list[str]:
+    """supergateway serving `stdio_command` over streamable HTTP on `port` (every
+    interface: it has no option to choose one)."""
     return [
         str(supergateway_binary()), "--stdio", stdio_command, "--outputTransport",
         "streamableHttp", "--stateful", "--port", str(port), "--logLevel", "none",
+        "--healthEndpoint", HEALTH_PATH,
     ]  # fmt: skip
+
+
+def time_argv(port: int) -> list[str]:
+    """mcp-server-time (read-only tools) over streamable HTTP on `port`."""
+    return _gateway(f"{time_binary()} --local-timezone UTC", port)
+
+
+def memory_argv(port: int) -> list[str]:
+    """server-memory (write tools) over streamable HTTP on `port`; its knowledge graph is
+    the file `memory_env` names."""
+    return _gateway(str(memory_binary()), port)
+
+
+def memory_env(state: Path) -> dict[str, str]:
+    return {"MEMORY_FILE_PATH": str(state)}
 
 
 def start_time(workdir: Path) -> McpServer:
     port = free_port("127.0.0.1")
-    command = f"{time_binary()} --local-timezone UTC"
-    return _start("mcp-server-time", _gateway(command, port), port=port, workdir=workdir,
+    return _start("mcp-server-time", time_argv(port), port=port, workdir=workdir,
                   env={})  # fmt: skip
 
 
 def start_memory(workdir: Path) -> McpServer:
     port = free_port("127.0.0.1")
     state = workdir / "memory.jsonl"
-    return _start("server-memory", _gateway(str(memory_binary()), port), port=port,
-                  workdir=workdir, env={"MEMORY_FILE_PATH": str(state)},
-                  state=state)  # fmt: skip
+    return _start("server-memory", memory_argv(port), port=port,
+                  workdir=workdir, env=memory_env(state), state=state)  # fmt: skip
+
+
+def memory_entities(state: Path) -> list[str]:
+    """The names of the entities in server-memory's file (its own record of the writes
+    it made), in the order written."""
+    if not state.exists():
+        return []
+    lines = [json.loads(line) for line in state.read_text().splitlines() if line.strip()]
+    return [line["name"] for line in lines if line.get("type") == "entity"]

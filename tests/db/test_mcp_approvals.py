@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
@@ -26,7 +28,8 @@ from achilles.domain.runs import RunTrigger
 from achilles.errors import NotFound
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.k8s.secrets import SecretUnavailable
-from achilles.services import catalogue, mcp_sources, tool_approvals
+from achilles.ks.bundle import KnowledgeBundle
+from achilles.services import catalogue, knowledge, mcp_sources, tool_approvals
 from achilles.services.tool_approvals import Decision, DecisionRefusal
 from achilles_dev.mcp_servers import McpServer
 from tests.db.factories import make_owner
@@ -35,6 +38,7 @@ from tests.db.runner_support import add_model, queue_run, run_row, run_to_end, s
 pytestmark = pytest.mark.db
 
 CREATE = "memory__create_entities"
+DEMO_BUNDLE = Path(__file__).parents[2] / "examples" / "knowledge" / "demo.yaml"
 READ = "memory__read_graph"
 
 
@@ -67,9 +71,16 @@ def _source(database: Database, url: str) -> int:
 class Agent:
     """One agent with the memory source, and its runs against a scripted model."""
 
-    def __init__(self, db: Engine, database_url: str, tool_id: int, script: dict[str, Any]):
+    def __init__(
+        self,
+        db: Engine,
+        database_url: str,
+        tool_id: int,
+        script: dict[str, Any],
+        owner: str | None = None,
+    ):
         self.db, self.url, self.script = db, database_url, script
-        self.owner = make_owner(db)
+        self.owner = owner or make_owner(db)
         self.tool_id = tool_id
         self.agent_id: int | None = None
 
@@ -244,6 +255,74 @@ def test_a_rejected_or_expired_call_is_never_made_and_the_agent_hears_so(
     assert output is not None
     assert json.loads(output.splitlines()[1])["outcome"] == "expired"
     assert "Bob" not in _entities(mcp_memory)
+
+
+def test_a_withdrawn_source_leaves_the_agent_its_core_and_its_approved_call_unmade(
+    database: Database, db: Engine, database_url: str, mcp_memory: McpServer
+) -> None:
+    """Seed 000's soft degradation: the admin withdraws the source (`agentsAllowed:
+    false`, mirrored as the operator's handler does) after the owner approved a call of
+    it. The next run is offered the Knowledge Store core only, searches and reads the
+    owner's documents and answers; the approved call is not made (the server's own file),
+    it is `failed` ("no longer offered") and the model is told."""
+    knowledge.load_bundle(  # alice's documents
+        database, KnowledgeBundle.model_validate(yaml.safe_load(DEMO_BUNDLE.read_text()))
+    )
+    tool_id = _source(database, mcp_memory.url)
+    script = {
+        "rules": [
+            {
+                "when": {"turn": 0, "tools_offered": [CREATE]},
+                "reply": {"tool_calls": [{"name": CREATE, "arguments": _entity("Cy")}]},
+            },
+            {
+                "when": {"turn": 0},
+                "reply": {
+                    "tool_calls": [
+                        {"name": "search_knowledge", "arguments": {"query": "onboarding"}}
+                    ]
+                },
+            },
+            {
+                "when": {"last_tool": "search_knowledge", "result_has": "/results/0/id"},
+                "reply": {
+                    "tool_calls": [
+                        {
+                            "name": "read_document",
+                            "arguments": {"document_id": "${last_result:/results/0/id}"},
+                        }
+                    ]
+                },
+            },
+            {"reply": {"content": "offered: ${tools}\nread: ${last_result:/title}"}},
+        ]
+    }
+    agent = Agent(db, database_url, tool_id, script, owner="alice")
+    agent.run()
+    assert agent.agent_id is not None
+    ((item_id, _, _),) = _items(db, agent.agent_id)
+    assert tool_approvals.decide(database, item_id, Decision.APPROVE, requester=None).accepted
+
+    withdrawn = {"implementation": "mcp", "agentsAllowed": False, "mcp": {"url": mcp_memory.url}}
+    catalogue.mirror_tool(database, "memory", AgentToolSpec.model_validate(withdrawn))
+    after, requests = agent.run()
+
+    row = run_row(db, after)
+    assert row.state == "succeeded"
+    assert row.output is not None
+    offered = row.output.splitlines()[0].removeprefix("offered: ").split(", ")
+    assert "search_knowledge" in offered
+    assert "read_document" in offered
+    assert not [name for name in offered if name.startswith("memory__")]
+    assert row.output.splitlines()[1] == "read: Onboarding checklist"
+    assert "Cy" not in _entities(mcp_memory)
+    with Session(db) as session:
+        approval = approvals.approval_by_item(session, item_id)
+    assert approval is not None
+    assert approval.state == "failed"
+    assert approval.result_error is not None
+    assert "no longer offered" in approval.result_error
+    assert "no longer offered" in json.dumps(requests[0].body)  # the model was told
 
 
 def test_only_one_of_many_racing_claims_makes_an_approved_call(

@@ -180,8 +180,105 @@ def test_malformed_scripts_are_refused_naming_the_field(data: Any, message: str)
         assert internal not in str(raised.value)
 
 
-def test_the_built_in_demo_script_is_valid() -> None:
-    assert len(load_script().rules) == 5
+def test_a_pointer_goes_on_into_a_string_that_holds_json() -> None:
+    """An MCP tool's result is `{"result": "<the server's text>"}`, often JSON itself."""
+    text = json.dumps({"datetime": "2026-12-05T23:00:00+01:00", "is_dst": False})
+    conversation = _conversation(
+        {"role": "user", "content": "time?"},
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "t", "function": {"name": "time__now", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "t", "content": json.dumps({"result": text})},
+    )
+    assert render("${last_result:/result/datetime}", conversation) == "2026-12-05T23:00:00+01:00"
+    assert render("${result.time__now:/result/is_dst}", conversation) is False
+    with pytest.raises(UnresolvedPlaceholder):
+        render("${last_result:/result/nothing}", conversation)
+
+
+DOCUMENT: dict[str, Any] = {
+    "id": 5,
+    "title": "Projects you follow, this week",
+    "body": "Atlas shipped.",
+}
+TIME = {"timezone": "Europe/Berlin", "datetime": "2026-12-05T23:00:00+01:00"}
+
+
+def _walk(tools: tuple[str, ...], first: str = "What changed this week?") -> list[Any]:
+    """The built-in demo script against a runner that answers each tool call as the
+    demo's tools do; every reply, until one without tool calls."""
+    script = load_script()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
+    fired = [0] * len(script.rules)
+    replies: list[Any] = []
+    results: dict[str, Any] = {
+        "search_knowledge": {"results": [{"id": 5, "title": DOCUMENT["title"]}]},
+        "read_document": DOCUMENT,
+        "time__get_current_time": {"result": json.dumps(TIME)},
+    }
+    while len(replies) < 6:
+        conversation = _conversation(*messages, tools=("search_knowledge", *tools))
+        index = first_match(script, conversation, fired)
+        assert index is not None, messages
+        answer = render_answer(script.rules[index].reply, conversation)
+        replies.append(answer)
+        if not answer.tool_calls:
+            return replies
+        # Call ids are unique in a conversation (the model server's are).
+        ids = [f"c{len(replies)}-{n}" for n in range(len(answer.tool_calls))]
+        calls = [
+            {"id": call_id, "function": {"name": c.name, "arguments": c.arguments}}
+            for call_id, c in zip(ids, answer.tool_calls, strict=True)
+        ]
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        for call_id, call in zip(ids, answer.tool_calls, strict=True):
+            if call.name == "memory__create_entities":
+                return replies  # the run ends waiting for the owner's approval
+            content = json.dumps(results[call.name])
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    raise AssertionError("the demo script does not end")
+
+
+def test_the_demo_script_reads_checks_the_time_and_asks_to_keep_a_note() -> None:
+    replies = _walk(("time__get_current_time", "memory__create_entities"))
+
+    called = [call.name for reply in replies for call in reply.tool_calls]
+    assert called == [
+        "search_knowledge",
+        "read_document",
+        "time__get_current_time",
+        "memory__create_entities",
+    ]
+    note = json.loads(replies[-1].tool_calls[0].arguments)
+    reason = note.pop("reason_for_owner")
+    assert note == {
+        "entities": [
+            {
+                "name": DOCUMENT["title"],
+                "entityType": "document",
+                "observations": ["Atlas shipped."],
+            }
+        ]
+    }
+    assert f'I read "{DOCUMENT["title"]}" (document 5)' in reason
+    assert TIME["datetime"] in reason
+
+
+def test_the_demo_script_without_the_tools_answers_from_the_document() -> None:
+    for tools in ((), ("time__get_current_time",)):
+        replies = _walk(tools)
+        assert [c.name for r in replies for c in r.tool_calls] == [
+            "search_knowledge",
+            "read_document",
+        ]
+        assert replies[-1].content.startswith(f'From "{DOCUMENT["title"]}" (document 5)')
+
+
+def test_the_demo_script_tells_what_became_of_a_decided_call() -> None:
+    note = 'Approvals decided since your last run (...):\n{"outcome": "executed"}'
+    (reply,) = _walk(("memory__create_entities",), first=note)
+    assert reply.content.endswith('{"outcome": "executed"}')
 
 
 def test_a_script_file_that_is_not_yaml_is_a_clear_error(tmp_path: Path) -> None:

@@ -93,10 +93,14 @@ def _text(message: dict[str, Any]) -> str:
 
 
 def resolve_pointer(document: Any, pointer: str) -> Any:
-    """RFC 6901 JSON pointer; `_MISSING` when a step does not exist."""
+    """RFC 6901 JSON pointer; `_MISSING` when a step does not exist. A step into a string
+    that holds JSON goes on inside it: an MCP tool's result is `{"result": "<the server's
+    text>"}`, and that text is often a JSON document of its own (`/result/datetime`)."""
     current = document
     for raw in pointer.split("/")[1:]:
         step = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(current, str):
+            current = _parsed(current)
         if isinstance(current, dict) and step in current:
             current = current[step]
         elif isinstance(current, list) and step.isdigit() and int(step) < len(current):

@@ -35,6 +35,8 @@ Placeholders in `content` and in `arguments` strings:
 `${last_user}` (last user message), `${tools}` (offered tool names, comma-separated),
 `${last_result}` (last tool result, raw text), `${last_result:/json/pointer}`,
 `${result.TOOL}` / `${result.TOOL:/json/pointer}` (the most recent result of TOOL).
+A pointer goes on into a string that holds JSON (an MCP tool's `{"result": "<text>"}`:
+`${result.time__get_current_time:/result/datetime}`).
 A string that is exactly one placeholder keeps the JSON type of the value (so
 `document_id: "${last_result:/results/0/id}"` sends a number). A placeholder that
 does not resolve makes the server answer HTTP 422 naming it.
