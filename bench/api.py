@@ -42,9 +42,9 @@ from achilles.api.routers.runs import OUTPUT_PREVIEW_CHARS
 from achilles.db.database import Database
 from achilles.db.roles import Component
 from achilles.services import inbox as inbox_service
-from achilles.services import owner_reads
+from achilles.services import journal_reads
 from achilles.services.db_roles import grant_login_url
-from achilles.services.owner_reads import RunFilter
+from achilles.services.journal_reads import RunFilter
 from bench import api_data, api_processes, journal_data
 from bench.api_data import Sizes
 from bench.api_events import measure_events
@@ -187,10 +187,10 @@ def measure_runs(
             statements = _captured(
                 database,
                 partial(
-                    owner_reads.runs_page,
+                    journal_reads.runs_page,
                     database,
-                    owner.key,
                     RunFilter(before_id=before),
+                    owner_key=owner.key,
                     agent_ref=None,
                     limit=PAGE + 1,
                     output_chars=OUTPUT_PREVIEW_CHARS,

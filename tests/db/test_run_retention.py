@@ -18,7 +18,7 @@ from achilles.db.journal.retention import retention_cutoff
 from achilles.db.journal.settings import database_now, load_settings
 from achilles.db.roles import Component
 from achilles.domain.budget import week_window
-from achilles.services.journal_queries import weekly_budget
+from achilles.services.journal_reads import weekly_budget
 from achilles.services.retention import apply_retention
 from tests.db.factories import make_agent, make_owner, set_settings
 from tests.db.logins import login_url

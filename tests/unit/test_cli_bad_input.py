@@ -382,7 +382,7 @@ def test_an_unexpected_error_is_one_line_saying_it_is_a_bug(
     def broken(*_: object, **__: object) -> None:
         raise KeyError("boom")
 
-    monkeypatch.setattr("achilles.services.journal_queries.list_runs", broken)
+    monkeypatch.setattr("achilles.services.journal_reads.runs_page", broken)
     result = run(["runs", "list", "--database-url", UNREACHABLE_DATABASE])
     assert isinstance(result.exception, SystemExit)
     assert result.exit_code == 1

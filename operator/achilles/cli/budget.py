@@ -23,7 +23,7 @@ def budget() -> None:
 def show(database_url: str | None, owner: str, as_json: bool) -> None:
     """This week's usage of OWNER (all their agents) against the weekly limit."""
     from achilles.cli.common import open_database
-    from achilles.services.journal_queries import weekly_budget
+    from achilles.services.journal_reads import weekly_budget
 
     status = weekly_budget(open_database(database_url), owner)
     record = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,8 +17,7 @@ from achilles.domain.runs import RunState, RunTrigger
 from achilles.domain.timestamps import iso_utc
 
 if TYPE_CHECKING:
-    from achilles.services.journal_queries import RunRecord
-    from achilles.services.run_trace import RunTrace, StepRow
+    from achilles.services.journal_reads import OwnedRun, RunTrace, StepRow
 
 
 @click.group()
@@ -27,13 +25,34 @@ def runs() -> None:
     """The run journal (agent_runs)."""
 
 
-def _as_dict(run: RunRecord) -> dict[str, Any]:
-    return dataclasses.asdict(run)
+def _as_dict(found: OwnedRun) -> dict[str, Any]:
+    """A run as `runs list` and `runs show` print it (their JSON's keys, in this order)."""
+    run = found.run
+    return {
+        "id": run.id,
+        "agent_id": found.agent.id,
+        "agent": found.agent.name,
+        "trigger": run.trigger,
+        "state": run.state,
+        "reason": run.reason,
+        "tokens_used": run.tokens_used,
+        "error": run.error,
+        "output": run.output,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "heartbeat_at": run.heartbeat_at,
+    }
 
 
 @runs.command("list")
 @database_url_option
-@click.option("--agent", "agent_ref", metavar="ID|NAME", help="Only this agent's runs.")
+@click.option(
+    "--agent",
+    "agent_ref",
+    metavar="ID|NAME",
+    help="Only this agent's runs (or its Agent's namespace/name).",
+)
 @click.option(
     "--state",
     "states",
@@ -58,13 +77,15 @@ def list_runs(
     queued row, then written as skipped under the next number; a run request seen twice).
     """
     from achilles.cli.common import open_database
-    from achilles.services.journal_queries import list_runs
+    from achilles.services.journal_reads import RunFilter, runs_page
 
-    runs = list_runs(
+    runs = runs_page(
         open_database(database_url),
+        RunFilter(states=tuple(RunState(s).value for s in states)),
+        owner_key=None,  # the CLI is the platform operator's: every owner's runs
         agent_ref=agent_ref,
-        states=tuple(RunState(s) for s in states),
         limit=limit,
+        output_chars=None,
     )
     records = [_as_dict(run) for run in runs]
     if as_json:
@@ -100,12 +121,12 @@ def show_run(database_url: str | None, run_id: int, with_steps: bool, as_json: b
     """One run with its output and error, and what it used (model, endpoint, prompt
     digest, tools offered); `--steps` lists its steps as they happened."""
     from achilles.cli.common import open_database
-    from achilles.services.journal_queries import get_run
-    from achilles.services.run_trace import run_trace, step_record
+    from achilles.services.journal_reads import run_and_trace, step_record
 
-    database = open_database(database_url)
-    record = _as_dict(get_run(database, run_id))
-    trace = run_trace(database, run_id, steps=with_steps)
+    found, trace = run_and_trace(
+        open_database(database_url), run_id, owner_key=None, steps=with_steps
+    )
+    record = _as_dict(found)
     if as_json:
         record["used"] = _used_dict(trace)
         if with_steps:

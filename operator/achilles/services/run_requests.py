@@ -101,9 +101,9 @@ def request_owned_run(
     and its response recorded in the same transaction: a retry, here or on another
     replica, replays the first response (`Replayed`) and requests nothing.
     """
-    from achilles.services.owner_reads import find_agent
+    from achilles.services.journal_reads import find_agent
 
-    view = find_agent(database, namespace, name, owner_key)
+    view = find_agent(database, namespace, name, owner_key=owner_key)
     if view.closed_locks:
         raise StartRefused(view.agent.id, tuple(str(lock) for lock in view.closed_locks))
     if once is None:
@@ -134,9 +134,9 @@ def request_owned_cancel(
     owner's; `InvalidInputError` when its agent has no Agent resource to carry the request
     (an agent made in the database: `achilles runs cancel` cancels those)."""
     from achilles.domain.runs import ACTIVE_STATES
-    from achilles.services.owner_reads import find_run
+    from achilles.services.journal_reads import find_run
 
-    found = find_run(database, run_id, owner_key)
+    found = find_run(database, run_id, owner_key=owner_key)
     agent, run = found.agent, found.run
     ref = f"{agent.namespace}/{agent.cr_name}"
     if run.state not in ACTIVE_STATES:

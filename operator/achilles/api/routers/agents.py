@@ -27,7 +27,7 @@ from achilles.api.problems import PROBLEM_MEDIA_TYPE, PROBLEM_RESPONSES, Problem
 from achilles.db.database import Database
 from achilles.domain.gates import LockReason
 from achilles.errors import NotFound, StartRefused
-from achilles.services import owner_reads
+from achilles.services import journal_reads
 from achilles.services.idempotency import StoredResponse
 from achilles.services.run_requests import RunRequester, request_owned_run
 from achilles.services.status import LOCK_MESSAGES
@@ -92,7 +92,7 @@ class RunRequested(BaseModel):
     runs_url: str
 
 
-def agent_document(view: owner_reads.AgentView) -> AgentDocument:
+def agent_document(view: journal_reads.AgentView) -> AgentDocument:
     agent, last = view.agent, view.last_run
     return AgentDocument(
         id=agent.id,
@@ -148,7 +148,9 @@ async def list_agents(
 def _agents_page(
     database: Database, owner_key: str | None, *, after_id: int | None, limit: int
 ) -> AgentPage:
-    views = owner_reads.agents_page(database, owner_key, after_id=after_id, limit=limit + 1)
+    views = journal_reads.agents_page(
+        database, owner_key=owner_key, after_id=after_id, limit=limit + 1
+    )
     return AgentPage(
         items=[agent_document(view) for view in views[:limit]],
         next_cursor=next_cursor("agents", [view.agent.id for view in views], limit),
@@ -217,7 +219,7 @@ def request_run(
 
 def _exists(database: Database, namespace: str, name: str) -> bool:
     try:
-        owner_reads.find_agent(database, namespace, name, None)
+        journal_reads.find_agent(database, namespace, name, owner_key=None)
     except NotFound:
         return False
     return True

@@ -24,10 +24,9 @@ from achilles.api.pagination import (
 from achilles.api.problems import PROBLEM_RESPONSES, Problem
 from achilles.db.database import Database
 from achilles.domain.runs import RunState
-from achilles.services import owner_reads, run_trace
-from achilles.services.owner_reads import OwnedRun, RunFilter
+from achilles.services import journal_reads
+from achilles.services.journal_reads import OwnedRun, RunFilter, RunTrace, step_record
 from achilles.services.run_requests import RunCanceller, request_owned_cancel
-from achilles.services.run_trace import RunTrace, step_record
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=PROBLEM_RESPONSES)
 
@@ -176,10 +175,10 @@ def _runs_page(
     agent_ref: str | None,
     limit: int,
 ) -> RunPage:
-    found = owner_reads.runs_page(
+    found = journal_reads.runs_page(
         database,
-        owner_key,
         where,
+        owner_key=owner_key,
         agent_ref=agent_ref,
         limit=limit + 1,
         output_chars=OUTPUT_PREVIEW_CHARS,
@@ -204,8 +203,7 @@ async def get_run(
 
 
 def _run_document(database: Database, run_id: int, owner_key: str | None) -> RunDocument:
-    found = owner_reads.find_run(database, run_id, owner_key)
-    trace = run_trace.trace_of_found_run(database, run_id, steps=False)
+    found, trace = journal_reads.run_and_trace(database, run_id, owner_key=owner_key, steps=False)
     return RunDocument.model_validate(
         {**_fields(found), "output": found.run.output, "used": _used(trace)}
     )
@@ -237,7 +235,7 @@ async def get_run_steps(
 
 
 def _run_steps(database: Database, run_id: int, owner_key: str | None) -> RunSteps:
-    trace = run_trace.owned_run_trace(database, run_id, owner_key, steps=True)
+    trace = journal_reads.run_trace(database, run_id, owner_key=owner_key, steps=True)
     return RunSteps(
         run_id=run_id,
         items=[RunStep.model_validate(step_record(step)) for step in trace.steps],
@@ -277,7 +275,10 @@ def cancel_run(
     it. Idempotent: asking again is harmless, and a run that had ended is left as it is
     (200, `cancel_requested: false`). Not the caller's (and not an admin's): 404."""
     owner: str | None = caller.user_key
-    if caller.is_admin and owner_reads.find_run(database, run_id, None).agent.owner_key != owner:
+    if (
+        caller.is_admin
+        and journal_reads.find_run(database, run_id, owner_key=None).agent.owner_key != owner
+    ):
         # A write on another owner's run needs a write grant: reading is not acting.
         if not ways_in.may_write_for_others(caller.user_key):
             raise Problem(

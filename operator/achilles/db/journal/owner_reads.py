@@ -39,6 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentRun, User
+from achilles.errors import NotFound
 
 
 class OwnedAgent(NamedTuple):
@@ -84,6 +85,7 @@ class RunRow(NamedTuple):
     scheduled_for: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    heartbeat_at: datetime | None
 
 
 class OwnedRun(NamedTuple):
@@ -143,6 +145,20 @@ def agent_by_id(session: Session, agent_id: int) -> OwnedAgent | None:
     return None if row is None else _owned(*row)
 
 
+def agent_by_ref(session: Session, ref: str) -> OwnedAgent | None:
+    """An agent by id, by its Agent's `namespace/name`, or by its journal name when that
+    is unique (`NotFound` naming the ambiguity when it is not)."""
+    if ref.isdigit():
+        return agent_by_id(session, int(ref))
+    if "/" in ref:
+        namespace, _, name = ref.partition("/")
+        return agent_by_resource(session, namespace, name) if name else None
+    rows = session.execute(_agents().where(Agent.name == ref).limit(2)).all()
+    if len(rows) > 1:
+        raise NotFound(f"agent name {ref!r} is ambiguous; use the id or namespace/name")
+    return _owned(*rows[0]) if rows else None
+
+
 class _Scope(enum.Enum):
     AGENT = "agent"  # where.agent_id
     OWNER = "owner"  # where.owner_key
@@ -150,13 +166,15 @@ class _Scope(enum.Enum):
 
 
 def runs_page(
-    session: Session | Connection, where: RunFilter, *, limit: int, output_chars: int
+    session: Session | Connection, where: RunFilter, *, limit: int, output_chars: int | None
 ) -> list[OwnedRun]:
     """The `limit` newest runs matching `where`, with their agents, newest first; each
-    output cut to its first `output_chars` characters. One statement: the page's ids
-    (one index range per agent) and then their rows by primary key."""
+    output cut to its first `output_chars` characters (None: whole). One statement: the
+    page's ids (one index range per agent) and then their rows by primary key."""
     scope = _Scope.EVERY
-    params: dict[str, Any] = {"limit": limit, "output_chars": output_chars}
+    params: dict[str, Any] = {"limit": limit}
+    if output_chars is not None:
+        params["output_chars"] = output_chars
     if where.agent_id is not None:
         scope = _Scope.AGENT
         params["agent_id"] = where.agent_id
@@ -175,6 +193,7 @@ def runs_page(
         until=where.until is not None,
         request_key=where.request_key is not None,
         before=where.before_id is not None,
+        whole_output=output_chars is None,
     )
     return [_owned_run(row) for row in session.execute(statement, params).all()]
 
@@ -186,7 +205,7 @@ def find_run(session: Session | Connection, run_id: int) -> OwnedRun | None:
 
 
 def _owned_run(row: Row[Any]) -> OwnedRun:
-    return OwnedRun(RunRow._make(row[:12]), OwnedAgent._make(row[12:]))
+    return OwnedRun(RunRow._make(row[:13]), OwnedAgent._make(row[13:]))
 
 
 def _run_conditions(
@@ -249,6 +268,7 @@ def _runs_with_agents(output: ColumnElement[Any] | InstrumentedAttribute[Any]) -
             AgentRun.scheduled_for,
             AgentRun.started_at,
             AgentRun.finished_at,
+            AgentRun.heartbeat_at,
             Agent.id,
             User.key,
             Agent.name,
@@ -270,15 +290,24 @@ def _runs_with_agents(output: ColumnElement[Any] | InstrumentedAttribute[Any]) -
 # parameters): building and hashing a SELECT of this size cost more CPU than running it.
 @functools.cache
 def _page_statement(
-    scope: _Scope, *, states: bool, since: bool, until: bool, request_key: bool, before: bool
+    scope: _Scope,
+    *,
+    states: bool,
+    since: bool,
+    until: bool,
+    request_key: bool,
+    before: bool,
+    whole_output: bool,
 ) -> Select[Any]:
     conditions = _run_conditions(
         states=states, since=since, until=until, request_key=request_key, before=before
     )
-    preview = func.left(AgentRun.output, bindparam("output_chars", type_=Integer))
+    output: ColumnElement[Any] | InstrumentedAttribute[Any] = AgentRun.output
+    if not whole_output:
+        output = func.left(AgentRun.output, bindparam("output_chars", type_=Integer))
     # `IN (the page's ids)`: the ids' index ranges first, then 51 primary-key lookups.
     return (
-        _runs_with_agents(preview)
+        _runs_with_agents(output)
         .where(AgentRun.id.in_(_page_ids(scope, conditions)))
         .order_by(AgentRun.id.desc())
     )
