@@ -1,4 +1,4 @@
-"""The dispatcher's Job calls (`RunJobs.create`, `run_secret`) on the real API server.
+"""The dispatcher's Job calls (`RunJobs.create`, `run_secret_digest`) on the real API server.
 
 The dispatcher decides from their answers what a run's mark becomes
 (services/dispatch.py): made, made before (409: the Job's secret is adopted), refused
@@ -63,11 +63,11 @@ def test_a_create_says_made_then_made_before_and_the_job_keeps_its_first_secret(
 ) -> None:
     jobs = RunJobs(cluster.api, namespace)
     first, second = RunSecret.new(), RunSecret.new()
-    assert jobs.create(_job(7, namespace, first)) is True
+    assert jobs.create(_job(7, namespace, first), first) is True
     assert cluster.batch.read_namespaced_job(job_name(7), namespace).metadata is not None
-    assert jobs.create(_job(7, namespace, second)) is False  # 409: an earlier dispatch's
-    assert jobs.run_secret(7) == first
-    assert jobs.run_secret(8) is None
+    assert jobs.create(_job(7, namespace, second), second) is False  # 409: an earlier one
+    assert jobs.run_secret_digest(7) == first.digest
+    assert jobs.run_secret_digest(8) is None
 
 
 def test_the_jobs_of_gone_agents_are_deleted_and_no_other(
@@ -79,7 +79,8 @@ def test_the_jobs_of_gone_agents_are_deleted_and_no_other(
     jobs = RunJobs(cluster.api, namespace)
     owners = {21: 1, 22: 1, 23: 2, 24: 3, 25: 4}  # run id -> agent id
     for run_id, agent_id in owners.items():
-        assert jobs.create(_job(run_id, namespace, RunSecret.new(), agent_id=agent_id))
+        secret = RunSecret.new()
+        assert jobs.create(_job(run_id, namespace, secret, agent_id=agent_id), secret)
 
     assert jobs.delete_for_agents([3, 1, 2, 99]) == 4
     assert jobs.delete_for_agents([]) == 0
@@ -107,8 +108,9 @@ def test_a_quota_refusal_is_a_refusal_for_sure(cluster: Cluster, namespace: str)
         TIMEOUT,
         what="the quota controller to count the namespace",
     )
+    secret = RunSecret.new()
     with pytest.raises(JobRejected) as refused:
-        RunJobs(cluster.api, namespace).create(_job(9, namespace, RunSecret.new()))
+        RunJobs(cluster.api, namespace).create(_job(9, namespace, secret), secret)
     assert refused.value.status == 403
     assert "exceeded quota" in str(refused.value)
     assert refused.value.maybe_created is False  # the dispatcher undoes the run's mark
@@ -117,7 +119,8 @@ def test_a_quota_refusal_is_a_refusal_for_sure(cluster: Cluster, namespace: str)
 def test_an_api_server_nobody_serves_is_a_refusal_for_sure(tmp_path: Path) -> None:
     """No connection was made, so no Job can appear later: the mark is undone."""
     api = api_client(write_kubeconfig(tmp_path / "dead"))
+    secret = RunSecret.new()
     with api, pytest.raises(JobRejected) as refused:
-        RunJobs(api, "achilles-runs").create(_job(1, "achilles-runs", RunSecret.new()))
+        RunJobs(api, "achilles-runs").create(_job(1, "achilles-runs", secret), secret)
     assert refused.value.status is None
     assert refused.value.maybe_created is False

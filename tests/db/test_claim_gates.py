@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.db.run_claim import claim_run_alone, runner_conninfo
-from achilles.domain.run_secret import RUN_SECRET_ENV, session_settings
+from achilles.domain.run_secret import RunSecret, session_settings
 from achilles.domain.runs import RunState, RunTrigger
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.run_metadata import RUN_ID_LABEL
@@ -45,11 +45,9 @@ class _Namespace:
         self.secrets: dict[int, str] = {}
         self.deleted: list[int] = []
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
         run_id = int(manifest["metadata"]["labels"][RUN_ID_LABEL])
-        (container,) = manifest["spec"]["template"]["spec"]["containers"]
-        env = {item["name"]: item.get("value") for item in container["env"]}
-        self.secrets[run_id] = env[RUN_SECRET_ENV]
+        self.secrets[run_id] = secret.value  # its run Secret's, which the pod reads
         return True
 
     def delete(self, run_id: int) -> bool:

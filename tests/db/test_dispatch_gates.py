@@ -39,7 +39,7 @@ class _RecordedJobs:
     def __init__(self) -> None:
         self.created: list[int] = []
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any], secret: object) -> bool:
         self.created.append(int(manifest["metadata"]["labels"][RUN_ID_LABEL]))
         return True
 

@@ -31,7 +31,7 @@ from achilles.db.journal import dispatch as queue
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import AgentRun
 from achilles.db.roles import Component
-from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret, session_settings
+from achilles.domain.run_secret import RunSecret, session_settings
 from achilles.domain.runs import RunState, RunTrigger
 from achilles.k8s.jobs import JobRejected, JobTemplate, RunJobs, SecretKey
 from achilles.k8s.run_metadata import RUN_ID_LABEL
@@ -91,28 +91,26 @@ class _Client:
         self.on_found = on_found
         self.calls: list[int] = []
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
         run_id = int(manifest["metadata"]["labels"][RUN_ID_LABEL])
         self.calls.append(run_id)
         if self.gate is not None:
             assert self.gate.wait(timeout=60), "the test never opened the gate"
         if run_id in self.refuse:
             raise JobRejected(403, QUOTA)
-        (container,) = manifest["spec"]["template"]["spec"]["containers"]
-        env = {item["name"]: item.get("value") for item in container["env"]}
-        if not self.namespace.add(run_id, env[RUN_SECRET_ENV]):
+        if not self.namespace.add(run_id, secret.value):  # the Job and its run Secret
             return False
         if self.on_created is not None:
-            self.on_created(run_id, env[RUN_SECRET_ENV])
+            self.on_created(run_id, secret.value)
         if run_id in self.lose_answer:
             raise JobRejected(None, "read timed out", maybe_created=True)
         return True
 
-    def run_secret(self, run_id: int) -> RunSecret | None:
+    def run_secret_digest(self, run_id: int) -> bytes | None:
         if self.on_found is not None:
             self.on_found(run_id)
         value = self.namespace.secrets.get(run_id)
-        return RunSecret(value) if value else None
+        return RunSecret(value).digest if value else None
 
     def list_run_ids(self) -> set[int]:
         with self.namespace.lock:
@@ -330,7 +328,7 @@ def test_a_dispatcher_that_dies_between_marking_and_creating_is_repaired_by_the_
         pass
 
     class _Dies(_Client):
-        def create(self, manifest: dict[str, Any]) -> bool:
+        def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
             raise _Killed  # the process ends here: no undo, no Job
 
     with pytest.raises(_Killed):

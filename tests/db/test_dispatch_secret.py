@@ -1,25 +1,32 @@
-"""The run secret a dispatch stores is the one its run's Job carries, also when the Job was
-made by a dispatch that never committed (its operator killed between creating the Job and
-the commit): the next dispatch finds the Job there and stores that Job's secret's hash, so
-its pod can claim the run. The cluster tier kills a real operator mid-dispatch
-(tests/cluster/install/test_operator_runs.py); here the Jobs are recorded, not sent."""
+"""The run secret a dispatch stores is the one its run's Job's pod reads (from the run's
+Secret), also when the Job was made by a dispatch whose mark is gone: the next dispatch
+finds the Job there and stores the hash that Job carries, so its pod can claim the run.
+The cluster tier kills a real operator mid-dispatch
+(tests/cluster/install/test_operator_runs.py) and makes real Jobs and Secrets
+(tests/cluster/test_run_secret.py); here the Jobs are recorded, not sent."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Engine
+import pytest
+from sqlalchemy import Engine, text, update
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import AgentRun
-from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
+from achilles.db.roles import Component
+from achilles.domain.pod_outcome import RUN_SECRET_GRACE, ContainerObservation, PodObservation
+from achilles.domain.run_secret import RunSecret, session_settings
 from achilles.domain.runs import RunTrigger
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
-from achilles.k8s.run_metadata import RUN_ID_LABEL
+from achilles.k8s.run_metadata import RUN_ID_LABEL, RUN_SECRET_DIGEST_ANNOTATION
 from achilles.services.dispatch import dispatch_queued_runs
+from achilles.services.outcomes import give_missing_run_secrets
 from tests.db.factories import make_agent
+from tests.db.logins import login_url
 
 TEMPLATE = JobTemplate(
     namespace="achilles-runs", image="achilles:test", database_secret=SecretKey("db", "url")
@@ -27,24 +34,32 @@ TEMPLATE = JobTemplate(
 
 
 class _Namespace:
-    """Jobs by run id, each with the secret its manifest carries; `create` of an existing
+    """Jobs by run id, each with the secret its run Secret holds; `create` of an existing
     one changes nothing (409), as the API server does."""
 
     def __init__(self) -> None:
         self.secrets: dict[int, str] = {}
+        self.without_secret: set[int] = set()  # Jobs whose Secret never came
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
         run_id = int(manifest["metadata"]["labels"][RUN_ID_LABEL])
-        if run_id in self.secrets:
+        if run_id in self.secrets or run_id in self.without_secret:
             return False
-        (container,) = manifest["spec"]["template"]["spec"]["containers"]
-        env = {item["name"]: item.get("value") for item in container["env"]}
-        self.secrets[run_id] = env[RUN_SECRET_ENV]
+        digest = manifest["metadata"]["annotations"][RUN_SECRET_DIGEST_ANNOTATION]
+        assert digest == secret.digest.hex()  # the Job's hash is its Secret's
+        self.secrets[run_id] = secret.value
         return True
 
-    def run_secret(self, run_id: int) -> RunSecret | None:
+    def run_secret_digest(self, run_id: int) -> bytes | None:
         value = self.secrets.get(run_id)
-        return RunSecret(value) if value else None
+        return RunSecret(value).digest if value else None
+
+    def give_run_secret(self, run_id: int, secret: RunSecret) -> bool:
+        if run_id not in self.without_secret:
+            return False  # no Job, or its Secret exists
+        self.without_secret.discard(run_id)
+        self.secrets[run_id] = secret.value
+        return True
 
 
 def _stored_hash(db: Engine, run_id: int) -> bytes | None:
@@ -84,3 +99,112 @@ def test_a_new_job_gets_a_fresh_secret_and_its_hash(db: Engine, database_url: st
     assert namespace.secrets[first] != namespace.secrets[second]
     for run_id in (first, second):
         assert _stored_hash(db, run_id) == RunSecret(namespace.secrets[run_id]).digest
+
+
+class _Killed(Exception):
+    pass
+
+
+class _DiesAfterTheJob(_Namespace):
+    """The operator dies between creating the Job and its run Secret."""
+
+    def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
+        self.without_secret.add(int(manifest["metadata"]["labels"][RUN_ID_LABEL]))
+        raise _Killed
+
+
+def _waiting_pod(run_id: int) -> PodObservation:
+    """The run's pod as the kubelet reports it while its run Secret is missing."""
+    return PodObservation(
+        run_id=run_id,
+        name=f"achilles-run-{run_id}-x7k2p",
+        phase="Pending",
+        reason=None,
+        message=None,
+        created_at=datetime.now(UTC),
+        runner=ContainerObservation(
+            waiting_reason="CreateContainerConfigError",
+            waiting_message=f'secret "achilles-run-{run_id}" not found',
+        ),
+        waiting_for_run_secret=True,
+    )
+
+
+def _claims(database_url: str, run_id: int, secret: str) -> bool:
+    """What the run's pod does first: claim as the runner's login with its secret."""
+    pod = Database(
+        login_url(database_url, Component.RUNNER),
+        pool_size=1,
+        session_settings=session_settings(run_id, secret),
+    )
+    try:
+        with pod.transaction() as session:
+            return journal.claim_run(session, run_id)
+    finally:
+        pod.dispose()
+
+
+def _dispatched_long_ago(db: Engine, run_id: int) -> None:
+    """The dispatch is older than RUN_SECRET_GRACE (its instant moved back)."""
+    with Session(db) as session, session.begin():
+        seconds = RUN_SECRET_GRACE.total_seconds() + 1
+        session.execute(
+            update(AgentRun)
+            .where(AgentRun.id == run_id)
+            .values(dispatched_at=text(f"now() - interval '{seconds} seconds'"))
+        )
+
+
+def _died_after_the_job(db: Engine, database: Database) -> tuple[int, _Namespace]:
+    with Session(db) as session, session.begin():
+        run_id = journal.enqueue_run(session, make_agent(db), RunTrigger.MANUAL).run_id
+    dying = _DiesAfterTheJob()
+    with pytest.raises(_Killed):
+        dispatch_queued_runs(database, cast(RunJobs, dying), TEMPLATE)
+    assert dying.without_secret == {run_id}
+    namespace = _Namespace()
+    namespace.without_secret = dying.without_secret
+    return run_id, namespace
+
+
+def test_a_job_whose_secret_never_came_gets_one_from_the_sweeper(
+    db: Engine, database_url: str
+) -> None:
+    """Issue 37 item 2: the dispatcher died between the Job and its run Secret. Within
+    the grace nothing is made (a dispatch pass may still be making it); after it the
+    sweeper makes a Secret, the row holds its hash first, and the pod claims with it."""
+    database = Database(database_url, pool_size=1)
+    try:
+        run_id, namespace = _died_after_the_job(db, database)
+        marked = _stored_hash(db, run_id)
+        jobs = cast(RunJobs, namespace)
+        assert give_missing_run_secrets(database, jobs, [_waiting_pod(run_id)]) == []
+        assert namespace.without_secret == {run_id}
+
+        _dispatched_long_ago(db, run_id)
+        assert give_missing_run_secrets(database, jobs, [_waiting_pod(run_id)]) == [run_id]
+        given = namespace.secrets[run_id]
+        assert _stored_hash(db, run_id) == RunSecret(given).digest != marked
+        assert _claims(database_url, run_id, given)
+        # Claimed: nothing more to make, whatever a stale pod status still says.
+        assert give_missing_run_secrets(database, jobs, [_waiting_pod(run_id)]) == []
+    finally:
+        database.dispose()
+
+
+def test_a_secret_found_there_leaves_the_row_on_the_dispatchers_hash(
+    db: Engine, database_url: str
+) -> None:
+    """The sweeper's Secret is refused as already there (the dispatcher's create landed
+    late): the row gets its old hash back, the one the dispatcher's Secret holds."""
+    database = Database(database_url, pool_size=1)
+    try:
+        run_id, namespace = _died_after_the_job(db, database)
+        marked = _stored_hash(db, run_id)
+        namespace.without_secret.clear()  # its Secret exists, with a value not ours
+        _dispatched_long_ago(db, run_id)
+        pods = [_waiting_pod(run_id)]
+        assert give_missing_run_secrets(database, cast(RunJobs, namespace), pods) == []
+        assert _stored_hash(db, run_id) == marked
+    finally:
+        database.dispose()

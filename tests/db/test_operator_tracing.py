@@ -84,7 +84,7 @@ class _RunNamespace:
         self.core = type("Core", (), {"list_namespaced_pod": self.pods})()
         self.batch = type("Batch", (), {"list_namespaced_job": self.jobs})()
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any], secret: object) -> bool:
         self.created.append(manifest)
         return True
 

@@ -326,7 +326,7 @@ class _Jobs:
         self.deleted: list[int] = []
         self.foreground: list[int] = []  # deleted after their pods
 
-    def create(self, manifest: dict[str, Any]) -> bool:
+    def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
         self.created.append(int(manifest["metadata"]["labels"][RUN_ID_LABEL]))
         return True
 

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from achilles.k8s.jobs import JobTemplate, RunJobSpec, SecretKey, build_run_job
+from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
+from achilles.k8s.jobs import (
+    JobTemplate,
+    RunJobSpec,
+    SecretKey,
+    build_run_job,
+    build_run_secret,
+)
 from achilles.k8s.run_metadata import (
     AGENT_ID_LABEL,
     RUN_ID_LABEL,
+    RUN_SECRET_DIGEST_ANNOTATION,
     RUN_SELECTOR,
     job_name,
     run_id_of,
 )
+from achilles.k8s.run_observations import pod_from_json
 
 TEMPLATE = JobTemplate(
     namespace="achilles-runs",
@@ -128,3 +139,67 @@ def test_mcp_credentials_are_optional_secret_refs_never_values() -> None:
         "optional": True,
     }
     assert all("value" not in item for item in env)
+
+
+def test_the_run_secret_is_a_secret_ref_to_the_runs_secret_never_a_value() -> None:
+    """Issue 37 item 2: whoever may `get` Jobs or pods (the built-in `view` role) reads
+    no run secret in them; the pod reads it from the run's Secret."""
+    secret = RunSecret.new()
+    job = build_run_job(_run(run_secret=secret), TEMPLATE)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    by_name = {item["name"]: item for item in env}
+    assert by_name[RUN_SECRET_ENV] == {
+        "name": RUN_SECRET_ENV,
+        "valueFrom": {"secretKeyRef": {"name": "achilles-run-42", "key": "run-secret"}},
+    }
+    assert all("value" not in item for item in env)
+    assert secret.value not in json.dumps(job)
+    # Only its hash, on the Job (a later dispatch that finds the Job adopts it), not the pod.
+    assert job["metadata"]["annotations"][RUN_SECRET_DIGEST_ANNOTATION] == secret.digest.hex()
+    assert RUN_SECRET_DIGEST_ANNOTATION not in job["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_the_runs_secret_is_owned_by_its_job_and_immutable() -> None:
+    secret = RunSecret.new()
+    manifest = build_run_secret(42, "achilles-runs", secret, "8c9d-uid")
+    assert manifest["metadata"]["name"] == "achilles-run-42"
+    assert manifest["metadata"]["namespace"] == "achilles-runs"
+    assert manifest["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "achilles-run-42", "uid": "8c9d-uid"}
+    ]
+    assert manifest["immutable"] is True
+    assert base64.b64decode(manifest["data"]["run-secret"]).decode() == secret.value
+    assert manifest["metadata"]["labels"][RUN_ID_LABEL] == "42"
+
+
+def _waiting_pod(message: str, reason: str = "CreateContainerConfigError") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "achilles-run-42-x7k2p",
+            "labels": {RUN_ID_LABEL: "42"},
+            "creationTimestamp": "2026-12-01T09:00:00Z",
+        },
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"name": "runner", "state": {"waiting": {"reason": reason, "message": message}}}
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("message", "reason", "waits"),
+    [
+        ('secret "achilles-run-42" not found', "CreateContainerConfigError", True),
+        ('secret "achilles-run-420" not found', "CreateContainerConfigError", False),
+        ('secret "openai" not found', "CreateContainerConfigError", False),
+        ('secret "achilles-run-42" not found', "ImagePullBackOff", False),
+    ],
+)
+def test_a_pod_waiting_for_its_own_run_secret_is_told_apart(
+    message: str, reason: str, waits: bool
+) -> None:
+    pod = pod_from_json(_waiting_pod(message, reason))
+    assert pod is not None
+    assert pod.waiting_for_run_secret is waits

@@ -15,6 +15,15 @@ from datetime import UTC, datetime, timedelta
 # failing, nowhere to schedule it) fails its run instead of waiting forever.
 START_DEADLINE = timedelta(seconds=60)
 
+# A run's Secret (its run secret, made right after its Job) that is still missing this
+# long after the run was dispatched is the sweeper's to make (`services/outcomes.py`):
+# its dispatcher died between the two creates, or could not make it. Past every create
+# a dispatch pass may still start and finish (`services/dispatch.py`, k8s/jobs.py).
+RUN_SECRET_GRACE = timedelta(seconds=45)
+# A pod waiting for its run Secret fails this much later than the start deadline: the
+# grace, the sweeper's next pass and the kubelet's retry after the Secret is made.
+RUN_SECRET_WAIT = timedelta(seconds=90)
+
 # Waiting reasons that never resolve by themselves: fail at once.
 HOPELESS_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull", "RunContainerError"})
 # Waiting reasons that may resolve, which the kubelet retries: a registry hiccup, or a
@@ -53,6 +62,8 @@ class PodObservation:
     runner: ContainerObservation | None
     unschedulable_message: str | None = None
     deleted: bool = False
+    # The runner waits for its run's Secret, which does not exist (yet).
+    waiting_for_run_secret: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,10 +140,11 @@ def pod_verdict(
             f"{prefix} cannot start: {runner.waiting_reason}: {_clip(runner.waiting_message)}",
             ended=False,
         )
-    too_old = now - pod.created_at > start_deadline
+    wait = start_deadline + (RUN_SECRET_WAIT if pod.waiting_for_run_secret else timedelta(0))
+    too_old = now - pod.created_at > wait
     if too_old and runner.waiting_reason in SLOW_WAITING_REASONS:
         return Verdict(
-            f"{prefix} did not start within {int(start_deadline.total_seconds())} s:"
+            f"{prefix} did not start within {int(wait.total_seconds())} s:"
             f" {runner.waiting_reason}: {_clip(runner.waiting_message)}",
             ended=False,
         )

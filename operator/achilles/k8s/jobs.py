@@ -7,10 +7,18 @@ TTL after it finishes, no service-account token, the restricted security context
 labels linking it to its agent and run (their names: k8s/run_metadata.py). The operator
 watches only what carries `MANAGED_BY_LABEL` in the runs namespace (k8s/run_watch.py);
 what it reads of a run's Job and pods is k8s/run_observations.py.
+
+The run secret (domain/run_secret.py) is never in the Job: its pod reads it from the
+run's Secret (`secretKeyRef`), which the operator makes right after the Job, owned by
+it, so the garbage collector deletes it with the Job. `get` on Jobs and pods (the
+built-in `view` role) shows no secret; the Job carries only its SHA-256, as the run's
+row does (issue 37, item 2; docs/security.md).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,11 +41,15 @@ from achilles.k8s.run_metadata import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     RUN_ID_LABEL,
+    RUN_SECRET_DIGEST_ANNOTATION,
+    RUN_SECRET_KEY,
     RUN_SELECTOR,
     RUNNER_CONTAINER,
     SLOT_ANNOTATION,
     TRIGGER_LABEL,
     job_name,
+    run_id_of,
+    run_secret_name,
 )
 from achilles.k8s.run_observations import pod_from_json
 
@@ -76,7 +88,8 @@ class RunJobSpec:
     scheduled_for: datetime | None
     run_timeout_seconds: int
     model_secret: SecretKey | None
-    # What lets the runner's shared login act for this run only (domain/run_secret.py).
+    # What lets the runner's shared login act for this run only (domain/run_secret.py):
+    # the pod reads it from the run's Secret; the Job carries only its hash.
     run_secret: RunSecret | None = None
     # The W3C traceparent of the run's dispatch span (tracing on): the runner's trace
     # continues it (the OpenTelemetry convention for a context in the environment).
@@ -118,8 +131,19 @@ def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
             },
         }
     ]
+    job_annotations = dict(annotations)
     if run.run_secret is not None:
-        env.append({"name": RUN_SECRET_ENV, "value": run.run_secret.value})
+        # Never the value: a missing Secret holds the pod in CreateContainerConfigError
+        # until the operator makes it, a moment after the Job.
+        env.append(
+            {
+                "name": RUN_SECRET_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {"name": run_secret_name(run.run_id), "key": RUN_SECRET_KEY}
+                },
+            }
+        )
+        job_annotations[RUN_SECRET_DIGEST_ANNOTATION] = run.run_secret.digest.hex()
     if run.model_secret is not None:
         env.append(
             {
@@ -166,7 +190,7 @@ def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
             "name": job_name(run.run_id),
             "namespace": template.namespace,
             "labels": labels,
-            "annotations": annotations,
+            "annotations": job_annotations,
         },
         "spec": {
             "backoffLimit": 0,
@@ -190,6 +214,41 @@ def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
                 },
             },
         },
+    }
+
+
+def build_run_secret(
+    run_id: int, namespace: str, secret: RunSecret, job_uid: str
+) -> dict[str, Any]:
+    """The run's Secret, as the API's JSON: owned by its Job (uid `job_uid`), so the
+    garbage collector deletes it with the Job; immutable (the kubelet then does not
+    watch it, and nothing may change what the pod read)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": run_secret_name(run_id),
+            "namespace": namespace,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY,
+                "app.kubernetes.io/name": "achilles",
+                "app.kubernetes.io/component": "run",
+                RUN_ID_LABEL: str(run_id),
+            },
+            # Not blockOwnerDeletion: a Job deleted in the foreground (a cancel) waits
+            # for its pods only.
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": job_name(run_id),
+                    "uid": job_uid,
+                }
+            ],
+        },
+        "type": "Opaque",
+        "immutable": True,
+        "data": {RUN_SECRET_KEY: base64.b64encode(secret.value.encode()).decode()},
     }
 
 
@@ -235,12 +294,49 @@ class RunJobs:
         self.batch = client.BatchV1Api(api)
         self.core = CoreApi(api)
 
-    def create(self, manifest: dict[str, Any]) -> bool:
-        """True when created now, False when it already existed (dispatched before).
+    def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
+        """Make the run's Job, then its run Secret owned by it. True when made now,
+        False when the Job already existed (an earlier dispatch's, with its own Secret).
 
-        The answer's Job is not parsed (`_preload_content=False`): only its status
-        matters, and parsing a Job into the client's models costs ~3 ms of CPU under
-        the GIL, 3 s of a 1,000-Job burst."""
+        The Job first: the Secret needs its uid, and a Secret made first would outlive a
+        Job never made. Its pod waits for the Secret (`CreateContainerConfigError`, the
+        kubelet retries) and starts once it exists. A Secret refused for sure deletes
+        the Job and raises a refusal (the run's mark is undone, nothing is left); a
+        Secret maybe made, or a Job that could not be deleted, raises `maybe_created`:
+        the mark stays, and a Job whose pod still waits for its Secret after
+        `RUN_SECRET_GRACE` gets one from the sweeper (`services/outcomes.py`), as one
+        whose operator died between the two calls does."""
+        uid = self._create_job(manifest)
+        if uid is None:
+            return False
+        run_id = run_id_of(manifest["metadata"]["name"])
+        assert run_id is not None, "a run Job is named from its run"
+        try:
+            made = self._create_secret(build_run_secret(run_id, self.namespace, secret, uid))
+            if made:
+                return True
+            # A Secret of that name is there already: an earlier Job's, which the garbage
+            # collector has not deleted yet. Its value is not this dispatch's: try again.
+            refusal = JobRejected(409, f"Secret {run_secret_name(run_id)} already exists")
+        except JobRejected as exc:
+            if exc.maybe_created:
+                raise
+            refusal = exc
+        try:
+            self.delete(run_id)
+        except (ApiException, HTTPError, OSError) as exc:
+            raise JobRejected(
+                refusal.status,
+                f"{refusal}; its Job is left waiting for it ({exc})",
+                maybe_created=True,
+            ) from exc
+        raise refusal
+
+    def _create_job(self, manifest: dict[str, Any]) -> str | None:
+        """The new Job's uid; None when it already existed (409).
+
+        The answer is read as JSON, not parsed into the client's models: that costs ~3 ms
+        of CPU under the GIL per Job, 3 s of a 1,000-Job burst."""
         try:
             # The client serialises plain dicts as they are (the API's JSON).
             # The raw urllib3 response, whatever the client's annotation says.
@@ -253,8 +349,23 @@ class RunJobs:
                     _request_timeout=CREATE_TIMEOUT,
                 ),
             )
-            response.read()
+            body = response.read()
             response.release_conn()
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise _rejected(exc) from exc
+        except (HTTPError, OSError) as exc:
+            raise JobRejected(None, str(exc), maybe_created=not _not_sent(exc)) from exc
+        return str(json.loads(body)["metadata"]["uid"])
+
+    def _create_secret(self, manifest: dict[str, Any]) -> bool:
+        """True when made now, False when one of its name exists (409). Its answer, which
+        holds the value, is dropped unread; no error text carries the request."""
+        try:
+            self.core.create_namespaced_secret(
+                self.namespace, manifest, _request_timeout=CREATE_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -263,12 +374,32 @@ class RunJobs:
             raise JobRejected(None, str(exc), maybe_created=not _not_sent(exc)) from exc
         return True
 
-    def run_secret(self, run_id: int) -> RunSecret | None:
-        """The run secret the run's existing Job carries (None: no Job, or none in it).
+    def give_run_secret(self, run_id: int, secret: RunSecret) -> bool:
+        """Make the run Secret of an existing Job whose pod waits for it (its dispatcher
+        died between the two creates, or could not make it). False when the Job is gone
+        or a Secret of that name exists; raises `JobRejected` as `create` does."""
+        try:
+            job = self.batch.read_namespaced_job(
+                job_name(run_id), self.namespace, _request_timeout=CREATE_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise _rejected(exc) from exc
+        except (HTTPError, OSError) as exc:
+            raise JobRejected(None, str(exc)) from exc
+        uid = job.metadata.uid if job.metadata else None
+        if not uid:
+            return False
+        return self._create_secret(build_run_secret(run_id, self.namespace, secret, uid))
 
-        A Job made by a dispatch whose transaction never committed (its operator killed
-        in between) carries a secret whose hash the row never got: the next dispatch,
-        finding the Job already there, stores this one's, so that its pod can claim."""
+    def run_secret_digest(self, run_id: int) -> bytes | None:
+        """The SHA-256 of the run secret the run's existing Job's pod reads (None: no Job,
+        or a Job without one), from the Job's annotation: the Secret is not read.
+
+        A Job made by a dispatch whose mark is gone (undone, or released by the sweeper)
+        is found by the next dispatch (AlreadyExists), which stores this hash in the row,
+        so that its pod can claim."""
         try:
             job = self.batch.read_namespaced_job(
                 job_name(run_id), self.namespace, _request_timeout=CREATE_TIMEOUT
@@ -279,12 +410,12 @@ class RunJobs:
             raise _rejected(exc) from exc
         except (HTTPError, OSError) as exc:
             raise JobRejected(None, str(exc)) from exc
-        pod = job.spec.template.spec if job.spec and job.spec.template else None
-        for container in (pod.containers if pod else None) or []:
-            for variable in container.env or []:
-                if variable.name == RUN_SECRET_ENV and variable.value:
-                    return RunSecret(variable.value)
-        return None
+        annotations = (job.metadata.annotations if job.metadata else None) or {}
+        digest = annotations.get(RUN_SECRET_DIGEST_ANNOTATION)
+        try:
+            return bytes.fromhex(digest) if digest else None
+        except ValueError:
+            return None
 
     def delete(self, run_id: int, *, foreground: bool = False) -> bool:
         """Delete the run's Job and its pods (a reaped or removed run); False if absent.
@@ -336,8 +467,6 @@ class RunJobs:
 
 
 def _body_message(exc: ApiException) -> str:
-    import json
-
     try:
         return str(json.loads(exc.body or "{}").get("message", exc.body))
     except ValueError:

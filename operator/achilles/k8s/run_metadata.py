@@ -19,12 +19,24 @@ AGENT_UID_LABEL = f"{API_GROUP}/agent-uid"
 TRIGGER_LABEL = f"{API_GROUP}/trigger"
 AGENT_ANNOTATION = f"{API_GROUP}/agent"
 SLOT_ANNOTATION = f"{API_GROUP}/scheduled-for"
+# The SHA-256 (hex) of the run secret the Job's pod reads from its run Secret: what a
+# later dispatch that finds the Job already there stores in the run's row, without
+# reading the Secret (the operator may create Secrets in the runs namespace, not read
+# them). A hash of 32 random bytes, as the row holds it: it opens nothing.
+RUN_SECRET_DIGEST_ANNOTATION = f"{API_GROUP}/run-secret-sha256"
+# The key of the run's Secret (named like its Job) that holds the run secret.
+RUN_SECRET_KEY = "run-secret"  # noqa: S105 - a key's name
 RUNNER_CONTAINER = "runner"
 RUN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 def job_name(run_id: int) -> str:
     return f"{JOB_NAME_PREFIX}{run_id}"
+
+
+def run_secret_name(run_id: int) -> str:
+    """The run's Secret, owned by its Job: named like it (another kind)."""
+    return job_name(run_id)
 
 
 def run_id_of(name: str) -> int | None:

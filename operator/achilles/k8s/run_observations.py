@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from achilles.domain.pod_outcome import ContainerObservation, JobObservation, PodObservation
-from achilles.k8s.run_metadata import RUN_ID_LABEL, RUNNER_CONTAINER, run_id_of
+from achilles.k8s.run_metadata import RUN_ID_LABEL, RUNNER_CONTAINER, run_id_of, run_secret_name
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -49,6 +49,9 @@ def pod_from_json(pod: dict[str, Any], deleted: bool = False) -> PodObservation 
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
             unschedulable = condition.get("message") or "Unschedulable"
+    # The kubelet's (and the stand-in's) words for a Secret it could not find:
+    # `secret "achilles-run-7" not found`.
+    missing = f'"{run_secret_name(int(run_id))}" not found'
     return PodObservation(
         run_id=int(run_id),
         name=str(_get(pod, "metadata", "name")),
@@ -59,6 +62,9 @@ def pod_from_json(pod: dict[str, Any], deleted: bool = False) -> PodObservation 
         runner=runner,
         unschedulable_message=unschedulable,
         deleted=deleted,
+        waiting_for_run_secret=runner is not None
+        and runner.waiting_reason == "CreateContainerConfigError"
+        and missing in (runner.waiting_message or ""),
     )
 
 

@@ -8,16 +8,20 @@ server (a slow API server must not stall the other replica's dispatch):
    budget ran out, take the oldest startable ones under the cap and mark them
    dispatched, each with the hash of a fresh run secret. The mark commits before any
    Job exists, so a pod can always claim, and the cap counts the runs at once;
-2. create their Jobs, `PARALLEL_CREATES` at a time, no transaction open. The Job name
-   is the run's: AlreadyExists is a Job from an earlier dispatch, whose secret the row
-   then takes (a short transaction), so that Job's pod can claim;
+2. create their Jobs, `PARALLEL_CREATES` at a time, no transaction open, each followed
+   by its run Secret (owned by the Job: its pod reads the run secret from it; the Job
+   carries only the secret's hash, `k8s/jobs.py`). The Job name is the run's:
+   AlreadyExists is a Job from an earlier dispatch, whose secret's hash (the Job's
+   annotation) the row then takes (a short transaction), so that Job's pod can claim;
 3. undo, in another short transaction, the marks of the runs whose Job the API server
-   refused (quota, admission, overload, unreachable): back to waiting, FIFO place
-   kept, unless the row moved on meanwhile (guarded by the hash it was marked with).
-   A create that may have reached the API server (a timeout) keeps its mark: its pod
-   may start, and if no Job appeared the sweeper's missing-Job repair
-   (`services/outcomes.py`) requeues the run after `MISSING_JOB_GRACE`, as it does
-   for a dispatcher that died between steps 1 and 2.
+   refused (quota, admission, overload, unreachable), or whose Secret it refused (the
+   Job then deleted): back to waiting, FIFO place kept, unless the row moved on
+   meanwhile (guarded by the hash it was marked with). A create that may have reached
+   the API server (a timeout) keeps its mark: its pod may start, and if no Job appeared
+   the sweeper's missing-Job repair (`services/outcomes.py`) requeues the run after
+   `MISSING_JOB_GRACE`, as it does for a dispatcher that died between steps 1 and 2;
+   a Job whose Secret never came (the dispatcher died between the two creates) gets
+   one from the sweeper after `RUN_SECRET_GRACE`.
 
 Creates start no later than `CREATE_DEADLINE` after step 1 began and give up after
 `CREATE_TIMEOUT`, so a run's Job exists, if it ever will, well before the sweeper may
@@ -187,7 +191,7 @@ def dispatch_queued_runs(
     def _create(mark: _Marked, traceparent: str | None) -> tuple[_Outcome, str | None]:
         spec = _spec(mark.run, timeout, mark.secret, traceparent)
         try:
-            if jobs.create(build_run_job(spec, template)):
+            if jobs.create(build_run_job(spec, template), mark.secret):
                 return _Outcome.CREATED, None
             return _adopt_existing_job(database, jobs, mark), None
         except JobRejected as exc:
@@ -261,12 +265,13 @@ def _choose(database: Database, batch: int, result: DispatchResult) -> tuple[lis
 
 def _adopt_existing_job(database: Database, jobs: RunJobs, mark: _Marked) -> _Outcome:
     """The run's Job already existed (AlreadyExists): an earlier dispatch made it, with
-    its own secret, which its pod holds. The row takes that secret's hash."""
-    found = jobs.run_secret(mark.run.run_id)
-    if found is None or found == mark.secret:
+    its own secret, which its pod reads from the run's Secret. The row takes that
+    secret's hash (the Job's annotation: the operator does not read Secrets)."""
+    found = jobs.run_secret_digest(mark.run.run_id)
+    if found is None or found == mark.secret.digest:
         return _Outcome.CREATED  # a Job with no secret: nothing its pod could claim with
     with database.transaction() as session:
-        adopted = queue.adopt_job_secret(session, mark.run.run_id, mark.secret.digest, found.digest)
+        adopted = queue.adopt_job_secret(session, mark.run.run_id, mark.secret.digest, found)
     # Not adopted: the row moved on (the sweeper released it); the next pass finds the
     # Job again.
     return _Outcome.CREATED if adopted else _Outcome.REFUSED

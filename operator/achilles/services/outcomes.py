@@ -20,6 +20,7 @@ from achilles.db.journal.cancel import end_stopped_runs, stopping_among
 from achilles.db.journal.runs import ReapedRun, fail_run, fail_unclaimed_run, reap_stale_runs
 from achilles.db.journal.settings import database_now, database_started_at
 from achilles.domain.pod_outcome import (
+    RUN_SECRET_GRACE,
     START_DEADLINE,
     JobObservation,
     PodObservation,
@@ -27,8 +28,9 @@ from achilles.domain.pod_outcome import (
     may_fail,
     pod_verdict,
 )
+from achilles.domain.run_secret import RunSecret
 from achilles.domain.runs import STALE_AFTER, FailReason, RunState
-from achilles.k8s.jobs import RunJobs
+from achilles.k8s.jobs import JobRejected, RunJobs
 
 # How long a dispatched run may have no Job before we believe it is really gone (the
 # Job list and the journal are read at different instants).
@@ -111,6 +113,43 @@ def fold_pods(
     for run_id in stuck:
         jobs.delete(run_id)  # a pod stuck before starting would hold a slot
     return folded
+
+
+def give_missing_run_secrets(
+    database: Database,
+    jobs: RunJobs,
+    pods: Sequence[PodObservation],
+    *,
+    grace: timedelta = RUN_SECRET_GRACE,
+) -> list[int]:
+    """Make the run Secret of each pod that waits for one its dispatcher never made (it
+    died between creating the Job and its Secret, or the Secret's create failed and the
+    Job stayed), for a run still unclaimed and dispatched more than `grace` ago (no
+    dispatch pass is still making it). The runs given one.
+
+    The row takes the new secret's hash first, then the Secret is made: the pod cannot
+    start before the Secret exists, so it never reads a secret the row does not hold
+    yet. A Secret found there already (a late create) or refused gives the row its old
+    hash back; one that may have been made keeps the new (a next pass tries again if
+    the pod still waits)."""
+    given: list[int] = []
+    for run_id in sorted({pod.run_id for pod in pods if pod.waiting_for_run_secret}):
+        secret = RunSecret.new()
+        with database.transaction() as session:
+            old = queue.replace_run_secret(session, run_id, secret.digest, dispatched_for=grace)
+        if old is None:
+            continue
+        try:
+            made = jobs.give_run_secret(run_id, secret)
+        except JobRejected as exc:
+            made = exc.maybe_created
+        if made:
+            given.append(run_id)
+            continue
+        with database.transaction() as session:
+            # Guarded by the new hash: a row that moved on since is left alone.
+            queue.adopt_job_secret(session, run_id, secret.digest, old)
+    return given
 
 
 def fold_pod(

@@ -19,6 +19,7 @@ nothing: the first listing folds everything once, in one transaction per page.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -37,6 +38,8 @@ from achilles.k8s.run_watch import job_watch, pod_watch
 from achilles.k8s.watching import Change, ListWatch, Page
 from achilles.services import outcomes
 from achilles.telemetry.spans import NO_SPANS, Spans
+
+log = logging.getLogger("achilles.operator")
 
 T = TypeVar("T")
 Report = Callable[[list[outcomes.FailedRun]], None]
@@ -86,9 +89,15 @@ class RunObjects:
         """Judge the pods not started again: one stuck waiting (a Secret that does not
         exist: `CreateContainerConfigError`) may never change after its first status, so
         no event comes once it passes the start deadline (found by `achilles chaos
-        bad-input`, scenario no-secret). No pending pod that may fail: no transaction."""
+        bad-input`, scenario no-secret). No pending pod that may fail: no transaction.
+        First, a pod waiting for its own run Secret past the grace gets it."""
         pods = self.pending_pods()
-        return self._fold_pods(pods) if pods else []
+        if not pods:
+            return []
+        given = outcomes.give_missing_run_secrets(self.database, self.jobs, pods)
+        if given:
+            log.warning("runs %s: their dispatcher made no run Secret; made one each", given)
+        return self._fold_pods(pods)
 
     # --- the watchers: one pass each, until the watch ends or `stop` ---
 

@@ -176,6 +176,7 @@ def test_operator_rbac_is_exactly_what_it_does() -> None:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
          "resourceNames": ["achilles-runner-database", "llm-key"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     ]  # fmt: skip
 
 

@@ -299,6 +299,30 @@ def adopt_job_secret(session: Session, run_id: int, marked: bytes, found: bytes)
     return changed.first() is not None
 
 
+def replace_run_secret(
+    session: Session, run_id: int, digest: bytes, *, dispatched_for: timedelta
+) -> bytes | None:
+    """A run still unclaimed, dispatched more than `dispatched_for` ago, takes the hash
+    of a new secret (its Job's pod waits for a run Secret that never came: the sweeper
+    makes one, `services/outcomes.py`). The hash it had, or None when the row is not
+    such a run (claimed, ended, released, or dispatched too recently)."""
+    old = session.execute(
+        select(AgentRun.runner_secret_hash)
+        .where(
+            AgentRun.id == run_id,
+            AgentRun.state == RunState.QUEUED,
+            AgentRun.dispatched_at < func.now() - dispatched_for,
+            AgentRun.runner_secret_hash.is_not(None),
+        )
+        .with_for_update()
+    ).scalar_one_or_none()
+    if old is not None:
+        session.execute(
+            update(AgentRun).where(AgentRun.id == run_id).values(runner_secret_hash=digest)
+        )
+    return old
+
+
 def undo_dispatch(session: Session, marks: Mapping[int, bytes]) -> list[int]:
     """Back to waiting, FIFO place kept: runs whose Job the API server refused. Only a
     row still queued with the hash it was marked with: one that started, ended, was
