@@ -131,11 +131,8 @@ def _finished_jobs(cluster: BenchCluster) -> int:
 
 
 def _server_transactions(cluster: BenchCluster) -> int:
-    """Commits and rollbacks PostgreSQL counted in the benchmark's database, less the
-    invariant monitor's own (PostgreSQL folds a backend's counts in within about a second:
-    a reading may be off by the monitor's last two samples). The reading is itself one
-    transaction there, counted by the next reading."""
-    monitor = cluster.monitor_transactions()
+    """Commits and rollbacks PostgreSQL counted in the benchmark's database. The reading is
+    itself one transaction there, counted by the next reading."""
     with psycopg.connect(cluster.database.libpq_dsn(), autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         row = conn.execute(
@@ -143,7 +140,7 @@ def _server_transactions(cluster: BenchCluster) -> int:
             " WHERE datname = current_database()"
         ).fetchone()
     assert row is not None
-    return int(row[0]) - monitor
+    return int(row[0])
 
 
 def _by_thread(operator: OperatorUnderTest) -> dict[str, int]:
@@ -228,7 +225,6 @@ def run(
     )
     with bench_cluster(
         progress,
-        report=report,
         served_namespaces=(RUNS_NAMESPACE,),
         max_concurrency=CONCURRENT_PODS,
         server_url=server_url,
