@@ -256,7 +256,11 @@ def run(
         parameters={"agents": size, "cronjobs": size, "agents_per_owner": AGENTS_PER_OWNER},
     )
     with bench_cluster(
-        progress, served_namespaces=(), max_concurrency=max(size, 4), server_url=server_url
+        progress,
+        report=report,
+        served_namespaces=(),
+        max_concurrency=max(size, 4),
+        server_url=server_url,
     ) as cluster:
         report.details["versions"] = cluster.versions()
         database = Database(cluster.database.url, pool_size=2, application_name="achilles-bench")

@@ -51,8 +51,16 @@ def _sigterm_as_exit() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _show(report: Report) -> None:
+def _show(report: Report, *, exit_on_failure: bool = True) -> list[str]:
+    """The report's table; a benchmark during which the seed's invariants broke fails
+    (exit 1), whatever its figures (issue 36 item 10)."""
     click.echo(report.markdown())
+    failures = report.failures()
+    for failure in failures:
+        click.echo(f"error: {report.benchmark}: {failure}", err=True)
+    if failures and exit_on_failure:
+        sys.exit(1)
+    return failures
 
 
 @click.group()
@@ -353,7 +361,8 @@ def all_benchmarks(only: tuple[str, ...]) -> None:
     failed = []
     for name in names:
         try:
-            _show(benchmarks[name]())
+            if _show(benchmarks[name](), exit_on_failure=False):
+                failed.append(name)
         except Exception as exc:  # one failing benchmark must not hide the others
             failed.append(name)
             click.echo(f"error: benchmark {name} failed: {exc}", err=True)

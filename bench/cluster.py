@@ -16,6 +16,12 @@ Its node is one of two:
 
 The operator under test is `bench.operator_process`; what the API server counts of it,
 `bench.apiserver_counts`; objects in bulk and the journal, `bench.workload`.
+
+While the benchmark runs, the seed's invariant monitor (`achilles_dev.invariants`, issue
+36 item 10) watches the journal and the run pods; its verdict and sample count are a row
+of the benchmark's report, and a violation fails the benchmark (`bench.cli`). Its own
+transactions are in `BenchCluster.monitor.transactions`, for the benchmarks that count
+the database's.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes import client
@@ -38,10 +44,12 @@ from achilles_dev.chart import ChartInstall, apply_crds, install_chart
 from achilles_dev.chart_secrets import RUNNER_DATABASE_SECRET
 from achilles_dev.chart_values import local_values
 from achilles_dev.config import NodeKind, Ports, StackConfig
+from achilles_dev.invariants import InvariantMonitor, pod_lister
 from achilles_dev.logins import ComponentLogins, grant_component_logins
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
 from bench.pg import LOOPBACK_ONLY, BenchDatabase, Reach, bench_database
+from bench.report import Report, record_invariants
 
 RUNS_NAMESPACE = "achilles-runs"
 GROUP, VERSION = "achilles.io", "v1alpha1"
@@ -57,6 +65,13 @@ class BenchCluster:
     work_dir: Path
     # The operator and the run pods connect as their own logins, as installed.
     logins: ComponentLogins
+    # The seed's invariants, watched from the chart's install to the end (none: not yet).
+    monitor: InvariantMonitor | None = field(default=None)
+
+    def monitor_transactions(self) -> int:
+        """Transactions the invariant monitor began in the benchmark's database so far: a
+        count of the database's transactions takes them off."""
+        return 0 if self.monitor is None else self.monitor.transactions
 
     @property
     def kubeconfig(self) -> Path:
@@ -98,12 +113,14 @@ class BenchCluster:
 def bench_cluster(
     progress: Progress,
     *,
+    report: Report,
     served_namespaces: tuple[str, ...],
     max_concurrency: int,
     server_url: str | None = None,
     node: NodeKind = "process",
 ) -> Iterator[BenchCluster]:
-    """A control plane, the chart and a migrated database, all removed afterwards.
+    """A control plane, the chart and a migrated database, all removed afterwards, watched
+    by the invariant monitor throughout: its verdict goes into `report`.
 
     `served_namespaces` are those whose pods the stand-in runs; a real node runs them all.
     On a real node the database is on a server of the benchmark's own (pods must reach
@@ -142,7 +159,15 @@ def bench_cluster(
                 stack=stack, api=api, database=database, work_dir=work_dir, logins=logins
             )
             _install_chart(cluster, max_concurrency, progress)
-            yield cluster
+            cluster.monitor = InvariantMonitor(
+                database.libpq_dsn(), pod_lister(cluster.core, RUNS_NAMESPACE)
+            ).start()
+            try:
+                yield cluster
+            finally:
+                verdict = cluster.monitor.stop()
+                record_invariants(report, verdict)
+                progress(verdict.line())
     finally:
         try:
             stack.down()

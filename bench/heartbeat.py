@@ -178,6 +178,7 @@ def run(
     with (
         bench_cluster(
             progress,
+            report=report,
             served_namespaces=(RUNS_NAMESPACE,),
             max_concurrency=size + 4,
             server_url=server_url,

@@ -125,8 +125,11 @@ def _create_agents(
     return took
 
 
-def _database_counters(database: Database) -> dict[str, int]:
-    """Transactions committed in the benchmark's database, and `agents` row writes."""
+def _database_counters(cluster: BenchCluster, database: Database) -> dict[str, int]:
+    """Transactions committed in the benchmark's database less the invariant monitor's
+    own (within its last two samples: PostgreSQL folds a backend's counts in within about
+    a second), and `agents` row writes."""
+    monitor = cluster.monitor_transactions()
     with database.engine.connect() as conn:
         conn.execute(text("SELECT pg_stat_clear_snapshot()"))
         commits = conn.execute(
@@ -138,7 +141,7 @@ def _database_counters(database: Database) -> dict[str, int]:
                 "WHERE relname = 'agents'"
             )
         ).scalar_one()
-    return {"transactions": int(commits), "agents row writes": int(writes)}
+    return {"transactions": int(commits) - monitor, "agents row writes": int(writes)}
 
 
 def _wait_idle(operator: OperatorUnderTest, since: float, what: str, progress: Progress) -> float:
@@ -223,7 +226,11 @@ def run(
     population = Population()
     env = operator_env or {}
     with bench_cluster(
-        progress, served_namespaces=(RUNS_NAMESPACE,), max_concurrency=10, server_url=server_url
+        progress,
+        report=report,
+        served_namespaces=(RUNS_NAMESPACE,),
+        max_concurrency=10,
+        server_url=server_url,
     ) as cluster:
         report.details["versions"] = cluster.versions()
         if memory_probe or tracemalloc:
@@ -303,7 +310,7 @@ def _restart(
     """Start the operator under the Agents and measure its intake; figures named
     `label` (the goals apply to the first restart only)."""
     goals = label == "restart"
-    counters = _database_counters(database)
+    counters = _database_counters(cluster, database)
     requests = operator_request_counts(cluster)
     with running_operator(cluster, progress, runner_command="/bin/true", **env) as op:
         started = time.monotonic()
@@ -324,7 +331,7 @@ def _restart(
         idle_at = _wait_idle(op, started, "the intake to drain (CPU idle)", progress)
         drained = idle_at - started
         seconds = time.monotonic() - started
-        after_counters = _database_counters(database)
+        after_counters = _database_counters(cluster, database)
         rates = request_rates(requests, operator_request_counts(cluster), seconds)
         peak = max(s.rss_mib for s in op.samples if s.at >= started)
         agents, behind = all_observed(cluster)

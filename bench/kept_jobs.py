@@ -131,8 +131,11 @@ def _finished_jobs(cluster: BenchCluster) -> int:
 
 
 def _server_transactions(cluster: BenchCluster) -> int:
-    """Commits and rollbacks PostgreSQL counted in the benchmark's database. The reading is
-    itself one transaction there, counted by the next reading."""
+    """Commits and rollbacks PostgreSQL counted in the benchmark's database, less the
+    invariant monitor's own (PostgreSQL folds a backend's counts in within about a second:
+    a reading may be off by the monitor's last two samples). The reading is itself one
+    transaction there, counted by the next reading."""
+    monitor = cluster.monitor_transactions()
     with psycopg.connect(cluster.database.libpq_dsn(), autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         row = conn.execute(
@@ -140,7 +143,7 @@ def _server_transactions(cluster: BenchCluster) -> int:
             " WHERE datname = current_database()"
         ).fetchone()
     assert row is not None
-    return int(row[0])
+    return int(row[0]) - monitor
 
 
 def _by_thread(operator: OperatorUnderTest) -> dict[str, int]:
@@ -225,6 +228,7 @@ def run(
     )
     with bench_cluster(
         progress,
+        report=report,
         served_namespaces=(RUNS_NAMESPACE,),
         max_concurrency=CONCURRENT_PODS,
         server_url=server_url,

@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
+from achilles_dev.invariants import Verdict
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
@@ -250,6 +252,12 @@ class Report:
             )
         )
 
+    def failures(self) -> list[str]:
+        """What fails the benchmark whatever its figures: the seed's invariants broken
+        while it ran (`record_invariants`)."""
+        watched = self.details.get("invariants") or {}
+        return [f"invariant broken: {v}" for v in watched.get("violations", [])]
+
     def as_json(self) -> dict[str, Any]:
         return {
             "benchmark": self.benchmark,
@@ -277,6 +285,24 @@ class Report:
         path.write_text(json.dumps(data, indent=2) + "\n")
         path.with_suffix(".md").write_text(markdown_table(data))
         return path
+
+
+INVARIANTS_FIGURE = "seed invariants broken (the invariant monitor)"
+
+
+def record_invariants(report: Report, verdict: Verdict) -> None:
+    """The invariant monitor's verdict as a row of the report (0 violations is its goal);
+    its samples and their cost in a note and the details, each violation a note."""
+    report.details["invariants"] = asdict(verdict)
+    report.add_value(
+        INVARIANTS_FIGURE,
+        len(verdict.violations),
+        "",
+        goal=at_most(0, ""),
+        note=verdict.line(),
+    )
+    report.notes.append(verdict.line())
+    report.notes.extend(f"invariant broken: {violation}" for violation in verdict.violations)
 
 
 def markdown_table(data: dict[str, Any]) -> str:

@@ -167,6 +167,7 @@ def run(
     checkpoints = sorted({c for c in CHECKPOINTS if c < size} | {size})
     with bench_cluster(
         progress,
+        report=report,
         served_namespaces=(RUNS_NAMESPACE,),
         max_concurrency=slots_total + 10,
         server_url=server_url,

@@ -2,7 +2,9 @@
 CLI finds this command by name, like `achilles dev` and `achilles bench`.
 
 Progress goes to stderr, the table (one row per scenario: what was injected, the figure
-measured, pass/fail) to stdout, and with `--json FILE` every figure and detail to FILE.
+measured, pass/fail; each failure under it, the invariant monitor's violations among
+them) and the monitor's line to stdout, and with `--json FILE` every figure and detail
+to FILE.
 Exit code 0 when every scenario passed, 1 otherwise.
 """
 
@@ -58,7 +60,8 @@ def chaos(
     list_only: bool,
 ) -> None:
     """Inject faults into the local stack (real node, operator, PostgreSQL) and check the
-    journal, the Jobs and the Agents against the invariants. Needs root (the real node)."""
+    journal, the Jobs and the Agents against the invariants, the seed's watched throughout
+    by the invariant monitor. Needs root (the real node)."""
     from achilles_chaos.suite import BY_NAME, SCENARIOS
 
     if list_only:
@@ -74,7 +77,7 @@ def chaos(
         raise click.UsageError(f"unknown scenario(s): {', '.join(unknown)} (--list shows them)")
     _sigterm_as_exit()
     from achilles_chaos.cluster import default_state_dir
-    from achilles_chaos.report import table, write_json
+    from achilles_chaos.report import invariants_line, table, write_json
     from achilles_chaos.suite import run_suite
 
     results, meta = run_suite(
@@ -85,6 +88,7 @@ def chaos(
         report=_progress,
     )
     click.echo(table(results))
+    click.echo(invariants_line(results))
     click.echo(f"stack up in {meta['stack_seconds']}s; whole run {meta['total_seconds']}s")
     repairs = meta["stack_repairs"]
     assert isinstance(repairs, list)

@@ -36,6 +36,7 @@ from achilles_dev.chart_secrets import (
 from achilles_dev.chart_values import local_values
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.images import ENGINE_IMAGE
+from achilles_dev.invariants import InvariantMonitor, pod_lister
 from achilles_dev.logins import ComponentLogins, stack_logins
 from achilles_dev.node import host
 from achilles_dev.node.network import stack_id
@@ -173,6 +174,11 @@ class ChaosCluster:
     @property
     def operator_database_url(self) -> str:
         return self.logins.operator
+
+    def invariant_monitor(self) -> InvariantMonitor:
+        """The seed's invariants over this stack's journal and run pods (issue 36 item
+        10), not yet started: the suite runs one around each scenario."""
+        return InvariantMonitor(self.database_url, pod_lister(self.kube.core, RUNS_NAMESPACE))
 
     def runner_pids(self) -> dict[int, list[int]]:
         """run id -> host pids of `achilles runner --run-id N` in this node's containers

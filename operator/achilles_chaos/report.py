@@ -62,6 +62,17 @@ def table(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
+def invariants_line(results: Sequence[Result]) -> str:
+    """The invariant monitor over the whole run (its violations are listed as failures)."""
+    watched = [r.figures["invariants"] for r in results if "invariants" in r.figures]
+    samples = sum(int(w["samples"]) for w in watched)
+    broken = sum(len(w["violations"]) for w in watched)
+    return (
+        f"invariants: {samples} samples over {len(watched)} scenario(s),"
+        f" {broken or 'no'} violation{'' if broken == 1 else 's'}"
+    )
+
+
 def write_json(path: Path, results: Sequence[Result], meta: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {**meta, "scenarios": [asdict(r) for r in results]}

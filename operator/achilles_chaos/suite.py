@@ -28,6 +28,7 @@ from achilles_chaos.scenarios import (
     webhook,
 )
 from achilles_chaos.waiting import recording_waits, timed
+from achilles_dev.invariants import Verdict
 
 Report = Callable[[str], None]
 
@@ -149,9 +150,12 @@ def not_run(scenario: Scenario, why: str, report: Report) -> Result:
 
 
 def run_one(scenario: Scenario, cluster: ChaosCluster, *, quick: bool, report: Report) -> Result:
+    """One scenario, under the seed's invariant monitor from its set-up to the end of its
+    clean-up: whatever it injects, a violation is its failure (issue 36 item 10)."""
     result = Result(scenario=scenario.name, node=scenario.node)
     report(f"--- {scenario.name}: {scenario.summary}")
     started = time.monotonic()
+    monitor = cluster.invariant_monitor().start()
     with recording_waits() as waited:
         context: Context | None = None
         try:
@@ -169,6 +173,7 @@ def run_one(scenario: Scenario, cluster: ChaosCluster, *, quick: bool, report: R
             except Exception as error:
                 result.failures.append(f"clean-up failed: {type(error).__name__}: {error}")
                 report(traceback.format_exc())
+    watched(result, monitor.stop(), report)
     result.passed = not result.failures
     result.seconds = time.monotonic() - started
     # The machine is shared: its load says how much of the time was the scenario's own.
@@ -186,3 +191,17 @@ def run_one(scenario: Scenario, cluster: ChaosCluster, *, quick: bool, report: R
     for failure in result.failures:
         report(f"  failure: {failure}")
     return result
+
+
+def watched(result: Result, verdict: Verdict, report: Report) -> None:
+    """The monitor's verdict in the scenario's row: its figures, and each violation a
+    failure listed under the table like any other."""
+    result.figures["invariants"] = {
+        "samples": verdict.samples,
+        "failed_samples": verdict.failed_samples,
+        "sample_ms_median": verdict.sample_ms_median,
+        "sample_ms_max": verdict.sample_ms_max,
+        "violations": verdict.violations,
+    }
+    report(f"  {verdict.line()}")
+    result.failures.extend(f"invariant broken: {violation}" for violation in verdict.violations)

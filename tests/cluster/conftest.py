@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +49,7 @@ from achilles_dev import postgres
 from achilles_dev.build import ensure_built, missing_binaries
 from achilles_dev.config import Ports, StackConfig
 from achilles_dev.images import RUNNER_IMAGE
+from achilles_dev.invariants import InvariantMonitor, Pods, Verdict, pod_lister
 from achilles_dev.stack import LocalStack
 from tests.conftest import session_postgres
 
@@ -238,6 +239,38 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     cluster.core.delete_namespace(name)
+
+
+def fail_on_violations(verdict: Verdict, what: str) -> None:
+    """Fail (without a traceback) when the invariant monitor saw the seed's rules break."""
+    if not verdict.passed:
+        pytest.fail(
+            f"the seed's invariants broke while {what} ({verdict.samples} samples):\n"
+            + "\n".join(verdict.violations),
+            pytrace=False,
+        )
+
+
+@pytest.fixture(autouse=True)
+def watched_journal(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every cluster test that writes the session's journal (`db`) runs under the seed's
+    invariant monitor (issue 36 item 10), over that journal and the run pods of its own
+    namespace; a violation fails the test. The chart's session (`achilles_release`) and
+    the stacks of their own (the demo, the fault suite, the benchmarks) have one each."""
+    if "db" not in request.fixturenames:
+        yield
+        return
+    # Set up first and torn down after: the monitor's window holds no emptying of the
+    # journal between tests.
+    request.getfixturevalue("db")
+    url: str = request.getfixturevalue("database_url")
+    pods: Callable[[], Pods] = list
+    if "namespace" in request.fixturenames:
+        cluster: Cluster = request.getfixturevalue("cluster")
+        pods = pod_lister(cluster.core, request.getfixturevalue("namespace"))
+    monitor = InvariantMonitor(url, pods).start()
+    yield
+    fail_on_violations(monitor.stop(), f"{request.node.name} ran")
 
 
 @dataclass(frozen=True)

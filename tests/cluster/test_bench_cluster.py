@@ -18,13 +18,23 @@ import pytest
 
 from achilles_dev.postgres import LocalPostgres, default_data_root
 from bench import burst, heartbeat, intake, steady
+from bench.report import INVARIANTS_FIGURE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 
 def _result(path: Path) -> dict[str, Any]:
+    """The benchmark's JSON, its markdown beside it, and the invariant monitor's verdict
+    in both: it watched the benchmark (samples) and saw no violation (issue 36 item 10)."""
     result: dict[str, Any] = json.loads(path.read_text())
-    assert path.with_suffix(".md").read_text().startswith(f"### {result['benchmark']}")
+    markdown = path.with_suffix(".md").read_text()
+    assert markdown.startswith(f"### {result['benchmark']}")
+    watched = result["details"]["invariants"]
+    assert watched["samples"] > 0, watched
+    assert watched["violations"] == [], watched
+    verdict = _figures(result)[INVARIANTS_FIGURE]
+    assert (verdict["value"], verdict["met"]) == (0, True), verdict
+    assert f"invariants held ({watched['samples']} samples" in markdown
     return result
 
 

@@ -1,8 +1,9 @@
 """The fault suite's quick subset (`achilles chaos --quick`), so that the scenarios cannot rot
 and the two core guarantees are checked by every `make test`: runners SIGKILLed are failed
 through their pods and run again, and a runner frozen past the stale threshold is reaped and,
-thawed, writes nothing. It runs on a stack of the suite's own (real node, PostgreSQL, the
-chart), which it removes. The whole suite is `make chaos` (docs/reliability.md).
+thawed, writes nothing; the seed's invariant monitor watched each and saw no violation. It
+runs on a stack of the suite's own (real node, PostgreSQL, the chart), which it removes.
+The whole suite is `make chaos` (docs/reliability.md).
 
 Before them runs a scenario that breaks the stack and fails, clean-up included: it is
 reported as its own FAIL, and the quick subset runs after it on the stack repaired."""
@@ -54,4 +55,9 @@ def test_the_quick_fault_subset_passes_after_a_broken_scenario_and_leaves_nothin
     assert meta["stack_repairs"] == ["repaired (not running: kube-apiserver)"], meta
     failed = [r for r in quick if not r.passed]
     assert not failed, table(results) + "\n" + "\n".join(progress[-40:])
+    # The seed's invariants were watched through each scenario and held (issue 36 item 10).
+    for result in quick:
+        watched = result.figures["invariants"]
+        assert watched["samples"] > 0, (result.scenario, watched)
+        assert watched["violations"] == [], (result.scenario, watched)
     assert not state_dir.exists(), "the suite's stack was not removed"

@@ -43,14 +43,16 @@ from achilles_dev.demo import (
     run_demo,
 )
 from achilles_dev.health import stack_checks
+from achilles_dev.invariants import InvariantMonitor, pod_lister
 from achilles_dev.jaeger import RunningJaeger, Span, start_jaeger
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
-from tests.cluster.conftest import EXTERNAL_KUBECONFIG, external_kubeconfig
+from tests.cluster.conftest import EXTERNAL_KUBECONFIG, external_kubeconfig, fail_on_violations
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
+RUNS_NAMESPACE = "achilles-runs"  # the chart's default (values.yaml runsNamespace)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,17 @@ def dev_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         stack.up()
         install_into_stack(stack)
         install_demo(stack)
-        yield stack
+        # The seed's invariants over the stack's journal and run pods while the module
+        # runs (issue 36 item 10); the restart test's down and up are failed samples.
+        with api_client(config.kubeconfig) as api:
+            monitor = InvariantMonitor(
+                config.database_url, pod_lister(client.CoreV1Api(api), RUNS_NAMESPACE)
+            ).start()
+            try:
+                yield stack
+            finally:
+                verdict = monitor.stop()
+        fail_on_violations(verdict, "the demo's stack ran")
     finally:
         stack.down()
         shutil.rmtree(postgres_dir, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""The invariant monitor (issue 36 item 10, `tests/tools/invariants.py`) sees each
+"""The invariant monitor (issue 36 item 10, `achilles_dev/invariants.py`) sees each
 violation it watches for, and nothing in a run that keeps the rules, on the real database.
 The violations are written here as a faulty component would write them (straight into the
 journal, as the superuser), since the product's own paths no longer can."""
@@ -13,16 +13,16 @@ from achilles.db.journal import runs as journal
 from achilles.domain.runs import RunTrigger
 from achilles.errors import StartRefused
 from achilles.k8s.annotations import format_run_request
+from achilles_dev.invariants import InvariantMonitor
 from tests.db import inbox_support as box
 from tests.db.factories import make_agent, make_owner
-from tests.tools.invariants import InvariantMonitor
 
 Pods = list[tuple[str, str | None, str]]
 
 
 def _monitor(db: Engine, pods: Pods | None = None) -> InvariantMonitor:
     listed: Pods = pods if pods is not None else []
-    return InvariantMonitor(db, lambda: list(listed))
+    return InvariantMonitor(db.url.render_as_string(hide_password=False), lambda: list(listed))
 
 
 def _run(db: Engine, agent_id: int, tokens: int = 0, key: str | None = None) -> int:
@@ -50,8 +50,10 @@ def test_a_run_that_keeps_the_rules_is_no_violation(db: Engine) -> None:
     monitor.sample()
     with Session(db) as session, session.begin(), pytest.raises(StartRefused):
         journal.enqueue_run(session, agent, RunTrigger.MANUAL)  # refused by the lock: no row
-    assert monitor.stop() == []
-    assert monitor.samples == 4
+    verdict = monitor.stop()
+    assert verdict.violations == []
+    assert verdict.samples == 4
+    assert monitor.transactions == 4  # one per sample: what a benchmark takes off
 
 
 def test_each_violation_is_seen(db: Engine) -> None:
@@ -92,7 +94,7 @@ def test_each_violation_is_seen(db: Engine) -> None:
     _run(db, twice, key=value)
     _run(db, twice, key=f"{value}+1")
 
-    violations = monitor.stop()
+    violations = monitor.stop().violations
     kinds = sorted(violation.split(":")[0] for violation in violations)
     assert kinds == [
         "claim under a closed lock",
@@ -101,3 +103,22 @@ def test_each_violation_is_seen(db: Engine) -> None:
         "tokens went down",
         "two runner pods",
     ], violations
+
+
+def test_a_monitor_that_cannot_sample_says_so(db: Engine) -> None:
+    """An API server that never answers: the journal is still read, the samples are not
+    whole, and a monitor that watched nothing fails rather than pass."""
+
+    def unreachable() -> Pods:
+        raise ConnectionRefusedError("the API server does not answer")
+
+    monitor = InvariantMonitor(db.url.render_as_string(hide_password=False), unreachable)
+    verdict = monitor.stop()
+    assert verdict.samples == 0
+    assert verdict.failed_samples == 1
+    assert monitor.transactions == 1  # the journal was read all the same
+    assert verdict.violations == [
+        "the monitor could not sample: 1 of 1 samples failed, the last:"
+        " ConnectionRefusedError: the API server does not answer"
+    ]
+    assert not verdict.passed

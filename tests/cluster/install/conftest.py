@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from sqlalchemy import create_engine
 
 from achilles.db.roles import Component
 from achilles_dev import postgres
@@ -32,14 +31,14 @@ from achilles_dev.admission import wait_until_policies_admit
 from achilles_dev.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE, ChartInstall
 from achilles_dev.chart_secrets import DATABASE_SECRET_KEY, MIGRATIONS_DATABASE_SECRET
 from achilles_dev.images import ENGINE_IMAGE
+from achilles_dev.invariants import InvariantMonitor, pod_lister
 from achilles_dev.logins import set_superuser_password, with_login
 from achilles_dev.versions import bin_dir
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, fail_on_violations
 from tests.cluster.install.api import Achilles, impersonating, verdict
 from tests.conftest import create_database, drop_database
 from tests.crd_cases import agent
 from tests.db.logins import PASSWORD, login_url
-from tests.tools.invariants import InvariantMonitor, pod_lister
 from tests.waiting import wait_for
 
 PORTAL_USER = "portal-bot"
@@ -134,22 +133,14 @@ def achilles_release(
     wait_until_policies_admit(cluster.kubeconfig)
     # The seed's invariants, watched while every test of the session runs against this
     # release (issue 36 item 10): a violation fails the session.
-    journal = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    monitor = InvariantMonitor(journal, pod_lister(cluster.core, RUNS_NAMESPACE))
-    monitor.start()
+    monitor = InvariantMonitor(url, pod_lister(cluster.core, RUNS_NAMESPACE)).start()
     try:
         yield release
     finally:
-        violations = monitor.stop()
-        journal.dispose()
+        verdict = monitor.stop()
         install.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
         drop_database(postgres_server, database)
-    if violations:
-        pytest.fail(
-            f"the seed's invariants broke while the cluster tier ran ({monitor.samples}"
-            " samples):\n" + "\n".join(violations),
-            pytrace=False,
-        )
+    fail_on_violations(verdict, "the chart's cluster tests ran")
 
 
 def _wait_until_admin_paused_policy_enforces(cluster: Cluster) -> None:
