@@ -11,11 +11,12 @@ from typing import cast
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
-from achilles.handlers.agents import AGENT_RECONCILE, AgentToRead, handle_queued
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.retries import Retries
-from achilles.handlers.runtime.statuses import WrittenStatuses
+from achilles.handlers.agent_queue import AGENT_RECONCILE, AgentToRead, object_key
+from achilles.handlers.agents import handle_queued
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.statuses import WrittenStatuses
 from achilles.k8s.objects import ObjectRef
+from achilles.runtime.retries import Retries
 from tests.db.factories import make_owner
 from tests.db.reconciling import reconcile_event
 
@@ -46,7 +47,7 @@ def test_an_agent_gone_before_its_retry_is_read_is_handled_as_deleted(
         read.append(asked)
         return None  # the API server has no such Agent any more
 
-    retries = Retries()
+    retries = Retries(key_of=object_key)
     jobs = Jobs()
     context = SimpleNamespace(
         database=database,

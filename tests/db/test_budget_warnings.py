@@ -21,8 +21,8 @@ from achilles.db.journal.models import Agent
 from achilles.db.outbox.models import BudgetWarning, NotificationOutbox
 from achilles.db.roles import Component
 from achilles.domain.vocabulary import ConditionReason, ConditionType, EventReason, EventType
-from achilles.handlers.runtime.budget_warnings import BudgetWarningsPass
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.controllers.budget_warnings import BudgetWarningsPass
 from achilles.k8s.objects import ObjectRef
 from achilles.services.budget_condition import budget_condition
 from achilles.services.budget_warnings import WarningPass, warn_crossed_thresholds

@@ -23,8 +23,8 @@ from achilles.db.journal import runs as journal
 from achilles.domain.runs import RunTrigger
 from achilles.domain.trace_context import TRACEPARENT_ENV
 from achilles.handlers.config import OperatorConfig
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.scheduler import schedule_once
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.controllers.scheduler import schedule_once
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.objects import Resources
 from achilles.k8s.run_metadata import RUN_ID_LABEL, RUN_SELECTOR, job_name

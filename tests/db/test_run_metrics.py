@@ -1,7 +1,7 @@
 """The journal's run figures behind the operator's metrics (services/run_metrics.py): the
 active runs by phase and the oldest waiting one, the runs that ended and the claims made
 in the window since the last pass (and none counted twice), on the real schema; and the
-sweeper's pass that exports them (handlers/runtime/run_metrics.py).
+sweeper's pass that exports them (handlers/controllers/run_metrics.py).
 Timestamps are the database's clock moved back, as the runner and the reaper write them."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from sqlalchemy import Engine, text
 from achilles.db.database import Database
 from achilles.db.journal.run_metrics import EndedRuns
 from achilles.db.roles import Component
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.run_metrics import RunMetricsPass
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.controllers.run_metrics import RunMetricsPass
 from achilles.services.run_metrics import SETTLE, read_run_figures
 from tests.db.factories import make_agent, set_settings
 from tests.db.logins import login_url
@@ -122,7 +122,7 @@ def _sample(name: str, **labels: str) -> float:
 def test_the_sweepers_pass_exports_the_figures_and_counts_each_run_once(
     db: Engine, operator_db: Database
 ) -> None:
-    """The pass (handlers/runtime/run_metrics.py) on the operator's login: gauges set,
+    """The pass (handlers/controllers/run_metrics.py) on the operator's login: gauges set,
     each ended run counted and each claim observed once, the window moved on."""
     context = cast(RuntimeContext, SimpleNamespace(database=operator_db))
     metrics_pass = RunMetricsPass(context)

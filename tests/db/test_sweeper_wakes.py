@@ -1,6 +1,6 @@
 """The sweeper's woken passes on the real database, through the operator's own pieces:
-the listener's LISTEN connection (handlers/runtime/listener.py), the RuntimeContext's
-wakes and the sweeper's tick (handlers/runtime/sweeper.py) with the real owners and
+the listener's LISTEN connection (handlers/controllers/listener.py), the RuntimeContext's
+wakes and the sweeper's tick (handlers/controllers/sweeper.py) with the real owners and
 budget-warnings passes. A deactivated owner's agent goes off at the tick after the NOTIFY,
 not at the owners pass's period; a run that crossed a budget threshold is warned at the
 tick after its NOTIFY, not at the budget pass's period.
@@ -27,12 +27,13 @@ from achilles.db.journal.models import Agent
 from achilles.db.outbox.models import BudgetWarning
 from achilles.db.roles import Component
 from achilles.handlers.config import OperatorConfig
-from achilles.handlers.runtime import listener, sweeper
-from achilles.handlers.runtime.budget_warnings import BUDGET_WARNINGS_EVERY
-from achilles.handlers.runtime.context import RuntimeContext, Wake
-from achilles.handlers.runtime.sweeper import OWNERS_EVERY, SWEEP_TICK, PassSchedule
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.controllers import listener, sweeper
+from achilles.handlers.controllers.budget_warnings import BUDGET_WARNINGS_EVERY
+from achilles.handlers.controllers.sweeper import OWNERS_EVERY, SWEEP_TICK, PassSchedule
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.objects import Resources
+from achilles.runtime.wake import Wake
 from tests.db.factories import make_agent, make_owner, set_settings
 from tests.db.logins import login_url
 from tests.db.test_budget_deleted_agents import _spend

@@ -33,8 +33,8 @@ from achilles.domain.webhook_signature import (
     signature,
     verify,
 )
-from achilles.handlers.runtime import notifier
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.controllers import notifier
 from achilles.k8s.objects import ObjectRef
 from achilles.services import notifications
 from achilles.webhook.sender import WebhookSender

@@ -9,7 +9,7 @@ import pytest
 
 from achilles.db.journal.status import AgentStatusRow
 from achilles.domain.gates import DurableLocks
-from achilles.handlers.runtime.statuses import WrittenStatuses
+from achilles.handlers.statuses import WrittenStatuses
 from achilles.services.status import (
     agent_status,
     condition,

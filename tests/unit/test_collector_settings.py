@@ -1,11 +1,11 @@
-"""The operator's garbage-collector settings once it has started (handlers/runtime/memory.py)."""
+"""The operator's garbage-collector settings once it has started (runtime/memory.py)."""
 
 from __future__ import annotations
 
 import gc
 import weakref
 
-from achilles.handlers.runtime.memory import OLDEST_THRESHOLD, MemoryPass, settle_collector
+from achilles.runtime.memory import OLDEST_THRESHOLD, MemoryPass, settle_collector
 
 
 def test_the_start_leaves_the_collector_s_walks_and_full_collections_are_rarer() -> None:

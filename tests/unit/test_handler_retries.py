@@ -1,4 +1,4 @@
-"""Retries of failed kopf event handlers (handlers/runtime/retries.py): keyed by the
+"""Retries of failed kopf event handlers (handlers/retries.py on runtime/retries.py): keyed by the
 object, never by its body; backing off; superseded by a success that began after they
 were asked for; never run at the same time as kopf's handling of the same object; and,
 for Agents, put on the Agent workqueue so that it alone orders an Agent's handlings."""
@@ -10,17 +10,19 @@ from types import SimpleNamespace
 from typing import cast
 
 from achilles.db.journal.catalogue import AgentRef
-from achilles.handlers.agents import (
+from achilles.handlers.agent_queue import (
     AGENT_RECONCILE,
     AgentToRead,
     QueuedAgent,
     QueuedAgentEvent,
+    object_key,
     requeue_agents,
 )
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.retries import MOST_DELAY, Retries, fire_due_retries, handle
-from achilles.handlers.runtime.workqueue import WorkQueue
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.retries import fire_due_retries, handle
 from achilles.k8s.objects import ObjectRef
+from achilles.runtime.retries import MOST_DELAY, Retries
+from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import AgentEvent
 
 AGENT = ObjectRef("Agent", "agents", "daily", "team", "uid-1")
@@ -37,7 +39,7 @@ class Clock:
 
 def test_a_failure_is_retried_with_a_doubling_delay_up_to_a_minute() -> None:
     clock = Clock()
-    retries = Retries(clock)
+    retries = Retries(clock, key_of=object_key)
     delays = [retries.failed(AGENT_RECONCILE, AGENT) for _ in range(9)]
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, MOST_DELAY, MOST_DELAY, MOST_DELAY]
     assert len(retries) == 1  # one entry per object, however often it failed
@@ -49,7 +51,7 @@ def test_a_failure_is_retried_with_a_doubling_delay_up_to_a_minute() -> None:
 
 def test_a_success_supersedes_the_retry_of_that_object_only() -> None:
     clock = Clock()
-    retries = Retries(clock)
+    retries = Retries(clock, key_of=object_key)
     retries.failed(AGENT_RECONCILE, AGENT)
     retries.failed(AGENT_RECONCILE, OTHER)
     retries.succeeded(AGENT_RECONCILE, AGENT, retries.begun())
@@ -61,7 +63,7 @@ def test_a_success_supersedes_the_retry_of_that_object_only() -> None:
 
 def test_the_retry_holds_the_object_and_nothing_of_the_event() -> None:
     clock = Clock()
-    retries = Retries(clock)
+    retries = Retries(clock, key_of=object_key)
     retries.failed("model_changed", ObjectRef("AgentModel", "agentmodels", "gpt", None, "u"))
     clock.now += 1
     (pending,) = retries.due()
@@ -69,7 +71,7 @@ def test_the_retry_holds_the_object_and_nothing_of_the_event() -> None:
 
 
 def test_handling_and_a_retry_of_one_object_take_the_same_lock() -> None:
-    retries = Retries(Clock())
+    retries = Retries(Clock(), key_of=object_key)
     lock = retries.object_lock(AGENT)
     assert retries.object_lock(ObjectRef("Agent", "agents", "daily", "team", "uid-1")) is lock
     entered = threading.Event()
@@ -88,7 +90,7 @@ def test_handling_and_a_retry_of_one_object_take_the_same_lock() -> None:
 
 def test_a_requeue_is_due_at_once_and_leaves_a_pending_retry_in_its_place() -> None:
     clock = Clock()
-    retries = Retries(clock)
+    retries = Retries(clock, key_of=object_key)
     retries.requeue(AGENT_RECONCILE, AGENT)
     (due,) = retries.due()
     assert (due.ref, due.attempts) == (AGENT, 0)
@@ -103,10 +105,9 @@ def test_a_requeue_is_due_at_once_and_leaves_a_pending_retry_in_its_place() -> N
 
 def test_agents_requeued_by_a_catalogue_change_are_read_again_by_their_handler() -> None:
     # A tool deleted or created, a model created: the agents it changed, by their rows.
-    retries = Retries(Clock())
-    context = cast(RuntimeContext, SimpleNamespace(retries=retries))
+    retries = Retries(Clock(), key_of=object_key)
     requeue_agents(
-        context,
+        retries,
         [
             AgentRef(1, "uid-1", "team", "daily"),
             AgentRef(2, None, None, None),  # a row of no CR: nothing to read again
@@ -123,7 +124,7 @@ def test_agents_requeued_by_a_catalogue_change_are_read_again_by_their_handler()
 def test_a_requeue_asked_for_while_a_handling_runs_outlives_its_success() -> None:
     # The handling may have read the database before the model it lacked was created:
     # its success must not drop the requeue that the model's creation asked for.
-    retries = Retries(Clock())
+    retries = Retries(Clock(), key_of=object_key)
     retries.failed(AGENT_RECONCILE, AGENT)
     begun = retries.begun()
     retries.requeue(AGENT_RECONCILE, AGENT)
@@ -134,7 +135,9 @@ def test_a_requeue_asked_for_while_a_handling_runs_outlives_its_success() -> Non
     assert len(retries) == 0
 
 
-def _agent_context(retries: Retries) -> tuple[RuntimeContext, WorkQueue[str, QueuedAgent]]:
+def _agent_context(
+    retries: Retries[ObjectRef],
+) -> tuple[RuntimeContext, WorkQueue[str, QueuedAgent]]:
     queue: WorkQueue[str, QueuedAgent] = WorkQueue()
 
     def no_api_read(ref: ObjectRef) -> None:
@@ -154,7 +157,7 @@ def _listed(ref: ObjectRef, generation: int) -> QueuedAgentEvent:
 
 def test_an_agent_retry_goes_on_the_workqueue_after_an_older_event_there() -> None:
     clock = Clock()
-    retries = Retries(clock)
+    retries = Retries(clock, key_of=object_key)
     context, queue = _agent_context(retries)
     assert AGENT.uid is not None
     queue.put(AGENT.uid, _listed(AGENT, 1))  # an older event, not taken yet
@@ -176,7 +179,7 @@ def test_an_agent_retry_goes_on_the_workqueue_after_an_older_event_there() -> No
 
 def test_a_handed_over_retry_that_fails_again_keeps_backing_off() -> None:
     clock = Clock()
-    retries = Retries(clock)
+    retries = Retries(clock, key_of=object_key)
     context, queue = _agent_context(retries)
     for _ in range(3):
         retries.failed(AGENT_RECONCILE, AGENT)  # 1, 2, then 4 s
@@ -206,7 +209,7 @@ def test_a_handed_over_retry_that_fails_again_keeps_backing_off() -> None:
 
 def test_a_requeue_of_an_agent_whose_retry_is_on_the_queue_reads_it_once_more() -> None:
     clock = Clock()
-    retries = Retries(clock)
+    retries = Retries(clock, key_of=object_key)
     context, queue = _agent_context(retries)
     retries.requeue(AGENT_RECONCILE, AGENT)
     fire_due_retries(context)

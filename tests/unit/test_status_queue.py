@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from achilles.handlers.runtime.statuses import StatusQueue
+from achilles.handlers.statuses import StatusQueue
 from achilles.services.status import is_own_status_echo
 
 

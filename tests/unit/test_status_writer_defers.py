@@ -1,4 +1,4 @@
-"""The status writer lets a slot's Jobs go first (handlers/runtime/status_writer.py): a
+"""The status writer lets a slot's Jobs go first (handlers/controllers/status_writer.py): a
 pass waits while the dispatcher makes Jobs (its passes, and a burst's passes one after
 the other), and no longer than `DEFER_FOR_JOBS`."""
 
@@ -10,8 +10,8 @@ from typing import cast
 
 import pytest
 
-from achilles.handlers.runtime import dispatcher, status_writer
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.controllers import dispatcher, status_writer
 from achilles.services.dispatch import DispatchableRun, DispatchResult
 
 

@@ -1,11 +1,11 @@
-"""When the sweeper runs each pass (handlers/runtime/sweeper.PassSchedule): at its period,
+"""When the sweeper runs each pass (handlers/controllers/sweeper.PassSchedule): at its period,
 and a woken pass at the first tick after its wake, once however often it was woken.
 The clock is the test's: ticks are instants, no time passes."""
 
 from __future__ import annotations
 
-from achilles.handlers.runtime.context import Wake
-from achilles.handlers.runtime.sweeper import SWEEP_TICK, PassSchedule
+from achilles.handlers.controllers.sweeper import SWEEP_TICK, PassSchedule
+from achilles.runtime.wake import Wake
 
 OWNERS_EVERY = 30.0
 FAST_EVERY = SWEEP_TICK

@@ -107,7 +107,7 @@ def test_a_jobs_environment_carries_its_dispatch_span() -> None:
 _OPERATOR_IMPORTS = """
 import json, os, sys
 import achilles.cli.main, achilles.cli.operator, achilles.handlers, achilles.handlers.operator
-import achilles.handlers.runtime.runtime
+import achilles.handlers.manager
 from achilles.telemetry.spans import operator_spans
 spans = operator_spans(os.environ)
 with spans.span("scheduler pass", {"achilles.scheduler.repair": True}) as span:

@@ -1,11 +1,11 @@
-"""The Agent workqueue (handlers/runtime/workqueue.py): the newest item of a key wins, keys
+"""The Agent workqueue (runtime/workqueue.py): the newest item of a key wins, keys
 are taken in arrival order, and one key is never handled by two threads at once."""
 
 from __future__ import annotations
 
 import threading
 
-from achilles.handlers.runtime.workqueue import WorkQueue
+from achilles.runtime.workqueue import WorkQueue
 
 
 def test_the_newest_item_of_a_waiting_key_replaces_the_older_one() -> None:

@@ -5,7 +5,9 @@ passes it down; services open transactions on it with `with database.transaction
 as session:`, and the db layer's query functions take that session (the caller owns
 the transaction). A connection failure becomes `DatabaseUnavailable` with libpq's
 message on one line, a malformed URL `InvalidInputError`, and a query on a database
-that was never migrated `SchemaError`, wherever they happen.
+that was never migrated `SchemaError`, wherever they happen. `Session` is exported for
+the services and tools that take the caller's transaction: they name its type from here
+and import no sqlalchemy (pyproject.toml's import contracts).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import psycopg
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session as Session
+from sqlalchemy.orm import sessionmaker
 
 from achilles.db import driver_errors
 from achilles.db.url_text import SCHEMES, URL_EXAMPLE, database_url_from_env, redacted

@@ -9,9 +9,12 @@ of them, when the operator starts), are settled there from memory, read from the
 body: no statement, no API call, no thread. Everything else is put, as the few fields
 the reconcile reads (an `AgentEvent`), on the Agent workqueue (runtime/workqueue.py),
 and the handler returns: kopf lets the body go at once instead of holding it until a
-thread is free. The workqueue's threads (runtime/agent_workers.py) reconcile through the
-database (`handle_queued`), one thread per Agent at a time. A failure is retried with
-backoff (runtime/retries.py), and so is a requeue (a model or tool the Agent names came or
+thread is free. When the handler waited for a thread, every Agent waiting held its whole
+body (about 20 KB, most of it `managedFields`): at a first intake of 100,000 Agents,
+arriving faster than the threads reconcile them, that was 2 GiB. The workqueue's
+threads (`THREADS`, started by manager.py) reconcile through the database
+(`handle_queued`), one thread per Agent at a time. A failure is retried with backoff
+(handlers/retries.py), and so is a requeue (a model or tool the Agent names came or
 went): the retry goes on the same workqueue as an `AgentToRead`, and the thread reads
 the Agent afresh when its turn comes, so the queue alone orders an Agent's handlings.
 """
@@ -19,18 +22,21 @@ the Agent afresh when its turn comes, so the queue alone orders an Agent's handl
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from achilles.db.journal.catalogue import AgentRef
-from achilles.handlers import metrics
-from achilles.handlers.runtime import retries
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.events import agent_ref
-from achilles.handlers.runtime.retries import context_of
+from achilles.handlers import metrics, retries
+from achilles.handlers.agent_queue import (
+    AGENT_RECONCILE,
+    AgentToRead,
+    QueuedAgent,
+    QueuedAgentEvent,
+    agent_ref,
+)
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.retries import context_of
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
@@ -45,32 +51,12 @@ from achilles.services.status import is_own_status_echo, journal_view, needs_pat
 log = logging.getLogger("achilles.operator")
 
 
-# The name of an Agent's reconcile among the retries (runtime/retries.py).
-AGENT_RECONCILE = "agent_reconcile"
-
-
-@dataclass(frozen=True)
-class QueuedAgentEvent:
-    """An Agent event waiting on the workqueue: kopf's event type (None: listed) and
-    what the reconcile reads of the object."""
-
-    type: str | None
-    event: AgentEvent
-
-    @property
-    def ref(self) -> ObjectRef:
-        return agent_ref(self.event.name, self.event.namespace, self.event.uid)
-
-
-@dataclass(frozen=True)
-class AgentToRead:
-    """A retry or requeue of an Agent waiting on the workqueue: the Agent is read afresh
-    from the API server when its turn comes."""
-
-    ref: ObjectRef
-
-
-QueuedAgent = QueuedAgentEvent | AgentToRead
+# The workqueue's threads: as many as kopf's threads for the other handlers; a reconcile
+# is mostly Python under one GIL with a few short statements, so more threads only wait
+# (operator.py).
+THREADS = 4
+# How long a thread waits for an event before it looks at the stop flag again.
+TAKE_SECONDS = 1.0
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
@@ -139,17 +125,6 @@ def _reconcile(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
         _remove(context, event, reconciliation.agent_id)
     else:
         _apply(context, queued.ref, dict(event.status), reconciliation)
-
-
-def requeue_agents(context: RuntimeContext, agents: Iterable[AgentRef]) -> None:
-    """Have these Agents read again and reconciled, through the workqueue, from the
-    sweeper's next retries pass (`Retries.requeue`): something they name was created or
-    deleted (a model, a tool), with no event of their own. Rows of no CR (none has a
-    uid) are skipped."""
-    for agent in agents:
-        if agent.uid and agent.namespace and agent.name:
-            ref = agent_ref(agent.name, agent.namespace, agent.uid)
-            context.retries.requeue(AGENT_RECONCILE, ref)
 
 
 def _is_echo(context: RuntimeContext, type: str | None, body: Mapping[str, Any]) -> bool:

@@ -10,11 +10,11 @@ from pydantic import BaseModel, ValidationError
 
 from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
-from achilles.handlers.agents import requeue_agents
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.mcp_listings import report_discovery
-from achilles.handlers.runtime.owed_specs import deliver_owed_specs
-from achilles.handlers.runtime.retries import context_of, retried
+from achilles.handlers.agent_queue import requeue_agents
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.discovery import report_discovery
+from achilles.handlers.owed_specs import deliver_owed_specs
+from achilles.handlers.retries import context_of, retried
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
@@ -108,7 +108,7 @@ def model_changed(
         deliver_owed_specs(context)
     # Reconciled before this model existed: read again by the sweeper's next retries
     # pass, which links the ones that name it.
-    requeue_agents(context, mirrored.awaiting)
+    requeue_agents(context.retries, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "model %s created: %d agent(s) without a model read again", name, len(mirrored.awaiting)
@@ -165,7 +165,7 @@ def tool_changed(
         # Its links go; the agents that had them still name it: read again, they show
         # it unknown (ToolsResolved False) and link to it if it is created again.
         unlinked = catalogue.remove_tool(context.database, name, uid=meta.get("uid"))
-        requeue_agents(context, unlinked)
+        requeue_agents(context.retries, unlinked)
         logger.info("tool %s removed: %d agent(s) linked to it read again", name, len(unlinked))
         return
     ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name)
@@ -176,9 +176,9 @@ def tool_changed(
     mirrored = catalogue.mirror_tool(context.database, name, parsed, uid=meta.get("uid"))
     # Linked to an older object of this name, deleted unseen: read again, they link to
     # this one as to any new tool.
-    requeue_agents(context, mirrored.unlinked)
+    requeue_agents(context.retries, mirrored.unlinked)
     # Reconciled while no tool of this name existed: read again, they link to it.
-    requeue_agents(context, mirrored.awaiting)
+    requeue_agents(context.retries, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "tool %s created: %d agent(s) naming it read again", name, len(mirrored.awaiting)

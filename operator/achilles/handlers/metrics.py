@@ -5,7 +5,7 @@ tests/cluster/install/test_operator_metrics.py scrapes a running operator for ev
 Two kinds: what this replica did (counted where it does it: sum them over replicas),
 and what the journal says (`achilles_runs_active`, `achilles_runs_ended_total`,
 `achilles_job_to_heartbeat_seconds`, ...: read by each replica's run-metrics pass,
-`runtime/run_metrics.py`, so every replica reports the same runs: take the max).
+`controllers/run_metrics.py`, so every replica reports the same runs: take the max).
 Label sets that are known in advance start at zero, so a rate or an alert sees the
 first increment.
 """

@@ -13,15 +13,15 @@ import kopf
 from achilles.db.database import Database
 from achilles.handlers import metrics
 from achilles.handlers.config import OperatorConfig
+from achilles.handlers.context import RuntimeContext
 from achilles.handlers.diffbase import NoDiffBase
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.memory import settle_collector
-from achilles.handlers.runtime.retries import CONTEXT_KEY
-from achilles.handlers.runtime.runtime import Runtime
+from achilles.handlers.manager import Runtime
+from achilles.handlers.retries import CONTEXT_KEY
 from achilles.k8s.client import api_client
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.k8s.resources.common import API_GROUP
+from achilles.runtime.memory import settle_collector
 from achilles.services.agent_intake import SettledAgents
 from achilles.telemetry.spans import operator_spans
 
@@ -64,7 +64,7 @@ def configure(
     # after that only starts a new worker.
     settings.queueing.idle_timeout = 0.5
     # The sync handlers' threads: the catalogue's (models, tools, the platform; the Agent
-    # events have the workqueue's threads, runtime/agent_workers.py) and the liveness
+    # events have the workqueue's threads, handlers/manager.py) and the liveness
     # probe's. A handling is mostly Python under one GIL with a few short statements: more
     # threads only wait for the GIL and the pool (10 connections, shared with the loops).
     # Fewer would do for the catalogue alone, but during a database outage its handlings
@@ -79,7 +79,7 @@ def configure(
     # taken twice is taken in PostgreSQL (SKIP LOCKED, advisory lock, unique indexes).
     # Peering would not make one replica the only actor anyway: a frozen kopf stops its
     # own watch-streams and its daemons/timers (kopf docs/peering.rst, "Priorities";
-    # nolar/kopf#675), not the threads our startup handler starts (handlers/runtime/).
+    # nolar/kopf#675), not the threads our startup handler starts (handlers/manager.py).
     # Standalone, per the same page, means two replicas may both react to one event:
     # our handlers are idempotent and the database decides, so that is harmless.
     settings.peering.standalone = True
@@ -113,7 +113,7 @@ def configure(
     memo[CONTEXT_KEY] = context
     memo[RUNTIME_KEY] = runtime = Runtime(context)
     # Before the loops and kopf's listing allocate: the start's objects leave the
-    # collector's walks (handlers/runtime/memory.py).
+    # collector's walks (runtime/memory.py).
     settle_collector()
     runtime.start()
     logger.info("achilles runtime started: runs in namespace %s", config.job_template.namespace)

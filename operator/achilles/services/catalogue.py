@@ -14,6 +14,10 @@ from achilles.k8s.resources.agent_platform import AgentPlatformSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.services.mcp_sources import source_row
 
+# The Agents a catalogue change touched, as this service returns them (the handlers
+# requeue them by this type, and import no query module).
+AgentRef = catalogue.AgentRef
+
 
 @dataclass(frozen=True)
 class ModelMirrored:

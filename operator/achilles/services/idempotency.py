@@ -28,7 +28,7 @@ from achilles.db.database import Database
 from achilles.errors import AchillesError
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+    from achilles.db.database import Session
 
 T = TypeVar("T")
 

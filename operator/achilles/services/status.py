@@ -6,13 +6,21 @@ status written again is byte-identical and the operator can skip the API call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from achilles.db.journal.status import AgentStatusRow
+from achilles.db.database import Database
+from achilles.db.journal.status import (
+    AgentStatusRow,
+    RunOwner,
+    agent_status_rows,
+    agents_of_owners,
+    run_owners,
+)
 from achilles.domain.gates import LockReason, closed_locks
 from achilles.domain.notifications import budget_warning
 from achilles.domain.run_controls import RESUME_HINT
@@ -343,3 +351,37 @@ def is_own_status_echo(
         return False
     cancel = parse_cancel_request(annotations.get(CANCEL_RUN))
     return cancel is None or cancel == status.get("lastHandledCancelRequest")
+
+
+# --- the reads of the operator's status writer and Events ---
+
+
+def agent_rows(database: Database, agent_ids: Iterable[int]) -> list[AgentStatusRow]:
+    """These agents' status rows (their CR's name, the journal's fields)."""
+    with database.transaction() as session:
+        return agent_status_rows(session, agent_ids)
+
+
+def run_owner(database: Database, run_id: int) -> RunOwner | None:
+    """The agent of a run (its CR's name), None when the run is gone."""
+    with database.transaction() as session:
+        return run_owners(session, [run_id]).get(run_id)
+
+
+@dataclass(frozen=True)
+class StatusesToWrite:
+    rows: list[AgentStatusRow]
+    # The owners' other agents: they share the weekly budget that moved.
+    siblings: set[int]
+
+
+def statuses_to_write(
+    database: Database, agent_ids: set[int], siblings: set[int]
+) -> StatusesToWrite:
+    """The rows of the agents whose journal fields moved and of the siblings whose turn
+    came, and the moved agents' siblings (to be written in a coming turn): one
+    transaction."""
+    with database.transaction() as session:
+        others = set(agents_of_owners(session, agent_ids)) - agent_ids
+        rows = agent_status_rows(session, agent_ids | siblings)
+    return StatusesToWrite(rows, others)

@@ -32,7 +32,7 @@ from achilles.domain.run_controls import (
 
 if TYPE_CHECKING:
     # The caller's transaction: a suspension is written in the scheduler's batch.
-    from sqlalchemy.orm import Session
+    from achilles.db.database import Session
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from achilles.tools.base import ToolContext, ToolResult, error_result
 from achilles.tools.mcp import MakeCall, McpCall, McpConnections, perform, run_headers
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+    from achilles.db.database import Session
 
 # The longest arguments an approval shows (they are the inbox item's question).
 MAX_SHOWN_ARGUMENTS = 3_000

@@ -31,7 +31,7 @@ from achilles.errors import ToolError
 from achilles.ks.store import KnowledgeStore
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+    from achilles.db.database import Session
 
 # The Chat Completions API's rule for function names.
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

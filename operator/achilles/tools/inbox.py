@@ -38,7 +38,7 @@ from achilles.errors import (
 from achilles.tools.base import NoArgs, ToolArgs, ToolContext, tool
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+    from achilles.db.database import Session
 
 StateName = Literal["tracked", "partial", "missing", "na", "done", "blocked"]
 T = TypeVar("T")

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
-from achilles.handlers.runtime.sweeper import PENDING_PODS_EVERY
+from achilles.handlers.controllers.sweeper import PENDING_PODS_EVERY
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles

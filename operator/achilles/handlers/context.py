@@ -1,4 +1,4 @@
-"""What the operator's loops and its kopf handlers share: one `RuntimeContext`.
+"""What the operator's controllers and its kopf handlers share: one `RuntimeContext`.
 
 It holds the process's handles (database, API clients, settings), the wakes by which
 one part tells a loop to run now, and the four pieces of state the operator keeps in
@@ -9,29 +9,26 @@ lives in PostgreSQL and in the API server, so a restart loses nothing but time.
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from achilles.db.database import Database
 from achilles.handlers import metrics
+from achilles.handlers.agent_queue import QueuedAgent, object_key
 from achilles.handlers.config import OperatorConfig
-from achilles.handlers.runtime.retries import Retries
-from achilles.handlers.runtime.statuses import StatusQueue, WrittenStatuses
-from achilles.handlers.runtime.workqueue import WorkQueue
+from achilles.handlers.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.jobs import RunJobs
-from achilles.k8s.objects import Resources
+from achilles.k8s.objects import ObjectRef, Resources
+from achilles.runtime.loops import Passes
+from achilles.runtime.retries import Retries
+from achilles.runtime.wake import Wake
+from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_intake import SettledAgents
 from achilles.services.run_objects import RunObjects
 from achilles.telemetry.spans import NO_SPANS, Spans
 
-if TYPE_CHECKING:
-    from achilles.handlers.agents import QueuedAgent
-
-log = logging.getLogger("achilles.operator")
 T = TypeVar("T")
 
 # An owner's other agents get the weekly budget a run changed in turns (StatusQueue):
@@ -40,35 +37,25 @@ SIBLING_REFRESH_SECONDS = 10.0
 SIBLING_BATCH = 100
 
 
-@dataclass
-class Wake:
-    """A level-triggered wake-up: set by anyone, cleared by the loop that waits on it."""
-
-    event: threading.Event = field(default_factory=threading.Event)
-
-    def set(self) -> None:
-        self.event.set()
-
-    def wait(self, timeout: float) -> None:
-        self.event.wait(timeout)
-        self.event.clear()
-
-    def take(self) -> bool:
-        """Whether it was set, clearing it: for a loop that looks at the wake on its own
-        tick (the sweeper) instead of waiting on it. Taken just before the work it asks
-        for: a set during the work is kept for the next look, and one cleared unseen
-        (set between the look and the clear) came from a commit before the work began,
-        which the work then reads."""
-        if not self.event.is_set():
-            return False
-        self.event.clear()
-        return True
-
-
 def _set_event() -> threading.Event:
     event = threading.Event()
     event.set()
     return event
+
+
+class LoopMetrics:
+    """A pass's duration and failure, as the operator's Prometheus figures."""
+
+    def passed(self, loop: str, seconds: float) -> None:
+        metrics.LOOP_ERRORS.labels(loop)  # at zero from the first pass on
+        metrics.LOOP_SECONDS.labels(loop).observe(seconds)
+
+    def failed(self, loop: str) -> None:
+        metrics.LOOP_ERRORS.labels(loop).inc()
+
+
+def _retries() -> Retries[ObjectRef]:
+    return Retries(key_of=object_key)
 
 
 @dataclass
@@ -101,14 +88,14 @@ class RuntimeContext:
     )
     # The journal fields of each Agent's status as last patched (patch only changes).
     written_statuses: WrittenStatuses = field(default_factory=WrittenStatuses)
-    retries: Retries = field(default_factory=Retries)
-    last_pass: dict[str, float] = field(default_factory=dict)
+    retries: Retries[ObjectRef] = field(default_factory=_retries)
+    passes: Passes = field(default_factory=lambda: Passes(LoopMetrics()))
     # The rows' digests a listed Agent is checked against (the start-up intake: an Agent
     # that agrees with its row and status costs nothing). None: reconcile every one.
     settled_agents: SettledAgents | None = None
     # The operator's spans (OpenTelemetry, when an OTLP endpoint is configured).
     spans: Spans = NO_SPANS
-    # Agent events waiting for a handler thread (workqueue.py, agent_workers.py).
+    # Agent events waiting for a handler thread (agents.py; its threads: manager.py).
     agent_queue: WorkQueue[str, QueuedAgent] = field(default_factory=WorkQueue)
     # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
     run_objects: RunObjects = field(init=False)
@@ -134,20 +121,8 @@ class RuntimeContext:
     def run_pass(self, loop: str, work: Callable[[], T]) -> T | None:
         """One pass of a loop: its result, or None when it raised (logged and counted).
         An error ends the pass, never the loop."""
-        errors = metrics.LOOP_ERRORS.labels(loop)  # at zero from the first pass on
-        started = time.monotonic()
-        try:
-            result = work()
-        except Exception:
-            errors.inc()
-            log.exception("%s pass failed", loop)
-            return None
-        finally:
-            metrics.LOOP_SECONDS.labels(loop).observe(time.monotonic() - started)
-        self.last_pass[loop] = time.monotonic()
-        return result
+        return self.passes.run(loop, work)
 
     def health(self) -> dict[str, float]:
         """Seconds since each loop last completed a pass."""
-        now = time.monotonic()
-        return {loop: round(now - at, 1) for loop, at in self.last_pass.items()}
+        return self.passes.health()

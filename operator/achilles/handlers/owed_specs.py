@@ -1,11 +1,12 @@
 """Spec writes the database owes Agent resources (`db/journal/owed_spec.py`: a withdrawn
 model, a deactivated owner): patch each CR, tell its owner, forget. Called by the sweeper
-and at once by the AgentModel handler; what a failure leaves stays owed in the database."""
+and the scheduler, and at once by the AgentModel handler; what a failure leaves stays
+owed in the database."""
 
 from __future__ import annotations
 
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.events import agent_ref
+from achilles.handlers.agent_queue import agent_ref
+from achilles.handlers.context import RuntimeContext
 from achilles.services import agents
 
 

@@ -1,6 +1,6 @@
 """The status writer: the journal fields of Agents' statuses (nextRunAt, lastRun,
 weeklyTokens) follow the journal. Woken by `mark_dirty` (NOTIFY, the loops, the
-handlers); patches only what changed since it last wrote (runtime/statuses.py).
+handlers); patches only what changed since it last wrote (handlers/statuses.py).
 
 Jobs come first: while the dispatcher makes Jobs (`context.dispatch_idle` clear) a pass
 waits, `DEFER_FOR_JOBS` at most, before it reads and before each patch. At a slot where
@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import time
 
-from achilles.db.journal.status import agent_status_rows, agents_of_owners
 from achilles.handlers import metrics
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.events import agent_ref
-from achilles.services.status import journal_fields
+from achilles.handlers.agent_queue import agent_ref
+from achilles.handlers.context import RuntimeContext
+from achilles.services.status import journal_fields, statuses_to_write
 
 TICK = 10.0
 AFTER_ERROR = 1.0
@@ -54,12 +53,11 @@ def _after_jobs(context: RuntimeContext, defer_until: float) -> None:
 def _write(
     context: RuntimeContext, agent_ids: set[int], siblings: set[int], defer_until: float
 ) -> bool:
-    with context.database.transaction() as session:
-        # The owners' other agents share the weekly budget: their turn comes later.
-        context.statuses.mark_siblings(set(agents_of_owners(session, agent_ids)) - agent_ids)
-        rows = agent_status_rows(session, agent_ids | siblings)
+    to_write = statuses_to_write(context.database, agent_ids, siblings)
+    # The owners' other agents share the weekly budget: their turn comes later.
+    context.statuses.mark_siblings(to_write.siblings)
     written = context.written_statuses
-    for row in rows:
+    for row in to_write.rows:
         if row.namespace is None or row.cr_name is None:
             continue
         fields = journal_fields(row)

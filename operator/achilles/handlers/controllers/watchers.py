@@ -6,8 +6,8 @@ at its deadline. Each lists once, then watches; a watch that ends resumes where 
 
 from __future__ import annotations
 
-from achilles.handlers.runtime import events
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers import events
+from achilles.handlers.context import RuntimeContext
 
 RESTART_AFTER_ERROR = 2.0
 

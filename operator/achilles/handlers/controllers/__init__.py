@@ -1,6 +1,6 @@
-"""The operator's runtime beside kopf: one module per loop, sharing a `RuntimeContext`.
+"""The operator's controllers beside kopf: one module per loop, sharing a `RuntimeContext`.
 
-    kopf (event loop + workers)          runtime threads (runtime.py)
+    kopf (event loop + workers)          loop threads (handlers/manager.py)
     ---------------------------          -----------------------------------------------
     Agent / AgentModel / AgentTool /     agents-0..3   Agent workqueue -> reconciles
     AgentPlatform events                 listener      NOTIFY -> wakes
@@ -8,9 +8,10 @@
       -> the handler applies it          dispatcher    queued runs -> Jobs
       (an Agent's, unless settled at     pod-watch     pod outcomes -> journal
       once: onto the workqueue)          job-watch     Job outcomes -> journal
-      (failures: retries.py)             sweeper       reaper, pending pods, retries,
+      (failures: handlers/retries.py)    sweeper       reaper, pending pods, retries,
                                                        owners, reply wakes, orphans
                                          status        journal -> Agent status
 
-docs/architecture.md draws the whole and says where state lives.
+The Agent workqueue's threads are bound in manager.py to handlers/agents.py; every other
+loop is a module here. docs/architecture.md draws the whole and says where state lives.
 """

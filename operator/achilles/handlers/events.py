@@ -1,28 +1,20 @@
-"""The Events the loops post about runs, on the run's Agent (kubectl describe agent)."""
+"""The Events the controllers post about runs, on the run's Agent (kubectl describe agent)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from achilles.db.journal.status import agent_status_rows, run_owners
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.k8s.objects import ObjectRef
-from achilles.k8s.resources.kinds import AGENT
-from achilles.services import dispatch, outcomes
-
-
-def agent_ref(name: str, namespace: str, uid: str | None) -> ObjectRef:
-    return ObjectRef(AGENT.kind, AGENT.plural, name, namespace, uid)
+from achilles.handlers.agent_queue import agent_ref
+from achilles.handlers.context import RuntimeContext
+from achilles.services import dispatch, outcomes, status
 
 
 def on_agent(
     context: RuntimeContext, agent_id: int, kind: EventType, reason: EventReason, message: str
 ) -> None:
-    with context.database.transaction() as session:
-        rows = agent_status_rows(session, [agent_id])
-    for row in rows:
+    for row in status.agent_rows(context.database, [agent_id]):
         if row.namespace and row.cr_name:
             ref = agent_ref(row.cr_name, row.namespace, row.uid)
             context.resources.post_event(ref, kind, reason, message)
@@ -45,8 +37,7 @@ def on_run(
     context: RuntimeContext, run_id: int, kind: EventType, reason: EventReason, message: str
 ) -> None:
     """On the Agent of a run that ended: its status follows."""
-    with context.database.transaction() as session:
-        owner = run_owners(session, [run_id]).get(run_id)
+    owner = status.run_owner(context.database, run_id)
     if owner is not None and owner.namespace and owner.cr_name:
         ref = agent_ref(owner.cr_name, owner.namespace, owner.uid)
         context.resources.post_event(ref, kind, reason, message)

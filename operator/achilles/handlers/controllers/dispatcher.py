@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from achilles.domain.gates import closed_locks
 from achilles.domain.runs import RunState, SkipReason
 from achilles.domain.vocabulary import EventReason, EventType
-from achilles.handlers import metrics
-from achilles.handlers.runtime import events
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers import events, metrics
+from achilles.handlers.agent_queue import agent_ref
+from achilles.handlers.context import RuntimeContext
 from achilles.services import dispatch
 
 log = logging.getLogger("achilles.operator")
@@ -68,7 +68,7 @@ def dispatch_once(context: RuntimeContext) -> dispatch.DispatchResult:
         reason = EventReason.RUN_REFUSED
         events.on_dispatched(context, run, EventType.WARNING, reason, withdrawn.refusal)
         if run.request_key is not None and run.agent_name and run.agent_namespace:
-            ref = events.agent_ref(run.agent_name, run.agent_namespace, run.agent_uid)
+            ref = agent_ref(run.agent_name, run.agent_namespace, run.agent_uid)
             refused = {"request": run.request_key, "message": withdrawn.refusal}
             patched = context.resources.patch_status(ref, {"withdrawnRunRequest": refused})
             metrics.count_status_patch("withdrawn-request", patched)

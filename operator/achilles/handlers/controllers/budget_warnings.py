@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from achilles.db.outbox.budget_warnings import CrossedThreshold
 from achilles.domain.timestamps import iso_utc
 from achilles.domain.vocabulary import EventReason, EventType
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.events import agent_ref
+from achilles.handlers.agent_queue import agent_ref
+from achilles.handlers.context import RuntimeContext
 from achilles.k8s.objects import ObjectRef
 from achilles.services import budget_warnings
 from achilles.services.budget_condition import budget_condition, with_condition
@@ -34,9 +33,9 @@ class BudgetWarningsPass:
 
     def __call__(self) -> budget_warnings.WarningPass:
         done = budget_warnings.warn_crossed_thresholds(self.context.database, self.since)
-        highest: dict[int, CrossedThreshold] = {}
+        # Ordered by threshold: each owner's highest is the last.
+        highest = {crossed.user_id: crossed for crossed in done.crossed}
         for crossed in done.crossed:
-            highest[crossed.user_id] = crossed  # ordered by threshold
             message = (
                 f"owner {crossed.owner} used {crossed.used} of {crossed.budget} weekly tokens:"
                 f" {crossed.threshold} % of the budget (week from"
@@ -51,17 +50,18 @@ class BudgetWarningsPass:
         for user_id, crossed in highest.items():
             for agent in done.agents.get(user_id, []):
                 if agent.name and agent.namespace:
-                    self._set_condition(agent_ref(agent.name, agent.namespace, agent.uid), crossed)
+                    ref = agent_ref(agent.name, agent.namespace, agent.uid)
+                    self._set_condition(ref, crossed.used, crossed.budget)
         self.since = done.next_since  # only once warned: a failed pass looks again
         return done
 
-    def _set_condition(self, ref: ObjectRef, crossed: CrossedThreshold) -> None:
+    def _set_condition(self, ref: ObjectRef, used: int, budget: int) -> None:
         """The condition now, not at the Agent's next reconcile (which keeps it)."""
         body = self.context.resources.read_object(ref)
         if body is None:
             return
         conditions = (body.get("status") or {}).get("conditions")
-        warning = budget_condition(crossed.used, crossed.budget, conditions, datetime.now(UTC))
+        warning = budget_condition(used, budget, conditions, datetime.now(UTC))
         if warning is not None:
             status = {"conditions": with_condition(conditions, warning)}
             self.context.resources.patch_status(ref, status)

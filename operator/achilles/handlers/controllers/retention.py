@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.context import RuntimeContext
 from achilles.services import retention
 
 log = logging.getLogger("achilles.operator")

@@ -3,59 +3,22 @@
 away, shows in the AgentTool's status and Events without an edit of the spec.
 
 The catalogue handler lists a source when its spec is new; this pass lists them all
-again later. Both report through `report_discovery` (Ready, the status fields, the Event
-of the listing: `McpToolsChanged` only when the digest moved, so two replicas listing the
-same server announce a change once: the listing's row is locked while it is recorded).
-Everything else is `services/mcp_sources.py`'s.
+again later. Both report through `handlers/discovery.py` (Ready, the status fields, the
+Event of the listing). Everything else is `services/mcp_sources.py`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from datetime import UTC, datetime
-from typing import Any
 
-from achilles.domain.vocabulary import ConditionType
-from achilles.handlers import metrics
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.discovery import report_discovery
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.kinds import AGENT_TOOL
 from achilles.services import mcp_sources
-from achilles.services.status import condition, needs_patch
 
 log = logging.getLogger(__name__)
-
-
-def report_discovery(
-    context: RuntimeContext,
-    ref: ObjectRef,
-    generation: int | None,
-    previous: dict[str, Any],
-    discovery: mcp_sources.Discovery,
-    database_id: int | None,
-) -> None:
-    """The listing on the AgentTool: its Event, then Ready and the status fields."""
-    if discovery.notice is not None:
-        notice = discovery.notice
-        context.resources.post_event(ref, notice.type, notice.reason, notice.message)
-    ready = condition(
-        ConditionType.READY,
-        discovery.ready,
-        discovery.reason,
-        discovery.message,
-        previous.get("conditions"),
-        datetime.now(UTC),
-        generation,
-    )
-    desired = {
-        "observedGeneration": generation,
-        "conditions": [ready],
-        "databaseId": database_id,
-        **discovery.status,
-    }
-    if needs_patch(previous, desired):
-        metrics.count_status_patch("catalogue", context.resources.patch_status(ref, desired))
 
 
 def relist_mcp_sources(context: RuntimeContext) -> int:

@@ -10,16 +10,16 @@ they cost no transaction more than their period.
 - reaper: runs silent past `stale_after` end `failed/stale`, their Jobs deleted; runs
   whose Job vanished are failed (running) or queued again (never started);
 - pending pods: a pod stuck before starting fails its run at the start deadline;
-- retries: kopf event handlers that failed are handled again (runtime/retries.py);
+- retries: kopf event handlers that failed are handled again (handlers/retries.py);
 - owners: an owner deactivated in `users` switches their agents off (no CR event says so);
 - reply wakes: a reply whose wake was lost gets its run;
-- run metrics: the journal's runs as Prometheus figures (runtime/run_metrics.py);
+- run metrics: the journal's runs as Prometheus figures (run_metrics.py);
 - memory: garbage cycles collected and the heaps' free pages given back to the system
-  (runtime/memory.py);
+  (achilles/runtime/memory.py);
 - budget warnings: owners past 80 % / 95 % of the weekly budget are warned, once per
-  threshold per week (runtime/budget_warnings.py);
+  threshold per week (budget_warnings.py);
 - retention: finished runs older than `runRetentionDays` deleted in small batches
-  (runtime/retention.py);
+  (retention.py);
 - orphans (at start, then every ORPHANS_EVERY): rows of Agents, AgentModels and
   AgentTools deleted while no operator watched (kopf's watch sees every deletion after
   that, so the listing of every Agent is rare).
@@ -36,18 +36,18 @@ import time
 from collections.abc import Callable, Mapping
 
 from achilles.domain.vocabulary import EventReason, EventType
-from achilles.handlers import metrics
-from achilles.handlers.agents import requeue_agents
-from achilles.handlers.runtime import events
-from achilles.handlers.runtime.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
-from achilles.handlers.runtime.context import RuntimeContext, Wake
-from achilles.handlers.runtime.mcp_listings import McpListingsPass
-from achilles.handlers.runtime.memory import TRIM_EVERY, MemoryPass
-from achilles.handlers.runtime.owed_specs import deliver_owed_specs
-from achilles.handlers.runtime.retention import RETENTION_BUSY_EVERY, RetentionPass
-from achilles.handlers.runtime.retries import fire_due_retries
-from achilles.handlers.runtime.run_metrics import RUN_METRICS_EVERY, RunMetricsPass
+from achilles.handlers import events, metrics
+from achilles.handlers.agent_queue import agent_ref, requeue_agents
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.controllers.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
+from achilles.handlers.controllers.mcp_listings import McpListingsPass
+from achilles.handlers.controllers.retention import RETENTION_BUSY_EVERY, RetentionPass
+from achilles.handlers.controllers.run_metrics import RUN_METRICS_EVERY, RunMetricsPass
+from achilles.handlers.owed_specs import deliver_owed_specs
+from achilles.handlers.retries import fire_due_retries
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_TOOL
+from achilles.runtime.memory import TRIM_EVERY, MemoryPass
+from achilles.runtime.wake import Wake
 from achilles.services import agents, catalogue, outcomes, reply_wakes
 
 log = logging.getLogger("achilles.operator")
@@ -177,7 +177,7 @@ def wake_for_waiting_replies(context: RuntimeContext) -> bool:
                 f" for the reply to inbox item {owed.item_id} that no run has taken yet"
             )
             reason = EventReason.RUN_QUEUED if result.is_queued else EventReason.RUN_SKIPPED
-            ref = events.agent_ref(owed.name, owed.namespace, owed.uid)
+            ref = agent_ref(owed.name, owed.namespace, owed.uid)
             context.resources.post_event(ref, EventType.NORMAL, reason, message)
         context.mark_dirty([owed.agent_id])
         context.dispatch_wake.set()
@@ -216,7 +216,7 @@ def forget_deleted_objects(context: RuntimeContext) -> bool:
     for name, unlinked in converged.removed_tools.items():
         # As its delete event: the agents linked to it still name it, read again they
         # show it unknown and link to it if it is created again.
-        requeue_agents(context, unlinked)
+        requeue_agents(context.retries, unlinked)
         log.info(
             "tool %s removed (its AgentTool no longer exists): %d agent(s) read again",
             name,

@@ -18,7 +18,7 @@ from achilles.db.notifications import (
     SCHEDULE_CHANNEL,
     listen,
 )
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.context import RuntimeContext
 
 
 def run(context: RuntimeContext) -> None:

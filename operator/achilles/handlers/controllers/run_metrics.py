@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from achilles.handlers import metrics
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.context import RuntimeContext
 from achilles.services import run_metrics
 
 # Prometheus scrapes every 15 to 60 s (its default: 60); a pass every 30 s keeps the

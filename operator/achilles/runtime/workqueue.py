@@ -1,22 +1,18 @@
-"""A workqueue as controller-runtime has one: items keyed by object, the newest item of a
-key replacing the one still waiting, and a key handled by one thread at a time.
+"""A workqueue as controller-runtime has one (client-go's `workqueue`): items keyed by
+object, the newest item of a key replacing the one still waiting, and a key handled by
+one thread at a time; `process` is a worker thread's loop over it.
 
-kopf hands each Agent event to a per-object worker on its event loop, which keeps the
-event's parsed body until the handler returns. When the handler waited for a thread,
-every Agent waiting held its whole body (about 20 KB, most of it `managedFields`): at a
-first intake of 100,000 Agents, arriving faster than the threads reconcile them, that
-was 2 GiB. The Agent handler now puts the few fields the reconcile reads (an
-`AgentEvent`) here and returns, so kopf lets the body go, and the handler threads
-(`agent_workers`) drain the queue. A key waits at most once however many events came
-for it (the newest wins: each event carries the whole object), so the queue is bounded
-by the number of Agents, not the number of events.
+A key waits at most once however many items came for it (the newest wins: each carries
+the whole object, or says to read it afresh), so the queue is bounded by the number of
+objects, not the number of events. Why the Agent events go through one, rather than
+stay on kopf's per-object workers, is handlers/agents.py's to say.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -69,3 +65,20 @@ class WorkQueue(Generic[K, V]):
         """Keys waiting (not those being handled)."""
         with self._changed:
             return len(self._items)
+
+
+def process(
+    queue: WorkQueue[K, V], handle: Callable[[V], None], stop: threading.Event, take_seconds: float
+) -> None:
+    """A worker thread's loop: take a key's newest item, handle it, mark the key done,
+    until `stop` is set (looked at every `take_seconds` at least). `handle` must not
+    raise: a failure is its own to log and retry."""
+    while not stop.is_set():
+        taken = queue.take(take_seconds)
+        if taken is None:
+            continue
+        key, item = taken
+        try:
+            handle(item)
+        finally:
+            queue.done(key)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from achilles.domain.vocabulary import EventReason, EventType
-from achilles.handlers.runtime.context import RuntimeContext
+from achilles.handlers.context import RuntimeContext
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME
 from achilles.k8s.resources.kinds import AGENT_PLATFORM

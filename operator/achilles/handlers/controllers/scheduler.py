@@ -11,10 +11,9 @@ from functools import partial
 
 from achilles.domain.runs import RunState
 from achilles.domain.vocabulary import EventReason, EventType
-from achilles.handlers import metrics
-from achilles.handlers.runtime import events
-from achilles.handlers.runtime.context import RuntimeContext
-from achilles.handlers.runtime.owed_specs import deliver_owed_specs
+from achilles.handlers import events, metrics
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.owed_specs import deliver_owed_specs
 from achilles.services import scheduler
 
 # Slots come with a NOTIFY (`next_run_at` moved) and the loop sleeps until the nearest:

@@ -1,0 +1,48 @@
+"""An MCP AgentTool's listing reported on the object: the catalogue handler's (a spec new
+to the status) and the MCP listings pass's (every source again, controllers/
+mcp_listings.py) alike. Its Event is `McpToolsChanged` only when the digest moved, so two
+replicas listing the same server announce a change once (services/mcp_sources.py locks
+the listing's row while it is recorded)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from achilles.domain.vocabulary import ConditionType
+from achilles.handlers import metrics
+from achilles.handlers.context import RuntimeContext
+from achilles.k8s.objects import ObjectRef
+from achilles.services import mcp_sources
+from achilles.services.status import condition, needs_patch
+
+
+def report_discovery(
+    context: RuntimeContext,
+    ref: ObjectRef,
+    generation: int | None,
+    previous: dict[str, Any],
+    discovery: mcp_sources.Discovery,
+    database_id: int | None,
+) -> None:
+    """The listing on the AgentTool: its Event, then Ready and the status fields."""
+    if discovery.notice is not None:
+        notice = discovery.notice
+        context.resources.post_event(ref, notice.type, notice.reason, notice.message)
+    ready = condition(
+        ConditionType.READY,
+        discovery.ready,
+        discovery.reason,
+        discovery.message,
+        previous.get("conditions"),
+        datetime.now(UTC),
+        generation,
+    )
+    desired = {
+        "observedGeneration": generation,
+        "conditions": [ready],
+        "databaseId": database_id,
+        **discovery.status,
+    }
+    if needs_patch(previous, desired):
+        metrics.count_status_patch("catalogue", context.resources.patch_status(ref, desired))
