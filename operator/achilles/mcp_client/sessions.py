@@ -44,9 +44,7 @@ CLOSE_TIMEOUT = 5.0
 class _Call:
     name: str
     arguments: dict[str, Any]
-    done: concurrent.futures.Future[CallOutcome] = field(
-        default_factory=concurrent.futures.Future
-    )
+    done: concurrent.futures.Future[CallOutcome] = field(default_factory=concurrent.futures.Future)
 
 
 class _Session:
@@ -119,9 +117,7 @@ class McpSessions:
         self._lock = threading.Lock()
         self.opened = 0  # sessions opened so far (for the benchmark and the tests)
 
-    def call_tool(
-        self, endpoint: McpEndpoint, name: str, arguments: dict[str, Any]
-    ) -> CallOutcome:
+    def call_tool(self, endpoint: McpEndpoint, name: str, arguments: dict[str, Any]) -> CallOutcome:
         """One call on the server's open session (opened first if need be)."""
         try:
             session = self._session(endpoint)
@@ -175,4 +171,3 @@ class McpSessions:
             log.warning("closing the MCP sessions: %s", type(exc).__name__)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CLOSE_TIMEOUT)
-
