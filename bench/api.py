@@ -38,7 +38,7 @@ import httpx
 import psycopg
 
 from achilles.api.pagination import encode_cursor
-from achilles.api.routers.runs import OUTPUT_PREVIEW_CHARS
+from achilles.api.runs.schemas import OUTPUT_PREVIEW_CHARS
 from achilles.db.database import Database
 from achilles.db.roles import Component
 from achilles.services import inbox as inbox_service

@@ -7,17 +7,16 @@ database, verifiers and run requester, and `achilles api` builds the one it serv
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
+from achilles.api import agents, events, health, inbox, me, runs
 from achilles.api.docs_page import install_docs
 from achilles.api.identity.caller import Authenticator
 from achilles.api.identity.standing import Standing
 from achilles.api.limits import BodySizeLimit, NoStoreMiddleware
 from achilles.api.problems import install_problem_handlers
-from achilles.api.routers import available_routers
 from achilles.api.throttle import ClientLimitMiddleware, Throttle, parse_limit
 
 if TYPE_CHECKING:
@@ -25,7 +24,15 @@ if TYPE_CHECKING:
     from achilles.db.database import Database
     from achilles.services.run_requests import RunRequester
 
-WEB_PACKAGE = "achilles.api.web"
+# The API's routers, one per resource, in the order OpenAPI shows them.
+ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    me.router,
+    agents.router,
+    runs.router,
+    inbox.router,
+    events.router,
+)
 DESCRIPTION = """\
 The people's side of Achilles: a person's agents, runs and inbox, owner-scoped.
 Authentication, errors (RFC 9457 problem documents) and pagination: docs/api.md."""
@@ -84,10 +91,10 @@ def create_app(
     app.state.run_requester = run_requester or KubernetesRunRequester(settings.kubeconfig_path)
     install_problem_handlers(app)
     install_docs(app)
-    for router in available_routers():
+    for router in ROUTERS:
         app.include_router(router)
-    if settings.web_enabled and importlib.util.find_spec(WEB_PACKAGE) is not None:
-        from achilles.api.web import install_web  # type: ignore[import-not-found,unused-ignore]
+    if settings.web_enabled:
+        from achilles.api.web import install_web
 
         install_web(app, settings)
     # A body too large is refused before any other middleware reads it; outside it only

@@ -4,13 +4,17 @@ A cursor names the last item of the page it came with (its position in a list, n
 offset), so items added after it was handed out never shift the next page: a client
 walks a list to its end without duplicates or gaps, however many runs are written
 meanwhile. It is opaque to clients (base64url of `<list>:<id>`) and bound to the list it
-came from: a runs cursor given to /v1/agents is refused.
+came from: a runs cursor given to /v1/agents is refused. Every list answers with a
+`Page` of its items.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, Field
 
 from achilles.api.problems import Problem
 
@@ -43,3 +47,15 @@ def decode_cursor(kind: str, cursor: str | None) -> int | None:
 def next_cursor(kind: str, ids: list[int], limit: int) -> str | None:
     """The cursor after a page that asked for `limit` + 1 items and got `ids`."""
     return encode_cursor(kind, ids[limit - 1]) if len(ids) > limit else None
+
+
+ItemT = TypeVar("ItemT")
+
+
+class Page(BaseModel, Generic[ItemT]):
+    """One page of a list, in keyset order (docs/api.md#pagination). Each list names its
+    own subclass (`class AgentPage(Page[AgentDocument])`), so OpenAPI's schema names stay
+    the clients' (`AgentPage`, not pydantic's `Page_AgentDocument_`)."""
+
+    items: list[ItemT]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page")

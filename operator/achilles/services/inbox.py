@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING
 from achilles.db.database import Database
 from achilles.db.inbox import board, people, replies
 from achilles.db.inbox import settings as inbox_settings
-from achilles.db.inbox.board import AdvanceResult, AskResult, ItemListing
-from achilles.db.inbox.people import QueuePosition, Revision
+from achilles.db.inbox.board import AdvanceResult, AskResult
+from achilles.db.inbox.board import ItemListing as ItemListing  # re-exported: the API's items
+from achilles.db.inbox.people import QueuePosition as QueuePosition
+from achilles.db.inbox.people import Revision as Revision
 from achilles.db.inbox.replies import AckResult
 from achilles.db.inbox.settings import AgentInboxSettings
 from achilles.db.journal.agents import find_agent_id

@@ -24,7 +24,7 @@ from achilles.db.database import Database
 from achilles.db.inbox import people, replies
 from achilles.db.inbox import settings as inbox_settings
 from achilles.db.tools import approvals
-from achilles.db.tools.approvals import Approval
+from achilles.db.tools.approvals import Approval as Approval  # re-exported for the API
 from achilles.domain.inbox import ReplyChannel, ReplyKind
 from achilles.domain.mcp_tools import ApprovalState
 from achilles.errors import ClusterUnavailable, InvalidInputError, NotFound

@@ -1,4 +1,4 @@
-"""The inbox: `GET /v1/inbox`, `GET /v1/inbox/{id}`, `POST /v1/inbox/{id}/reply`.
+"""The inbox's items: `GET /v1/inbox`, `GET /v1/inbox/{id}`, `POST /v1/inbox/{id}/reply`.
 
 Parse, call `achilles.services.inbox` (the CLI's service: the compare-and-swap, the two
 channels' rule and wake-on-reply live there once), answer. Owner-scoped: the caller's
@@ -12,14 +12,15 @@ import re
 from http import HTTPStatus
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from achilles.api import dependencies, pagination
+from achilles.api import pagination
+from achilles.api.dependencies import CurrentCaller, DatabaseDep, ReadScope, RunRequesterDep
 from achilles.api.idempotency import once_for, replayable, response_of, stored_json
-from achilles.api.identity.caller import Caller, current_caller
-from achilles.api.inbox_models import (
+from achilles.api.inbox.auth import InboxOwner
+from achilles.api.inbox.schemas import (
     InboxPage,
     ItemDetailOut,
     ReplyIn,
@@ -32,17 +33,15 @@ from achilles.api.inbox_models import (
     revision_out,
     storable,
 )
-from achilles.api.owners import EVERY_OWNER, owner_scope
 from achilles.api.problems import PROBLEM_RESPONSES, TYPE_BASE, Problem
 from achilles.db.database import Database
-from achilles.db.inbox.people import QueuePosition
 from achilles.domain.inbox import (
     ItemState,
     ReplyRefusal,
 )
 from achilles.services import inbox as service
 from achilles.services.idempotency import StoredResponse
-from achilles.services.run_requests import RunRequester
+from achilles.services.inbox import QueuePosition
 
 router = APIRouter(prefix="/v1", tags=["inbox"], responses=PROBLEM_RESPONSES)
 
@@ -78,24 +77,17 @@ def decode_cursor(cursor: str) -> QueuePosition:
 
 @router.get("/inbox", response_model=InboxPage)
 async def list_inbox(
-    caller: Annotated[Caller, Depends(current_caller)],
-    database: Annotated[Database, Depends(dependencies.database)],
+    owner_key: InboxOwner,
+    database: DatabaseDep,
     state: Annotated[list[ItemState] | None, Query(description="Only these states")] = None,
     agent: Annotated[
         str | None, Query(max_length=600, description="One agent: `namespace/name` or its id")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     cursor: Annotated[str | None, Query(max_length=pagination.MAX_CURSOR_LENGTH)] = None,
-    owner: Annotated[
-        str | None, Query(max_length=254, description="Another owner's key (admins)")
-    ] = None,
 ) -> InboxPage:
     """My items across all my agents: blocked first, then oldest first; keyset pages.
     An admin may read another owner's inbox (`owner=<key>`)."""
-    if owner == EVERY_OWNER:
-        raise Problem(422, "owner: the inbox is one owner's; name the owner (admins)")
-    owner_key = owner_scope(caller, owner)
-    assert owner_key is not None
     if agent is not None:
         try:
             storable(agent)
@@ -144,14 +136,12 @@ def _inbox_page(
 async def get_item(
     item_id: ITEM_ID,
     response: Response,
-    caller: Annotated[Caller, Depends(current_caller)],
-    database: Annotated[Database, Depends(dependencies.database)],
+    owner_key: ReadScope,
+    database: DatabaseDep,
 ) -> ItemDetailOut:
     """The item, its board's version and its revision history (who replied, when, by
     which channel). `ETag` is the revision to send back as `If-Match`."""
-    detail = await run_in_threadpool(
-        _item_detail, database, item_id, None if caller.is_admin else caller.user_key
-    )
+    detail = await run_in_threadpool(_item_detail, database, item_id, owner_key)
     response.headers["ETag"] = etag(detail.revision)
     return detail
 
@@ -255,9 +245,9 @@ def reply(
     item_id: ITEM_ID,
     body: ReplyIn,
     request: Request,
-    caller: Annotated[Caller, Depends(current_caller)],
-    database: Annotated[Database, Depends(dependencies.database)],
-    requester: Annotated[RunRequester, Depends(dependencies.run_requester)],
+    caller: CurrentCaller,
+    database: DatabaseDep,
+    requester: RunRequesterDep,
     if_match: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header()] = None,
 ) -> Response:

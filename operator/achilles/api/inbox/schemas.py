@@ -1,5 +1,6 @@
-"""What the inbox routes read and answer with (api/routers/inbox.py), and how a stored
-item becomes one: the response models, the reply's body, the ETag of a revision.
+"""What the inbox endpoints read and answer with (items and approvals), and how a stored
+item or approval becomes one: the response models, the bodies of a reply and a decision,
+the ETag of a revision.
 """
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from achilles.db.inbox.board import ItemListing
-from achilles.db.inbox.people import Revision
+from achilles.api.pagination import Page
 from achilles.domain.inbox import (
     InboxItem,
     ItemState,
@@ -18,6 +18,8 @@ from achilles.domain.inbox import (
     ReplyKind,
 )
 from achilles.domain.inbox_records import item_record
+from achilles.services.inbox import ItemListing, Revision
+from achilles.services.tool_approvals import MAX_NOTE_LENGTH, Approval
 
 
 class ReplyOut(BaseModel):
@@ -54,9 +56,8 @@ class ListedItemOut(ItemOut):
     owner: str
 
 
-class InboxPage(BaseModel):
-    items: list[ListedItemOut]
-    next_cursor: str | None = Field(description="Pass as `cursor` for the next page")
+class InboxPage(Page[ListedItemOut]):
+    pass
 
 
 class RevisionOut(BaseModel):
@@ -140,3 +141,55 @@ def revision_out(revision: Revision) -> RevisionOut:
 
 def etag(revision: int) -> str:
     return f'"{revision}"'
+
+
+# --- approvals of agents' tool calls (issue 38) ---
+
+
+class ApprovalOut(BaseModel):
+    """What the owner is asked, and what became of it."""
+
+    item_id: int
+    agent_id: int
+    agent_tool: str = Field(description="The AgentTool (the catalogue's MCP source)")
+    tool: str = Field(description="The server's tool the call is of")
+    arguments: dict[str, Any] = Field(description="Exactly what the call sends (model-written)")
+    reason: str | None = Field(description="The agent's reason (model-written)")
+    state: Literal["pending", "approved", "rejected", "expired", "executing", "executed", "failed"]
+    expires_at: datetime
+    decided_at: datetime | None
+    decided_by: str | None
+    executed_at: datetime | None
+    result: str | None = Field(description="The call's result, cut to the source's cap")
+    error: str | None = Field(description="Why the approved call failed")
+
+
+class DecisionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject"]
+    note: str | None = Field(default=None, max_length=MAX_NOTE_LENGTH)
+
+
+class DecisionOut(BaseModel):
+    approval: ApprovalOut
+    wake_requested: bool = Field(description="A run of the agent was requested")
+    wake_detail: str | None = Field(description="Why no run was requested, when not")
+
+
+def approval_out(approval: Approval) -> ApprovalOut:
+    return ApprovalOut(
+        item_id=approval.item_id,
+        agent_id=approval.agent_id,
+        agent_tool=approval.tool_name,
+        tool=approval.mcp_tool,
+        arguments=approval.arguments,
+        reason=approval.reason,
+        state=approval.state.value,
+        expires_at=approval.expires_at,
+        decided_at=approval.decided_at,
+        decided_by=approval.decided_by,
+        executed_at=approval.executed_at,
+        result=approval.result,
+        error=approval.result_error,
+    )

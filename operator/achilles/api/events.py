@@ -25,12 +25,13 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Depends, FastAPI, Header, Request
+from fastapi import APIRouter, FastAPI, Header, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from achilles.api.dependencies import CurrentCaller
 from achilles.api.event_hub import EventHub, Subscription
 from achilles.api.housekeeping import forget_old_rows
-from achilles.api.identity.caller import Caller, current_caller, still_allowed
+from achilles.api.identity.caller import Caller, still_allowed
 from achilles.api.identity.standing import RECHECK_SECONDS
 from achilles.api.problems import PROBLEM_RESPONSES, Problem
 from achilles.errors import InvalidInputError
@@ -77,7 +78,7 @@ def event_record(event: Event) -> ServerSentEvent:
 )
 async def events(
     request: Request,
-    caller: Annotated[Caller, Depends(current_caller)],
+    caller: CurrentCaller,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """Server-Sent Events: `inbox_item` (`item_id`, `agent_id`) and `run` (`run_id`,
