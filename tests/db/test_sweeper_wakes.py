@@ -1,9 +1,10 @@
 """The sweeper's woken passes on the real database, through the operator's own pieces:
 the listener's LISTEN connection (handlers/controllers/listener.py), the RuntimeContext's
-wakes and the sweeper's tick (handlers/controllers/sweeper.py) with the real owners and
-budget-warnings passes. A deactivated owner's agent goes off at the tick after the NOTIFY,
-not at the owners pass's period; a run that crossed a budget threshold is warned at the
-tick after its NOTIFY, not at the budget pass's period.
+wakes as the manager routes them (handlers/manager.py) and the sweeper's tick
+(handlers/controllers/sweeper.py) with the real owners and budget-warnings passes. A
+deactivated owner's agent goes off at the tick after the NOTIFY, not at the owners pass's
+period; a run that crossed a budget threshold is warned at the tick after its NOTIFY, not
+at the budget pass's period.
 
 The ticks are instants of the test's clock (`sweeper.tick(..., clock=...)`); the only
 wait is for the listener to hear the NOTIFY, on the wake's own event.
@@ -31,6 +32,7 @@ from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers import listener, sweeper
 from achilles.handlers.controllers.budget_warnings import BUDGET_WARNINGS_EVERY
 from achilles.handlers.controllers.sweeper import OWNERS_EVERY, SWEEP_TICK, PassSchedule
+from achilles.handlers.manager import Runtime
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.objects import Resources
 from achilles.runtime.wake import Wake
@@ -76,6 +78,7 @@ def operator_sweeper(db: Engine, database_url: str) -> Iterator[Sweeper]:
         # A client that nothing here calls (the passes that would are not run).
         jobs=RunJobs(client.ApiClient(client.Configuration(host=NOWHERE)), TEMPLATE.namespace),
     )
+    Runtime(context)  # routes the listener's signals as the operator does (not started)
     periods = sweeper.periods(context)
     passes: Passes = {
         name: (every, work if name in REAL else lambda: None)
@@ -89,7 +92,7 @@ def operator_sweeper(db: Engine, database_url: str) -> Iterator[Sweeper]:
     try:
         # LISTENing: the listener wakes every loop when it connects, these two among
         # them; taken here, so that each test hears its own NOTIFYs.
-        for wake in (context.owners_wake, context.budget_warnings_wake):
+        for wake in sweeper.wakes(context).values():
             _heard(wake)
             assert wake.take()
         yield Sweeper(context, passes, schedule)
@@ -109,7 +112,7 @@ def test_a_deactivated_owners_agent_goes_off_at_the_next_tick(
 ) -> None:
     owner = make_owner(db)
     agent_id = make_agent(db, owner)
-    wake = operator_sweeper.context.owners_wake
+    wake = sweeper.wakes(operator_sweeper.context)["owners"]
     assert "owners" in operator_sweeper.tick_at(0.0)  # every pass at the first tick
     assert "owners" not in operator_sweeper.tick_at(SWEEP_TICK)
     assert _enabled(db, agent_id)
@@ -130,13 +133,13 @@ def test_a_reactivation_wakes_nothing(db: Engine, operator_sweeper: Sweeper) -> 
     owner = make_owner(db)
     with db.begin() as conn:
         conn.execute(text("UPDATE users SET active = false WHERE key = :k"), {"k": owner})
-    _heard(operator_sweeper.context.owners_wake)
+    _heard(sweeper.wakes(operator_sweeper.context)["owners"])
     operator_sweeper.tick_at(0.0)  # takes it
     with db.begin() as conn:
         conn.execute(text("UPDATE users SET active = true WHERE key = :k"), {"k": owner})
         # A run's NOTIFY after it, on the same connection: heard once the other was.
         conn.execute(text("SELECT pg_notify('achilles_runs', '')"))
-    _heard(operator_sweeper.context.budget_warnings_wake)
+    _heard(sweeper.wakes(operator_sweeper.context)["budget-warnings"])
     assert "owners" not in operator_sweeper.tick_at(SWEEP_TICK)
 
 
@@ -145,7 +148,7 @@ def test_a_run_past_a_threshold_is_warned_at_the_next_tick(
 ) -> None:
     set_settings(db, agent_weekly_token_budget=1000)
     agent_id = make_agent(db, make_owner(db))
-    wake = operator_sweeper.context.budget_warnings_wake
+    wake = sweeper.wakes(operator_sweeper.context)["budget-warnings"]
     assert "budget-warnings" in operator_sweeper.tick_at(0.0)
     assert "budget-warnings" not in operator_sweeper.tick_at(SWEEP_TICK)
 

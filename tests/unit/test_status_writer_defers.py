@@ -77,8 +77,13 @@ def test_the_dispatcher_is_busy_during_its_passes_and_a_burst_and_idle_while_it_
             seen.append(("waits", dispatch_idle.is_set()))
             stop.set()
 
+    class Wakes:
+        def target(self, name: str) -> Wake:
+            assert name == dispatcher.NAME
+            return Wake()
+
     context = SimpleNamespace(
-        stop=stop, dispatch_idle=dispatch_idle, run_pass=run_pass, dispatch_wake=Wake()
+        stop=stop, dispatch_idle=dispatch_idle, run_pass=run_pass, wakes=Wakes()
     )
     dispatcher.run(cast(RuntimeContext, context))
     # Three passes with no wait between the burst's, then a wait for the next wake.

@@ -37,6 +37,7 @@ from achilles.handlers.agent_queue import (
 )
 from achilles.handlers.context import RuntimeContext
 from achilles.handlers.retries import context_of
+from achilles.handlers.signals import Happened
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
@@ -190,7 +191,7 @@ def _apply(
         # its agent until the Job is gone, and then ends (the Job watcher).
         context.jobs.delete(reconciliation.delete_job_of, foreground=True)
     if reconciliation.wake_dispatcher:
-        context.dispatch_wake.set()
+        context.wakes.emit(Happened.DISPATCHABLE)
     agent_id = reconciliation.agent_id
     if reconciliation.journal_moved and agent_id is not None:
         context.mark_dirty([agent_id])

@@ -15,6 +15,7 @@ from achilles.handlers.context import RuntimeContext
 from achilles.handlers.discovery import report_discovery
 from achilles.handlers.owed_specs import deliver_owed_specs
 from achilles.handlers.retries import context_of, retried
+from achilles.handlers.signals import Happened
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
@@ -226,8 +227,7 @@ def platform_changed(
     if parsed is None:
         return
     catalogue.mirror_platform(context.database, parsed)
-    context.schedule_wake.set()  # the organisation's zone may have moved slots
-    context.dispatch_wake.set()  # and the cap may have grown
+    context.wakes.emit(Happened.PLATFORM_CHANGED)  # the zone may move slots, the cap grow
     mirror.write(
         [
             mirror.condition(

@@ -1,7 +1,8 @@
 """What the operator's controllers and its kopf handlers share: one `RuntimeContext`.
 
 It holds the process's handles (database, API clients, settings), the wakes by which
-one part tells a loop to run now, and the four pieces of state the operator keeps in
+one part tells the loops that something happened (`wakes`: routed by handlers/
+manager.py's table), and the four pieces of state the operator keeps in
 memory (the status queue, the statuses written, the handler retries, the Agent events
 waiting for a thread). Everything else
 lives in PostgreSQL and in the API server, so a restart loses nothing but time.
@@ -18,12 +19,13 @@ from achilles.db.database import Database
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import QueuedAgent, object_key
 from achilles.handlers.config import OperatorConfig
+from achilles.handlers.signals import Happened
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.runtime.loops import Passes
 from achilles.runtime.retries import Retries
-from achilles.runtime.wake import Wake
+from achilles.runtime.wake import Wakes
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_intake import SettledAgents
 from achilles.services.run_objects import RunObjects
@@ -65,19 +67,9 @@ class RuntimeContext:
     resources: Resources
     jobs: RunJobs
     stop: threading.Event = field(default_factory=threading.Event)
-    # Who wakes whom: NOTIFY and slot changes wake the scheduler; new runs, ended runs and
-    # settings wake the dispatcher; anything that moves an Agent's journal fields wakes
-    # the status writer.
-    schedule_wake: Wake = field(default_factory=Wake)
-    dispatch_wake: Wake = field(default_factory=Wake)
-    status_wake: Wake = field(default_factory=Wake)
-    # A notification written to the outbox (NOTIFY) wakes the notifier.
-    notify_wake: Wake = field(default_factory=Wake)
-    # Two of the sweeper's passes run at its next tick when woken, not only on their
-    # period: an owner deactivated (NOTIFY) wakes the owners pass, a run changing state
-    # (NOTIFY) the budget-warnings pass.
-    owners_wake: Wake = field(default_factory=Wake)
-    budget_warnings_wake: Wake = field(default_factory=Wake)
+    # Who wakes whom: a part emits what happened (`Happened`), and the manager's table
+    # (handlers/manager.py) routes each signal to the loops that declared it a source.
+    wakes: Wakes[Happened] = field(default_factory=Wakes)
     # Set while the dispatcher is not making Jobs: cleared for each of its passes and
     # while a pass leaves more runs to dispatch at once (a slot's burst). The status
     # writer waits for it, a few seconds at most, so that the Agents' status patches
@@ -108,7 +100,7 @@ class RuntimeContext:
     def mark_dirty(self, agent_ids: Iterable[int]) -> None:
         """These agents' journal fields moved: the status writer patches them next."""
         self.statuses.mark(agent_ids)
-        self.status_wake.set()
+        self.wakes.emit(Happened.STATUS_MOVED)
 
     def want_reconcile(self, agent_ids: Iterable[int]) -> None:
         """Reconcile these agents at their next event, which the status writer's patch of

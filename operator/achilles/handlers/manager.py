@@ -1,17 +1,19 @@
-"""The operator's loops: which loop runs on which thread, started and stopped together.
+"""The operator's manager: every controller declared with its sources, its queue and its
+reconcile, as kueue's cmd/kueue/main.go sets up its reconcilers on controller-runtime's
+manager (`SetupWithManager(...).For(...).Watches(...)`). docs/architecture.md shows this
+table row for row (tests/unit/test_manager_table.py holds them to each other).
 
-kopf runs the per-object handlers (handlers/agents.py, handlers/catalogue.py) on its
-event loop and worker threads, but for the Agent events it cannot settle at once, which
-go to the Agent workqueue's threads here (`agents-N`); what is not about one object runs
-here too, one thread per loop, each in its own module under controllers/. Every loop is
-safe with two replicas because the database decides (row locks, SKIP LOCKED, the
-dispatch advisory lock, the one-active-run and request-key indexes). The threads
-themselves are the generic runtime's (runtime/loops.py).
+kopf runs the per-object handlers (agents.py, catalogue.py) on its event loop and worker
+threads, but for the Agent events it cannot settle at once, which go to the Agent
+workqueue's threads here (`agents-N`); what is not about one object runs here too, one
+thread per loop, each in its own module under controllers/. Who wakes whom is the `On`
+sources below and nothing else: a part emits what happened (handlers/signals.py), the
+manager routes it to the loops that declared it. Every loop is safe with two replicas
+because the database decides (row locks, SKIP LOCKED, the dispatch advisory lock, the
+one-active-run and request-key indexes).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from achilles.handlers import agents
 from achilles.handlers.agent_queue import QueuedAgent
@@ -25,10 +27,22 @@ from achilles.handlers.controllers import (
     sweeper,
     watchers,
 )
-from achilles.runtime.loops import Loops
+from achilles.handlers.signals import EMITTED_BY, Happened
+from achilles.runtime.manager import (
+    Channel,
+    Controller,
+    ListWatch,
+    Manager,
+    On,
+    Source,
+    Stream,
+    Timer,
+)
 from achilles.runtime.workqueue import process
 
 SHUTDOWN_SECONDS = 5.0
+
+Declared = Controller[RuntimeContext, Happened]
 
 
 def agent_worker(context: RuntimeContext) -> None:
@@ -43,42 +57,165 @@ def agent_worker(context: RuntimeContext) -> None:
     process(context.agent_queue, handle, context.stop, agents.TAKE_SECONDS)
 
 
-# thread name -> the loop it runs (each module's docstring says what wakes it and what
-# it owns).
-LOOPS: dict[str, Callable[[RuntimeContext], None]] = {
-    "listener": listener.run,
-    "scheduler": scheduler.run,
-    "dispatcher": dispatcher.run,
-    "pod-watch": watchers.run_pods,
-    "job-watch": watchers.run_jobs,
-    "sweeper": sweeper.run,
-    "status": status_writer.run,
-    "notifier": notifier.run,
-    **{f"agents-{i}": agent_worker for i in range(agents.THREADS)},
-}
-# A watch stream wakes only at its next event and holds nothing between events: not
-# waited for at shutdown (the next leader lists before it watches).
-UNJOINED = frozenset({"pod-watch", "job-watch"})
+CONTROLLERS: tuple[Declared, ...] = (
+    Controller(
+        "agents",
+        sources=(
+            Stream("Agent", via="kopf"),
+            # A failed reconcile, or an Agent a catalogue change touched, read afresh.
+            Timer(sweeper.SWEEP_TICK, "the sweeper's retries pass: due retries, requeues"),
+        ),
+        queue="Agent workqueue keyed by uid, newest event wins (runtime/workqueue.py)",
+        reconcile="agents.handle_queued",
+        run=agent_worker,
+        threads=agents.THREADS,
+    ),
+    Controller(
+        "catalogue",
+        sources=(
+            Stream("AgentModel", via="kopf"),
+            Stream("AgentTool", via="kopf"),
+            Stream("AgentPlatform", via="kopf"),
+            Timer(sweeper.SWEEP_TICK, "the sweeper's retries pass: due retries"),
+        ),
+        queue="kopf's per-object workers",
+        reconcile="catalogue.model_changed, tool_changed, platform_changed",
+        # kopf runs them; a failure is retried by the sweeper (handlers/retries.py).
+        run=None,
+    ),
+    Controller(
+        listener.NAME,
+        sources=tuple(Channel(channel) for channel in listener.CHANNELS),
+        queue="none: each NOTIFY emitted as its signal",
+        reconcile="listener.run",
+        run=listener.run,
+    ),
+    Controller(
+        scheduler.NAME,
+        sources=(
+            On(Happened.SLOTS_MOVED),
+            On(Happened.PLATFORM_CHANGED),
+            On(Happened.RECONNECTED),
+            Timer(scheduler.SCHEDULER_MAX_SLEEP, "sooner at the nearest slot"),
+        ),
+        queue="agents due in the journal (next_run_at, SKIP LOCKED)",
+        reconcile="scheduler.schedule_once",
+        run=scheduler.run,
+    ),
+    Controller(
+        dispatcher.NAME,
+        sources=(
+            On(Happened.RUNS_CHANGED),
+            On(Happened.DISPATCHABLE),
+            On(Happened.PLATFORM_CHANGED),
+            On(Happened.RECONNECTED),
+            Timer(dispatcher.DISPATCH_TICK, "at once while a pass leaves more waiting"),
+        ),
+        queue="queued runs in the journal, FIFO under the cap (dispatch lock)",
+        reconcile="dispatcher.dispatch_once",
+        run=dispatcher.run,
+    ),
+    Controller(
+        "pod-watch",
+        sources=(ListWatch("Pod"),),
+        queue="none: each watch event folded in (services/run_objects.py)",
+        reconcile="watchers.follow_pods",
+        run=watchers.run_pods,
+        joined=False,
+    ),
+    Controller(
+        "job-watch",
+        sources=(ListWatch("Job"),),
+        queue="none: each watch event folded in (services/run_objects.py)",
+        reconcile="watchers.follow_jobs",
+        run=watchers.run_jobs,
+        joined=False,
+    ),
+    Controller(
+        sweeper.NAME,
+        sources=(
+            Timer(sweeper.SWEEP_TICK, "each pass at its own period"),
+            On(Happened.OWNER_DEACTIVATED, part="owners"),
+            On(Happened.RECONNECTED, part="owners"),
+            On(Happened.RUNS_CHANGED, part="budget-warnings"),
+            On(Happened.RECONNECTED, part="budget-warnings"),
+        ),
+        queue="none: each pass derives its work from the rows",
+        reconcile="sweeper.tick (the passes of sweeper.periods)",
+        run=sweeper.run,
+    ),
+    Controller(
+        status_writer.NAME,
+        sources=(
+            On(Happened.STATUS_MOVED),
+            Timer(status_writer.TICK, "waits while the dispatcher makes Jobs"),
+        ),
+        queue="the status queue: Agents marked dirty, owners' siblings in turns",
+        reconcile="status_writer.write_dirty_statuses",
+        run=status_writer.run,
+    ),
+    Controller(
+        notifier.NAME,
+        sources=(
+            On(Happened.NOTIFICATION_WRITTEN),
+            On(Happened.RECONNECTED),
+            Timer(notifier.NOTIFIER_TICK, "sooner at the earliest retry"),
+        ),
+        queue="the outbox's due rows",
+        reconcile="notifier.deliver_once",
+        run=notifier.run,
+    ),
+)
+
+
+def _source(source: Source[Happened]) -> str:
+    if isinstance(source, Stream):
+        return f"{source.via} stream of {source.kind}"
+    if isinstance(source, ListWatch):
+        return f"list+watch of {source.kind}"
+    if isinstance(source, Channel):
+        return f"NOTIFY {source.name}"
+    if isinstance(source, Timer):
+        return f"timer {source.seconds:g} s ({source.what})"
+    part = f" ({source.part} pass)" if source.part else ""
+    return f"`{source.signal}`{part}"
+
+
+def table() -> list[tuple[str, str, str, str, str]]:
+    """The manager's table as docs/architecture.md shows it: controller (threads),
+    sources, queue, reconcile, who wakes it (the emitters of its `On` signals)."""
+    rows = []
+    for controller in CONTROLLERS:
+        threads = f" ({controller.threads} threads)" if controller.threads > 1 else ""
+        if controller.run is None:
+            threads = " (kopf's)"
+        emitters: dict[str, None] = {}
+        for source in controller.sources:
+            if isinstance(source, On):
+                emitters.update(dict.fromkeys(EMITTED_BY[source.signal]))
+        rows.append(
+            (
+                f"{controller.name}{threads}",
+                "; ".join(_source(source) for source in controller.sources),
+                controller.queue,
+                f"`{controller.reconcile}`",
+                ", ".join(emitters) or "none (its sources only)",
+            )
+        )
+    return rows
 
 
 class Runtime:
-    """The loops of one operator process, on one `RuntimeContext`."""
+    """The controllers of one operator process, on one `RuntimeContext`."""
 
     def __init__(self, context: RuntimeContext) -> None:
         self.context = context
-        # Shutdown sets the wakes the loops sleep on, so each sees the stop at once.
-        wakes = (
-            context.schedule_wake,
-            context.dispatch_wake,
-            context.status_wake,
-            context.notify_wake,
-        )
-        self.loops = Loops(context, LOOPS, stop=context.stop, wakes=wakes, unjoined=UNJOINED)
+        self.manager = Manager(CONTROLLERS, context, context.wakes, context.stop)
 
     def start(self) -> None:
-        self.loops.start()
+        self.manager.start()
 
     def shutdown(self) -> None:
         """Let the loops finish the pass they are in (a pass is one short transaction),
         within SHUTDOWN_SECONDS in all; the threads are daemons and end with the process."""
-        self.loops.shutdown(SHUTDOWN_SECONDS)
+        self.manager.shutdown(SHUTDOWN_SECONDS)

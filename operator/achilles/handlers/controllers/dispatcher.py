@@ -1,6 +1,7 @@
 """The dispatcher: queued runs become Jobs under the concurrency cap (services/dispatch.py).
 
-Wakes on a run NOTIFY, after a pass that left more waiting, or every DISPATCH_TICK; backs
+Wakes on what its sources say (handlers/manager.py: a run NOTIFY, runs to dispatch, the
+platform changed), after a pass that left more waiting, or every DISPATCH_TICK; backs
 off (to MAX_BACKOFF) while the API server or the database refuses. Owns nothing in memory;
 says when it is making Jobs (`context.dispatch_idle`), for the status writer to wait.
 """
@@ -24,9 +25,11 @@ log = logging.getLogger("achilles.operator")
 # tick only bounds what a lost notification costs (each pass is a transaction, idle too).
 DISPATCH_TICK = 30.0
 MAX_BACKOFF = 30.0
+NAME = "dispatcher"
 
 
 def run(context: RuntimeContext) -> None:
+    woken = context.wakes.target(NAME)
     backoff = 0.0
     while not context.stop.is_set():
         context.dispatch_idle.clear()  # Jobs first: the status writer waits (context.py)
@@ -42,7 +45,7 @@ def run(context: RuntimeContext) -> None:
                 wait = 0.0  # a full batch left the queue and more wait: go on at once
         if wait > 0:
             context.dispatch_idle.set()
-            context.dispatch_wake.wait(wait)
+            woken.wait(wait)
     context.dispatch_idle.set()
 
 

@@ -28,9 +28,11 @@ log = logging.getLogger("achilles.operator")
 # an idle operator's transactions stay few (achilles bench kept-jobs).
 NOTIFIER_TICK = 300.0
 AFTER_ERROR = 5.0
+NAME = "notifier"
 
 
 def run(context: RuntimeContext) -> None:
+    woken = context.wakes.target(NAME)
     sender = WebhookSender()
     try:
         while not context.stop.is_set():
@@ -44,7 +46,7 @@ def run(context: RuntimeContext) -> None:
             else:
                 wait = min(NOTIFIER_TICK, done.next_due_in)
             if wait > 0:
-                context.notify_wake.wait(wait)
+                woken.wait(wait)
     finally:
         sender.close()
 

@@ -14,6 +14,7 @@ from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import events, metrics
 from achilles.handlers.context import RuntimeContext
 from achilles.handlers.owed_specs import deliver_owed_specs
+from achilles.handlers.signals import Happened
 from achilles.services import scheduler
 
 # Slots come with a NOTIFY (`next_run_at` moved) and the loop sleeps until the nearest:
@@ -23,9 +24,11 @@ SCHEDULER_MAX_SLEEP = 30.0
 # pass would cost O(agents) per slot and per NOTIFY (docs/performance.md); a zone moved
 # in `users` shows in the slots within this.
 SCHEDULE_REPAIR_EVERY = 60.0
+NAME = "scheduler"
 
 
 def run(context: RuntimeContext) -> None:
+    woken = context.wakes.target(NAME)
     last_repair = float("-inf")
     while not context.stop.is_set():
         repair = time.monotonic() - last_repair >= SCHEDULE_REPAIR_EVERY
@@ -37,7 +40,7 @@ def run(context: RuntimeContext) -> None:
             if tick.nearest_next_run is not None and tick.now is not None:
                 until = (tick.nearest_next_run - tick.now).total_seconds()
                 sleep = min(sleep, max(0.0, until))
-        context.schedule_wake.wait(sleep)
+        woken.wait(sleep)
 
 
 def schedule_once(context: RuntimeContext, *, repair: bool) -> scheduler.TickResult:
@@ -58,7 +61,7 @@ def schedule_once(context: RuntimeContext, *, repair: bool) -> scheduler.TickRes
         # with its `AgentSuspended` Event (what is not stays owed for the sweeper).
         deliver_owed_specs(context)
     if tick.enqueued:
-        context.dispatch_wake.set()
+        context.wakes.emit(Happened.DISPATCHABLE)
         context.mark_dirty(agent_id for agent_id, _ in tick.enqueued)
     # A zone changed: nextRunAt moved, and the Scheduled condition may have too.
     # ... and a suspended agent's phase and Scheduled condition say why and how to resume.

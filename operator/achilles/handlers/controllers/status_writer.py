@@ -21,11 +21,13 @@ from achilles.services.status import journal_fields, statuses_to_write
 TICK = 10.0
 AFTER_ERROR = 1.0
 DEFER_FOR_JOBS = 5.0
+NAME = "status"
 
 
 def run(context: RuntimeContext) -> None:
+    woken = context.wakes.target(NAME)
     while not context.stop.is_set():
-        context.status_wake.wait(TICK)
+        woken.wait(TICK)
         if context.run_pass("status", lambda: write_dirty_statuses(context)) is None:
             context.stop.wait(AFTER_ERROR)
 

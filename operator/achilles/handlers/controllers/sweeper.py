@@ -1,7 +1,7 @@
 """The sweeper: the passes that catch what no event reports, each at its own period
 (`periods`), checked every SWEEP_TICK. Idle, they are the operator's steady cost in
 database transactions, so each runs as rarely as what it catches allows. Two are also
-woken (`wakes`, set by the listener's NOTIFYs) and then run at the next tick: the
+woken (`wakes`, routed from the listener's NOTIFYs by manager.py) at the next tick: the
 owners pass by an owner's deactivation, the budget-warnings pass by a run changing
 state. The tick is their debounce (a burst of NOTIFYs costs one pass) and their period
 stays the safety net (a lost NOTIFY delays, never loses); idle, nothing wakes them, so
@@ -45,6 +45,7 @@ from achilles.handlers.controllers.retention import RETENTION_BUSY_EVERY, Retent
 from achilles.handlers.controllers.run_metrics import RUN_METRICS_EVERY, RunMetricsPass
 from achilles.handlers.owed_specs import deliver_owed_specs
 from achilles.handlers.retries import fire_due_retries
+from achilles.handlers.signals import Happened
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_TOOL
 from achilles.runtime.memory import TRIM_EVERY, MemoryPass
 from achilles.runtime.wake import Wake
@@ -62,6 +63,9 @@ OWNERS_EVERY = 30.0
 REPLY_WAKES_EVERY = 30.0
 PENDING_PODS_EVERY = 10.0
 ORPHANS_EVERY = 600.0
+NAME = "sweeper"
+# The passes also run at the next tick when woken (handlers/manager.py says by what).
+WOKEN_PASSES = ("owners", "budget-warnings")
 
 
 def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], object]]]:
@@ -84,7 +88,7 @@ def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], obje
 
 def wakes(context: RuntimeContext) -> dict[str, Wake]:
     """pass name -> the wake that runs it at the next tick, before its period is up."""
-    return {"owners": context.owners_wake, "budget-warnings": context.budget_warnings_wake}
+    return {name: context.wakes.target(f"{NAME}.{name}") for name in WOKEN_PASSES}
 
 
 class PassSchedule:
@@ -145,7 +149,7 @@ def reap(context: RuntimeContext) -> outcomes.SweepResult:
         events.on_run(context, run_id, EventType.WARNING, EventReason.RUN_REAPED, message)
     events.run_failures(context, swept.failed)
     if swept.requeued:
-        context.dispatch_wake.set()
+        context.wakes.emit(Happened.DISPATCHABLE)
     return swept
 
 
@@ -180,7 +184,7 @@ def wake_for_waiting_replies(context: RuntimeContext) -> bool:
             ref = agent_ref(owed.name, owed.namespace, owed.uid)
             context.resources.post_event(ref, EventType.NORMAL, reason, message)
         context.mark_dirty([owed.agent_id])
-        context.dispatch_wake.set()
+        context.wakes.emit(Happened.DISPATCHABLE)
     return True
 
 

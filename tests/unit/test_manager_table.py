@@ -1,0 +1,113 @@
+"""The manager's table (handlers/manager.py) is the operator's shape: docs/architecture.md
+shows it row for row, every signal wakes exactly the loops it woke when each part set
+their wakes itself (issue 40), each signal's emitters are the modules that emit it, and
+shutdown wakes every loop."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
+
+from achilles.handlers import manager
+from achilles.handlers.context import RuntimeContext
+from achilles.handlers.controllers import listener, sweeper
+from achilles.handlers.signals import EMITTED_BY, Happened
+from achilles.runtime.manager import Manager, On
+from achilles.runtime.wake import Wake, Wakes
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDLERS = ROOT / "operator" / "achilles" / "handlers"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+# Who woke whom before the table, when each part set the wakes itself.
+WOKEN = {
+    Happened.RUNS_CHANGED: {"dispatcher", "sweeper.budget-warnings"},
+    Happened.SLOTS_MOVED: {"scheduler"},
+    Happened.NOTIFICATION_WRITTEN: {"notifier"},
+    Happened.OWNER_DEACTIVATED: {"sweeper.owners"},
+    Happened.RECONNECTED: {
+        "scheduler",
+        "dispatcher",
+        "notifier",
+        "sweeper.owners",
+        "sweeper.budget-warnings",
+    },
+    Happened.DISPATCHABLE: {"dispatcher"},
+    Happened.PLATFORM_CHANGED: {"scheduler", "dispatcher"},
+    Happened.STATUS_MOVED: {"status"},
+}
+
+
+def _wired() -> tuple[Wakes[Happened], Manager[RuntimeContext, Happened]]:
+    wakes: Wakes[Happened] = Wakes()
+    context = cast(RuntimeContext, SimpleNamespace(wakes=wakes, stop=threading.Event()))
+    return wakes, Manager(manager.CONTROLLERS, context, wakes, threading.Event())
+
+
+def test_each_signal_wakes_the_loops_it_always_woke_and_no_other() -> None:
+    wakes, _ = _wired()
+    for signal in Happened:
+        wakes.emit(signal)
+        woken = {name for name, wake in _targets(wakes).items() if wake.take()}
+        assert woken == WOKEN[signal], signal
+
+
+def _targets(wakes: Wakes[Happened]) -> dict[str, Wake]:
+    names = {"scheduler", "dispatcher", "notifier", "status", "sweeper", "listener"}
+    names |= {f"sweeper.{part}" for part in sweeper.WOKEN_PASSES}
+    return {name: wakes.target(name) for name in names}
+
+
+def test_shutdown_wakes_every_loop() -> None:
+    wakes, declared = _wired()
+    declared.shutdown(0.0)
+    assert all(wake.event.is_set() for wake in wakes.all())
+    # Each loop's own wake among them (a name not made before would come back unset).
+    for name in ("scheduler", "dispatcher", "status", "notifier", "sweeper.owners"):
+        assert wakes.target(name).event.is_set(), name
+
+
+def test_the_sweeper_passes_woken_are_the_ones_it_wakes() -> None:
+    (declared,) = [c for c in manager.CONTROLLERS if c.name == sweeper.NAME]
+    parts = {s.part for s in declared.sources if isinstance(s, On) and s.part is not None}
+    assert parts == set(sweeper.WOKEN_PASSES)
+
+
+def _emitters(signal: Happened) -> set[str]:
+    found = set()
+    for path in HANDLERS.rglob("*.py"):
+        source = path.read_text()
+        module = path.stem
+        if f"emit(Happened.{signal.name})" in source:
+            found.add(module)
+        if module == "listener" and signal in listener.CHANNELS:
+            found.add(module)
+        moves_statuses = re.search(r"\.(mark_dirty|want_reconcile)\(", source)
+        if signal is Happened.STATUS_MOVED and module != "context" and moves_statuses:
+            found.add(module)
+    # context.mark_dirty itself emits STATUS_MOVED on behalf of its callers.
+    found.discard("context")
+    return found
+
+
+def test_each_signals_emitters_are_the_modules_that_emit_it() -> None:
+    for signal in Happened:
+        assert _emitters(signal) == set(EMITTED_BY[signal]), signal
+
+
+def _documented_rows() -> list[tuple[str, ...]]:
+    lines = ARCHITECTURE.read_text().split("### The manager's table", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| controller |"))
+    rows = []
+    for line in lines[start + 2 :]:  # past the header and its rule
+        if not line.startswith("|"):
+            break
+        rows.append(tuple(cell.strip() for cell in line.strip().strip("|").split(" | ")))
+    return rows
+
+
+def test_docs_show_the_table_row_for_row() -> None:
+    assert _documented_rows() == manager.table()
