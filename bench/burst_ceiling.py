@@ -1,6 +1,7 @@
 """The API server's own ceiling for `achilles bench burst-vs-cronjob` (issue 20): the same N
 run Jobs (the operator's manifests) created straight from the benchmark's process,
-`PARALLEL_CREATES` at a time with the operator's create call, with no operator running.
+`PARALLEL_CREATES` at a time with the operator's create call (each Job, then its run
+Secret), with no operator running.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def measure_ceiling(
         command=("/bin/true",),
     )
     now = datetime.now(UTC)
+    secrets = [RunSecret.new() for _ in range(size)]
     manifests = [
         build_run_job(
             RunJobSpec(
@@ -47,7 +49,7 @@ def measure_ceiling(
                 scheduled_for=now,
                 run_timeout_seconds=3600,
                 model_secret=None,
-                run_secret=RunSecret.new(),
+                run_secret=secrets[i],
             ),
             template,
         )
@@ -59,7 +61,7 @@ def measure_ceiling(
     cpu = CpuMeter(cluster, bench=True)
     started = time.time()
     with ThreadPoolExecutor(max_workers=PARALLEL_CREATES) as pool:
-        made = sum(pool.map(jobs.create, manifests))
+        made = sum(pool.map(jobs.create, manifests, secrets))
     returned = time.time() - started
     if made != size:
         raise RuntimeError(f"ceiling: {made} of {size} Jobs created (leftovers in the namespace?)")

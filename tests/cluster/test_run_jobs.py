@@ -124,3 +124,37 @@ def test_an_api_server_nobody_serves_is_a_refusal_for_sure(tmp_path: Path) -> No
         RunJobs(api, "achilles-runs").create(_job(1, "achilles-runs", secret), secret)
     assert refused.value.status is None
     assert refused.value.maybe_created is False
+
+
+def test_a_refused_run_secret_takes_its_job_back(cluster: Cluster, namespace: str) -> None:
+    """The Job is made, its run Secret refused for sure (a quota of no Secrets): the Job
+    is deleted and the refusal raised as sure, so the dispatcher undoes the run's mark
+    and nothing is left waiting for a Secret that will not come (issue 37 item 2)."""
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="no-secrets"),
+        spec=client.V1ResourceQuotaSpec(hard={"count/secrets": "0"}),
+    )
+    cluster.core.create_namespaced_resource_quota(namespace, quota)
+    wait_for(
+        lambda: (
+            (q := cluster.core.read_namespaced_resource_quota("no-secrets", namespace)).status
+            and q.status.used is not None
+        ),
+        TIMEOUT,
+        what="the quota controller to count the namespace",
+    )
+    secret = RunSecret.new()
+    with pytest.raises(JobRejected) as refused:
+        RunJobs(cluster.api, namespace).create(_job(11, namespace, secret), secret)
+    assert refused.value.status == 403
+    assert "exceeded quota" in str(refused.value)
+    assert refused.value.maybe_created is False
+
+    def job_gone() -> bool:
+        try:
+            cluster.batch.read_namespaced_job(job_name(11), namespace)
+        except client.ApiException as exc:
+            return bool(exc.status == 404)
+        return False
+
+    wait_for(job_gone, TIMEOUT, what="the Job whose Secret was refused to be deleted")
