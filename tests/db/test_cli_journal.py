@@ -111,6 +111,46 @@ def test_enqueue_list_and_budget(db: Engine, database_url: str) -> None:
     shown = json.loads(achilles(database_url, "budget", "show", "--owner", "erin", "--json").stdout)
     assert (shown["used"], shown["limit"], shown["exhausted"]) == (0, 1234, False)
 
+
+def test_runs_list_and_show_read_through_the_apis_read_service(
+    db: Engine, database_url: str
+) -> None:
+    """`runs list --agent` takes an id, a unique name or, like the API, an Agent's
+    `namespace/name` (services/journal_reads answers both); a name two agents share is
+    refused, naming the way out; `runs show --json` keeps its keys, in order."""
+    owner = make_owner(db, "fay")
+    agent_id = make_agent(db, owner, name="weekly")
+    make_agent(db, owner, name="twin")
+    make_agent(db, owner, name="twin")
+    db_update = text(
+        "UPDATE agents SET cr_namespace = 'team', cr_name = 'weekly-cr' WHERE id = :id"
+    )
+    with db.begin() as conn:
+        conn.execute(db_update, {"id": agent_id})
+    queued = json.loads(achilles(database_url, "runs", "enqueue", "weekly", "--json").stdout)
+
+    for ref in ("team/weekly-cr", "weekly", str(agent_id)):
+        listed = json.loads(achilles(database_url, "runs", "list", "--agent", ref, "--json").stdout)
+        assert [run["id"] for run in listed] == [queued["run_id"]], ref
+    assert achilles(database_url, "runs", "list", "--agent", "team/other").returncode == 1
+    ambiguous = achilles(database_url, "runs", "list", "--agent", "twin")
+    assert ambiguous.returncode == 1
+    assert "ambiguous; use the id or namespace/name" in ambiguous.stderr
+
+    shown = json.loads(
+        achilles(database_url, "runs", "show", str(queued["run_id"]), "--json").stdout
+    )
+    assert list(shown) == [
+        "id", "agent_id", "agent", "trigger", "state", "reason", "tokens_used", "error",
+        "output", "created_at", "started_at", "finished_at", "heartbeat_at", "used",
+    ]  # fmt: skip
+    assert (shown["agent_id"], shown["agent"], shown["state"]) == (agent_id, "weekly", "queued")
+    missing = achilles(database_url, "runs", "show", str(queued["run_id"] + 1000))
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        f"error: run {queued['run_id'] + 1000} not found",
+    )
+
     missing = achilles(database_url, "budget", "show", "--owner", "nobody")
     assert missing.returncode == 1
     assert "nobody" in missing.stderr
