@@ -7,6 +7,7 @@ The cluster tier kills a real operator mid-dispatch
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -27,6 +28,7 @@ from achilles.services.dispatch import dispatch_queued_runs
 from achilles.services.outcomes import give_missing_run_secrets
 from tests.db.factories import make_agent
 from tests.db.logins import login_url
+from tests.waiting import wait_for
 
 TEMPLATE = JobTemplate(
     namespace="achilles-runs", image="achilles:test", database_secret=SecretKey("db", "url")
@@ -208,3 +210,45 @@ def test_a_secret_found_there_leaves_the_row_on_the_dispatchers_hash(
         assert _stored_hash(db, run_id) == marked
     finally:
         database.dispose()
+
+
+def test_a_pod_that_claims_while_the_sweeper_makes_its_secret_waits_and_claims(
+    db: Engine, database_url: str
+) -> None:
+    """The Secret exists before the sweeper's transaction commits the new hash: a pod
+    that starts right then claims after the commit (its claim locks the row first), so
+    it never meets the old hash."""
+    database = Database(database_url, pool_size=1)
+    claims: list[Future[bool]] = []
+
+    class _PodStartsAtOnce(_Namespace):
+        def give_run_secret(self, run_id: int, secret: RunSecret) -> bool:
+            made = super().give_run_secret(run_id, secret)
+            claims.append(pool.submit(_claims, database_url, run_id, secret.value))
+            wait_for(lambda: _waiting_for_a_lock(db), 10, what="the pod's claim to wait")
+            return made
+
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            run_id, namespace = _died_after_the_job(db, database)
+            starting = _PodStartsAtOnce()
+            starting.without_secret = namespace.without_secret
+            _dispatched_long_ago(db, run_id)
+            jobs = cast(RunJobs, starting)
+            assert give_missing_run_secrets(database, jobs, [_waiting_pod(run_id)]) == [run_id]
+            (claim,) = claims
+            assert claim.result(timeout=10) is True
+        assert _stored_hash(db, run_id) == RunSecret(starting.secrets[run_id]).digest
+    finally:
+        database.dispose()
+
+
+def _waiting_for_a_lock(db: Engine) -> bool:
+    with db.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+        return bool(waiting.scalar_one())

@@ -127,28 +127,29 @@ def give_missing_run_secrets(
     Job stayed), for a run still unclaimed and dispatched more than `grace` ago (no
     dispatch pass is still making it). The runs given one.
 
-    The row takes the new secret's hash first, then the Secret is made: the pod cannot
-    start before the Secret exists, so it never reads a secret the row does not hold
-    yet. A Secret found there already (a late create) or refused gives the row its old
-    hash back; one that may have been made keeps the new (a next pass tries again if
-    the pod still waits)."""
+    One transaction per run holds its row (locked) while the Secret is made, one API
+    call, on this rare path: the row takes the new secret's hash, then the Secret is
+    made, then the transaction commits. A pod that starts meanwhile claims after the
+    commit (its claim locks the row first), so it never sees a hash other than its
+    secret's; another replica's pass at the same moment waits, then finds the Secret
+    there (409) and leaves the hash as it was. A Secret found there (a late create) or
+    refused leaves the row's hash unchanged; one that may have been made keeps the new
+    (a next pass tries again if the pod still waits)."""
     given: list[int] = []
     for run_id in sorted({pod.run_id for pod in pods if pod.waiting_for_run_secret}):
         secret = RunSecret.new()
         with database.transaction() as session:
             old = queue.replace_run_secret(session, run_id, secret.digest, dispatched_for=grace)
-        if old is None:
-            continue
-        try:
-            made = jobs.give_run_secret(run_id, secret)
-        except JobRejected as exc:
-            made = exc.maybe_created
-        if made:
-            given.append(run_id)
-            continue
-        with database.transaction() as session:
-            # Guarded by the new hash: a row that moved on since is left alone.
-            queue.adopt_job_secret(session, run_id, secret.digest, old)
+            if old is None:
+                continue
+            try:
+                made = jobs.give_run_secret(run_id, secret)
+            except JobRejected as exc:
+                made = exc.maybe_created
+            if made:
+                given.append(run_id)
+            else:
+                queue.adopt_job_secret(session, run_id, secret.digest, old)  # as it was
     return given
 
 

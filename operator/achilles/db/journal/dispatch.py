@@ -304,8 +304,9 @@ def replace_run_secret(
 ) -> bytes | None:
     """A run still unclaimed, dispatched more than `dispatched_for` ago, takes the hash
     of a new secret (its Job's pod waits for a run Secret that never came: the sweeper
-    makes one, `services/outcomes.py`). The hash it had, or None when the row is not
-    such a run (claimed, ended, released, or dispatched too recently)."""
+    makes one, `services/outcomes.py`). The row stays locked until the transaction ends.
+    The hash it had, or None when the row is not such a run (claimed, ended, released,
+    or dispatched too recently)."""
     old = session.execute(
         select(AgentRun.runner_secret_hash)
         .where(
