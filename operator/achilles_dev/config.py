@@ -51,6 +51,9 @@ class Ports:
     model_server: int = 18400
     # The dev OpenID Provider (achilles_dev.oidc): people's sign-in and `achilles dev token`.
     oidc_provider: int = 18410
+    # The demo's reference MCP servers (achilles_dev.demo_tools): read-only tools, writes.
+    mcp_time: int = 18420
+    mcp_memory: int = 18421
 
     @classmethod
     def free(cls) -> Ports:
@@ -145,6 +148,16 @@ class StackConfig:
     def model_server_url(self) -> str:
         """The demo model server's base URL, as pods (and the host) reach it."""
         return f"http://{self.apiserver_host}:{self.ports.model_server}/v1"
+
+    def mcp_url(self, port: int) -> str:
+        """A demo MCP server's streamable-HTTP endpoint, as pods (and the host) reach it."""
+        return f"http://{self.apiserver_host}:{port}/mcp"
+
+    @property
+    def demo_memory_file(self) -> Path:
+        """The demo's server-memory keeps its knowledge graph here: the server's own record
+        of the writes approved in the inbox."""
+        return self.state_dir / "mcp-memory" / "memory.jsonl"
 
     @property
     def oidc_issuer(self) -> str:

@@ -1,11 +1,11 @@
 """Is the local stack healthy? What `achilles dev status` shows, one check per part.
 
 Every process the stack started (PostgreSQL, the control plane, the node, the demo model
-server, the dev OpenID Provider), then what the chart installed: the Helm release
-(deployed, and every object it owns still there: a deleted `AgentPlatform/default` is a
-broken release, not a running one), the operator and the API (the chart's Deployments,
-every replica ready). A part that is not healthy says what to do; `dev status` exits
-non-zero when any is.
+server, the dev OpenID Provider, the demo's MCP servers), then what the chart installed:
+the Helm release (deployed, and every object it owns still there: a deleted
+`AgentPlatform/default` is a broken release, not a running one), the operator and the API
+(the chart's Deployments, every replica ready). A part that is not healthy says what to
+do; `dev status` exits non-zero when any is.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def stack_checks(stack: LocalStack) -> list[Check]:
         )
     for component in stack.components():
         checks.append(_component_check(stack, component.name, component.process))
+    checks += _demo_server_checks(stack)
     if not controlplane.apiserver_is_ready(config, Pki(config.pki_dir)):
         checks.append(Check("release", "unknown", "the API server does not answer", False))
         return checks
@@ -62,6 +63,29 @@ def stack_checks(stack: LocalStack) -> list[Check]:
 def process_check(stack: LocalStack, name: str) -> Check:
     """One process of the stack, as `dev status` shows it."""
     return _component_check(stack, name, running_from_pidfile(stack.config.pidfile(name)))
+
+
+def _demo_server_checks(stack: LocalStack) -> list[Check]:
+    """The demo's MCP servers, once the demo started them (their pid files are there)."""
+    from achilles_dev.demo_tools import demo_servers
+
+    checks = []
+    for server in demo_servers(stack.config):
+        pidfile = stack.config.pidfile(server.component)
+        if not pidfile.exists():
+            continue
+        process = running_from_pidfile(pidfile)
+        if process is None:
+            checks.append(Check(server.component, "stopped", UP_HINT, False))
+        elif not is_http_ok(server.health_url):
+            checks.append(
+                Check(server.component, "not answering", f"pid {process.pid}, {server.url}", False)
+            )
+        else:
+            checks.append(
+                Check(server.component, "running", f"pid {process.pid}, {server.url}", True)
+            )
+    return checks
 
 
 def _component_check(stack: LocalStack, name: str, process: Any) -> Check:

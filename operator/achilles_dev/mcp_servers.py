@@ -33,7 +33,11 @@ EVERYTHING_VERSION = "2026.8.31"
 MEMORY_VERSION = "2026.8.31"
 TIME_VERSION = "2026.10.19"
 SUPERGATEWAY_VERSION = "4.0.0"
-START_TIMEOUT = 60.0
+START_TIMEOUT = 120.0
+# One listing's bound: a stdio server behind supergateway starts a process per session,
+# which takes 3-4 s on a quiet machine and ten times that on a loaded one; a listing given
+# up leaves that process behind until the session's idle timeout.
+LISTING_TIMEOUT = 60.0
 
 
 def _npm(package: str, version: str, binary: str) -> Path:
@@ -123,7 +127,7 @@ def answers(url: str) -> bool:
 
 def _answers(url: str) -> bool:
     try:
-        list_tools(McpEndpoint(url, 5.0))
+        list_tools(McpEndpoint(url, LISTING_TIMEOUT))
     except McpUnreachable:
         return False
     return True
@@ -150,8 +154,13 @@ def _start(
             start_new_session=True,  # its children (supergateway's) stop with it
         )
     server = McpServer(name, f"http://127.0.0.1:{port}/mcp", port, process, log, state)
-    if not poll(lambda: process.poll() is not None or answers(server.url), timeout=START_TIMEOUT,
-                interval=0.1) or process.poll() is not None:  # fmt: skip
+    try:
+        ready = poll(lambda: process.poll() is not None or answers(server.url),
+                     timeout=START_TIMEOUT, interval=0.1)  # fmt: skip
+    except BaseException:
+        server.stop()  # never left behind, whatever stopped the wait
+        raise
+    if not ready or process.poll() is not None:
         server.stop()
         raise LocalStackError(
             f"MCP server {name} did not answer on {server.url} within {START_TIMEOUT:g} s"

@@ -40,9 +40,18 @@ _START_TIMEOUT_S = {
     "kube-proxy": 60.0,
     "model-server": 30.0,
     "oidc-provider": 30.0,  # built before it starts (oidc_build), so only its start counts
+    # Installed before they start (mcp_servers); ready once they answer an MCP listing,
+    # which starts the stdio server's process (slow on a loaded machine).
+    "mcp-time": 120.0,
+    "mcp-memory": 120.0,
 }
 MODEL_SERVER = "model-server"
 OIDC_PROVIDER = "oidc-provider"
+# The demo's reference MCP servers (achilles_dev.demo_tools): started with the demo, on a
+# stack with a real node and PostgreSQL, and stopped by `down` with the rest.
+MCP_TIME = "mcp-time"
+MCP_MEMORY = "mcp-memory"
+DEMO_MCP_SERVERS = (MCP_TIME, MCP_MEMORY)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from achilles.errors import LocalStackError
 from achilles_dev import postgres
 from achilles_dev.kubelet.runs import recorded_shims
 from achilles_dev.processes import ProcessRef, is_alive, running_from_pidfile, stop_group
-from achilles_dev.stack_components import MODEL_SERVER, OIDC_PROVIDER
+from achilles_dev.stack_components import DEMO_MCP_SERVERS, MODEL_SERVER, OIDC_PROVIDER
 
 if TYPE_CHECKING:
     from achilles_dev.stack import LocalStack
@@ -64,6 +64,7 @@ def stop_real_node(stack: LocalStack) -> None:
         if pods:
             stopped.append(f"{pods} pod sandbox(es)")
     for name in (
+        *DEMO_MCP_SERVERS,  # the demo's, when it started them (reached on the same address)
         MODEL_SERVER,  # listens on the node network's host address: before the network
         OIDC_PROVIDER,  # the same
         "kube-proxy",
@@ -79,6 +80,7 @@ def stop_real_node(stack: LocalStack) -> None:
     if stack.with_postgres and postgres.stop(stack.config.postgres_dir):
         stopped.append("postgres")
     leftovers = [c.name for c in stack.components() if c.running]
+    leftovers += [n for n in DEMO_MCP_SERVERS if running_from_pidfile(stack.config.pidfile(n))]
     leftovers += node.leftovers() if node is not None else []
     if stack.with_postgres and postgres.is_running(stack.config.postgres_dir):
         leftovers.append("postgres")

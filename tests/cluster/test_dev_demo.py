@@ -1,8 +1,10 @@
 """`make dev` as a test: a whole local stack on a real node, the chart installed as a user
 would (the operator and the API as their Deployments, from the engine image, under their
 ServiceAccounts and RBAC), the demo applied, and one run of the demo agent through a real
-Job whose container runs as non-root with no service-account token; the API reached from
-the host at the URL `achilles dev env` exports, with a token `achilles dev token` gets.
+Job whose container runs as non-root with no service-account token: it reads alice's
+documents, calls the read-only time tool of a registry's MCP server, and leaves one
+approval of a write (server-memory) waiting in her inbox; the API reached from the host at
+the URL `achilles dev env` exports, with a token `achilles dev token` gets.
 With `tracing.otlpEndpoint` set on the release, as a user would, the run's trace reaches a
 real collector (Jaeger v2) on the host: the operator's dispatch span, then the runner's."""
 
@@ -39,12 +41,14 @@ from achilles_dev.demo import (
     DEMO_MODEL,
     DEMO_OWNER,
     OPERATOR_DEPLOYMENT,
+    demo_outcome,
     install_demo,
     run_demo,
 )
 from achilles_dev.health import stack_checks
 from achilles_dev.invariants import InvariantMonitor, pod_lister
 from achilles_dev.jaeger import RunningJaeger, Span, start_jaeger
+from achilles_dev.mcp_servers import memory_entities
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
@@ -114,9 +118,10 @@ def demo_jaeger(
 
 
 def test_the_demo_agent_runs_through_the_operator_deployment(
-    dev_stack: LocalStack, demo_jaeger: RunningJaeger
+    dev_stack: LocalStack, demo_jaeger: RunningJaeger, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_demo(dev_stack, timeout=300) == 0
+    _assert_demo_asks_one_approval(dev_stack, capsys.readouterr().out)
     namespace, name = DEMO_AGENT
     with api_client(dev_stack.config.kubeconfig) as api:
         agent: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
@@ -175,12 +180,55 @@ def _assert_demo_run_shows_its_steps(dev_stack: LocalStack, run_id: int) -> None
     assert as_json.exit_code == 0, as_json.output
     record = json.loads(as_json.stdout)
     kinds = [step["kind"] for step in record["steps"]]
-    assert kinds[0] == kinds[-1] == "model_call", kinds
+    assert kinds[0] == "model_call", kinds
     assert set(kinds) <= {"model_call", "tool_call"}, kinds
-    assert "tool_call" in kinds, kinds
-    assert record["steps"][-1]["finish_reason"] == "stop"
     assert [step["seq"] for step in record["steps"]] == list(range(1, len(kinds) + 1))
+    # It searched alice's Knowledge Store and read her notes, asked the read-only time
+    # tool (made: no approval), and ended asking before the write (issue 38 item 7).
+    calls = [(s["tool"], s["status"]) for s in record["steps"] if s["kind"] == "tool_call"]
+    assert calls == [
+        ("search_knowledge", "ok"),
+        ("read_document", "ok"),
+        ("time__get_current_time", "ok"),
+        ("memory__create_entities", "ok"),
+    ], calls
+    assert record["steps"][-1]["tool"] == "memory__create_entities"
+    assert record["output"].startswith(
+        "Waiting for the owner's approval of memory__create_entities (inbox item"
+    ), record["output"]
     assert record["used"]["model"] == DEMO_MODEL
+    assert {"time__get_current_time", "memory__create_entities"} <= set(record["used"]["tools"])
+
+
+def _assert_demo_asks_one_approval(dev_stack: LocalStack, guide: str) -> None:
+    """One approval waits in alice's inbox, of a note of the document the run read; the
+    server has not been written to; `dev demo` printed where to decide it (the web
+    inbox's URL), and the API shows it to alice as the web inbox does."""
+    outcome = demo_outcome(dev_stack)
+    (waiting,) = outcome.waiting
+    assert waiting.function == "memory__create_entities"
+    assert f"achilles runs show {outcome.run_id} --steps" in guide, guide
+    assert f"memory__create_entities (inbox item {waiting.item_id})" in guide, guide
+    assert f"web inbox: {dev_stack.config.api_url}" in guide, guide
+    assert memory_entities(dev_stack.config.demo_memory_file) == []
+
+    state = ("--state-dir", str(dev_stack.config.state_dir))
+    token = CliRunner().invoke(cli, ["dev", "token", DEMO_OWNER, *state])
+    assert token.exit_code == 0, token.output
+    shown = httpx.get(
+        f"{dev_stack.config.api_url}/v1/inbox/{waiting.item_id}/approval",
+        headers={"Authorization": f"Bearer {token.stdout.strip()}"},
+        timeout=10,
+    )
+    assert shown.status_code == 200, shown.text
+    approval = shown.json()
+    assert (approval["agent_tool"], approval["tool"], approval["state"]) == (
+        "memory",
+        "create_entities",
+        "pending",
+    )
+    (entity,) = approval["arguments"]["entities"]
+    assert entity["name"] == "Projects you follow, this week"  # examples/knowledge/projects.yaml
 
 
 def _demo_trace(jaeger: RunningJaeger, trace_id: str) -> list[Span] | None:
@@ -241,6 +289,7 @@ def test_dev_status_finds_every_part_healthy(dev_stack: LocalStack) -> None:
     assert checks["release"].state == "deployed"
     assert checks["operator"].state == "ready"
     assert checks["model-server"].state == "running"
+    assert checks["mcp-time"].state == checks["mcp-memory"].state == "running"
     assert checks["api"].state == "ready"
     assert checks["api"].detail.endswith("2/2 ready, node port 30080")
 
