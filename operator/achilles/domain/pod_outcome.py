@@ -20,9 +20,6 @@ START_DEADLINE = timedelta(seconds=60)
 # its dispatcher died between the two creates, or could not make it. Past every create
 # a dispatch pass may still start and finish (`services/dispatch.py`, k8s/jobs.py).
 RUN_SECRET_GRACE = timedelta(seconds=45)
-# A pod waiting for its run Secret fails this much later than the start deadline: the
-# grace, the sweeper's next pass and the kubelet's retry after the Secret is made.
-RUN_SECRET_WAIT = timedelta(seconds=90)
 
 # Waiting reasons that never resolve by themselves: fail at once.
 HOPELESS_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull", "RunContainerError"})
@@ -140,11 +137,15 @@ def pod_verdict(
             f"{prefix} cannot start: {runner.waiting_reason}: {_clip(runner.waiting_message)}",
             ended=False,
         )
-    wait = start_deadline + (RUN_SECRET_WAIT if pod.waiting_for_run_secret else timedelta(0))
-    too_old = now - pod.created_at > wait
+    if pod.waiting_for_run_secret:
+        # Not the start deadline's: the sweeper makes its Secret once an operator runs
+        # (after a dispatcher killed between the two creates, the next one may start
+        # long after); the Job's active deadline (`runTimeoutSeconds`) bounds the wait.
+        return None
+    too_old = now - pod.created_at > start_deadline
     if too_old and runner.waiting_reason in SLOW_WAITING_REASONS:
         return Verdict(
-            f"{prefix} did not start within {int(wait.total_seconds())} s:"
+            f"{prefix} did not start within {int(start_deadline.total_seconds())} s:"
             f" {runner.waiting_reason}: {_clip(runner.waiting_message)}",
             ended=False,
         )
