@@ -110,6 +110,32 @@ def tools(size: int, json_path: Path | None, server_url: str | None) -> None:
 
 
 @bench.command()
+@_size_option(10_000, "agents (one owner per ten, 1 % with the owner's switch off)")
+@click.option(
+    "--week-runs",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Runs finished this week  [default: 10 per agent]",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="How long the monitor samples.",
+)
+@json_option
+@server_option
+def invariants(
+    size: int, week_runs: int | None, seconds: float, json_path: Path | None, server_url: str | None
+) -> None:
+    """Database only: what the seed's invariant monitor costs beside a benchmark."""
+    from bench import invariants as benchmark
+
+    _show(benchmark.run(size, json_path, server_url, week_runs=week_runs, seconds=seconds))
+
+
+@bench.command()
 @_size_option(100_000, "finished runs over two years (100 owners, 1,000 agents)")
 @click.option(
     "--output-bytes",

@@ -201,6 +201,7 @@ def watched(result: Result, verdict: Verdict, report: Report) -> None:
         "failed_samples": verdict.failed_samples,
         "sample_ms_median": verdict.sample_ms_median,
         "sample_ms_max": verdict.sample_ms_max,
+        "most_pods_running": verdict.most_pods,
         "violations": verdict.violations,
     }
     report(f"  {verdict.line()}")

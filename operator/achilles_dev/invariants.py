@@ -127,6 +127,7 @@ class Verdict:
     every_s: float
     slow_checks: int  # samples that also read the week's tokens and the answered replies
     slow_ms_median: float  # what those two reads took
+    most_pods: int  # the most run pods one sample saw running: its pod side saw some
 
     @property
     def passed(self) -> bool:
@@ -138,7 +139,8 @@ class Verdict:
         return (
             f"invariants {verdict} ({self.samples} samples every {self.every_s:g} s{failed};"
             f" a sample {self.sample_ms_median:.1f} ms median, {self.sample_ms_max:.1f} max;"
-            f" tokens and wakes read {self.slow_checks} times)"
+            f" tokens and wakes read {self.slow_checks} times; at most {self.most_pods} run"
+            f" pod(s) running at once)"
         )
 
 
@@ -155,6 +157,7 @@ class InvariantMonitor:
     transactions: int = 0
     sample_seconds: list[float] = field(default_factory=list)
     slow_checks: int = 0  # samples that also read the week's tokens and the wakes
+    most_pods: int = 0  # the most run pods seen running at one sample
     slow_seconds: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -198,7 +201,14 @@ class InvariantMonitor:
             every_s=self.every,
             slow_checks=self.slow_checks,
             slow_ms_median=round(slow[len(slow) // 2] * 1000, 2),
+            most_pods=self.most_pods,
         )
+
+    def backend_pid(self) -> int | None:
+        """The PostgreSQL backend of its connection (to measure what it costs the server);
+        None before its first sample."""
+        conn = self._conn
+        return None if conn is None or conn.closed else int(conn.info.backend_pid)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -288,6 +298,7 @@ class InvariantMonitor:
 
     def _pods(self, pods: Pods) -> None:
         running: dict[str, list[str]] = defaultdict(list)
+        self.most_pods = max(self.most_pods, sum(phase == "Running" for _, _, phase in pods))
         for name, agent, phase in pods:
             if agent is not None and phase == "Running":
                 running[agent].append(name)
@@ -352,7 +363,7 @@ def pod_lister(core: Any, namespace: str) -> PodLister:
         items = json.loads(response.data).get("items") or []
         return [
             (
-                str(pod["metadata"]["name"]),
+                _pod_name(pod["metadata"]),
                 (pod["metadata"].get("labels") or {}).get(AGENT_ID_LABEL),
                 str((pod.get("status") or {}).get("phase") or ""),
             )
@@ -360,3 +371,11 @@ def pod_lister(core: Any, namespace: str) -> PodLister:
         ]
 
     return listed
+
+
+def _pod_name(metadata: dict[str, Any]) -> str:
+    """The pod's name, and when it is being deleted since when: a pod whose Job is gone
+    still runs its runner until the runner exits or is killed."""
+    deleting = metadata.get("deletionTimestamp")
+    name = str(metadata["name"])
+    return f"{name} (being deleted since {deleting})" if deleting else name
