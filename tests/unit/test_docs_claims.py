@@ -315,6 +315,19 @@ CLAIMS = [
         rf"does not answer yet is retried every {T}",
         ("achilles.cli.operator:LOGIN_CHECK_RETRY_SECONDS",),
     ),
+    Claim(
+        OPS,
+        rf"dead after (\d+) attempts .*?the listener reconnecting, every {T} \|",
+        (
+            "achilles.domain.notifications:MAX_ATTEMPTS",
+            "achilles.handlers.controllers.notifier:NOTIFIER_TICK",
+        ),
+    ),
+    Claim(
+        OPS,
+        rf"`RUN_SECRET_GRACE` \({T}\) ago and is still unclaimed",
+        ("achilles.domain.pod_outcome:RUN_SECRET_GRACE",),
+    ),
 ]
 
 
