@@ -1,7 +1,7 @@
 """An Agent's retry taken from the workqueue (`handlers.agents.handle_queued` of an
 `AgentToRead`) reads the Agent afresh and reconciles it through the real database; one
-that is gone meanwhile is handled as its deletion: its row and its Jobs go, and the retry
-is settled."""
+that is gone meanwhile is handled as its deletion: its row and its Jobs go, and the
+queue's re-add of an earlier failure is settled."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import cast
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
-from achilles.handlers.agent_queue import AGENT_RECONCILE, AgentToRead, object_key
+from achilles.handlers.agent_queue import AgentToRead, QueuedAgent
 from achilles.handlers.agents import handle_queued
 from achilles.handlers.context import RuntimeContext
 from achilles.handlers.statuses import WrittenStatuses
 from achilles.k8s.objects import ObjectRef
-from achilles.runtime.retries import Retries
+from achilles.runtime.workqueue import WorkQueue
 from tests.db.factories import make_owner
 from tests.db.reconciling import reconcile_event
 
@@ -47,21 +47,27 @@ def test_an_agent_gone_before_its_retry_is_read_is_handled_as_deleted(
         read.append(asked)
         return None  # the API server has no such Agent any more
 
-    retries = Retries(key_of=object_key)
+    queue: WorkQueue[str, QueuedAgent] = WorkQueue()
     jobs = Jobs()
     context = SimpleNamespace(
         database=database,
-        retries=retries,
+        agent_queue=queue,
         resources=SimpleNamespace(read_object=read_object),
         jobs=jobs,
         written_statuses=WrittenStatuses(),
         settled_agents=None,
     )
-    retries.failed(AGENT_RECONCILE, ref)
+    queue.add_rate_limited("uid-gone", AgentToRead(ref))  # an earlier failure's re-add
+    queue.put("uid-gone", AgentToRead(ref))  # ... and a requeue, ready now
+    taken = queue.take(0)
+    assert taken is not None
 
-    handle_queued(cast(RuntimeContext, context), AgentToRead(ref))
+    handle_queued(cast(RuntimeContext, context), taken[1])
+    queue.done("uid-gone")
 
     assert read == [ref]  # read afresh on its turn
     assert _agent_rows(db, "uid-gone") == 0
     assert jobs.deleted_for == [[made.agent_id]]
-    assert len(retries) == 0  # the handling succeeded: the retry is settled
+    # The handling succeeded: the earlier failure's re-add is settled with it.
+    assert not queue.retrying("uid-gone")
+    assert queue.take(0) is None

@@ -159,8 +159,8 @@ CLAIMS = [
     ),
     Claim(
         ARCH,
-        rf"with backoff \(`runtime/retries\.py`: {T} doubling to {T}",
-        ("achilles.runtime.retries:FIRST_DELAY", "achilles.runtime.retries:MOST_DELAY"),
+        rf"with backoff \(`runtime/backoff\.py`: {T} doubling to {T}",
+        ("achilles.runtime.backoff:FIRST_DELAY", "achilles.runtime.backoff:MOST_DELAY"),
     ),
     # docs/operator.md
     Claim(

@@ -1,7 +1,8 @@
-"""Retries of failed kopf event handlers (handlers/retries.py on runtime/retries.py): keyed by the
-object, never by its body; backing off; superseded by a success that began after they
-were asked for; never run at the same time as kopf's handling of the same object; and,
-for Agents, put on the Agent workqueue so that it alone orders an Agent's handlings."""
+"""Retries of failed kopf event handlers (handlers/retries.py on runtime/retries.py): keyed
+by the object, never by its body; backing off; superseded by a success that began after
+they were asked for; never run at the same time as kopf's handling of the same object.
+An Agent's are its workqueue's rate-limited re-add instead (handlers/agents.py), so the
+queue alone orders an Agent's handlings, and a requeue is a put on it."""
 
 from __future__ import annotations
 
@@ -11,19 +12,22 @@ from typing import cast
 
 from achilles.db.journal.catalogue import AgentRef
 from achilles.handlers.agent_queue import (
-    AGENT_RECONCILE,
     AgentToRead,
     QueuedAgent,
     QueuedAgentEvent,
     object_key,
     requeue_agents,
 )
+from achilles.handlers.agents import handle_queued
 from achilles.handlers.context import RuntimeContext
-from achilles.handlers.retries import fire_due_retries, handle
 from achilles.k8s.objects import ObjectRef
-from achilles.runtime.retries import MOST_DELAY, Retries
+from achilles.runtime.backoff import MOST_DELAY
+from achilles.runtime.retries import Retries
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import AgentEvent
+
+# A kopf handler's name among the retries (the catalogue's, e.g. `model_changed`).
+HANDLER = "model_changed"
 
 AGENT = ObjectRef("Agent", "agents", "daily", "team", "uid-1")
 OTHER = ObjectRef("Agent", "agents", "weekly", "team", "uid-2")
@@ -40,25 +44,25 @@ class Clock:
 def test_a_failure_is_retried_with_a_doubling_delay_up_to_a_minute() -> None:
     clock = Clock()
     retries = Retries(clock, key_of=object_key)
-    delays = [retries.failed(AGENT_RECONCILE, AGENT) for _ in range(9)]
+    delays = [retries.failed(HANDLER, AGENT) for _ in range(9)]
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, MOST_DELAY, MOST_DELAY, MOST_DELAY]
     assert len(retries) == 1  # one entry per object, however often it failed
     assert retries.due() == []
     clock.now += MOST_DELAY
     (due,) = retries.due()
-    assert (due.handler, due.ref, due.attempts) == (AGENT_RECONCILE, AGENT, 9)
+    assert (due.handler, due.ref, due.attempts) == (HANDLER, AGENT, 9)
 
 
 def test_a_success_supersedes_the_retry_of_that_object_only() -> None:
     clock = Clock()
     retries = Retries(clock, key_of=object_key)
-    retries.failed(AGENT_RECONCILE, AGENT)
-    retries.failed(AGENT_RECONCILE, OTHER)
-    retries.succeeded(AGENT_RECONCILE, AGENT, retries.begun())
+    retries.failed(HANDLER, AGENT)
+    retries.failed(HANDLER, OTHER)
+    retries.succeeded(HANDLER, AGENT, retries.begun())
     clock.now += 10
     assert [retry.ref for retry in retries.due()] == [OTHER]
     # The backoff starts again after a success.
-    assert retries.failed(AGENT_RECONCILE, AGENT) == 1.0
+    assert retries.failed(HANDLER, AGENT) == 1.0
 
 
 def test_the_retry_holds_the_object_and_nothing_of_the_event() -> None:
@@ -67,7 +71,7 @@ def test_the_retry_holds_the_object_and_nothing_of_the_event() -> None:
     retries.failed("model_changed", ObjectRef("AgentModel", "agentmodels", "gpt", None, "u"))
     clock.now += 1
     (pending,) = retries.due()
-    assert set(vars(pending)) == {"handler", "ref", "attempts", "due", "stamp", "handed_over"}
+    assert set(vars(pending)) == {"handler", "ref", "attempts", "due", "stamp"}
 
 
 def test_handling_and_a_retry_of_one_object_take_the_same_lock() -> None:
@@ -88,63 +92,30 @@ def test_handling_and_a_retry_of_one_object_take_the_same_lock() -> None:
     assert entered.is_set()
 
 
-def test_a_requeue_is_due_at_once_and_leaves_a_pending_retry_in_its_place() -> None:
-    clock = Clock()
-    retries = Retries(clock, key_of=object_key)
-    retries.requeue(AGENT_RECONCILE, AGENT)
-    (due,) = retries.due()
-    assert (due.ref, due.attempts) == (AGENT, 0)
-    retries.succeeded(AGENT_RECONCILE, AGENT, retries.begun())
-    # A failing object keeps its backoff: a requeue does not hurry it.
-    retries.failed(AGENT_RECONCILE, OTHER)
-    retries.requeue(AGENT_RECONCILE, OTHER)
-    assert retries.due() == []
-    clock.now += 1
-    assert [(retry.ref, retry.attempts) for retry in retries.due()] == [(OTHER, 1)]
-
-
-def test_agents_requeued_by_a_catalogue_change_are_read_again_by_their_handler() -> None:
+def test_agents_requeued_by_a_catalogue_change_are_put_on_the_workqueue_to_read() -> None:
     # A tool deleted or created, a model created: the agents it changed, by their rows.
-    retries = Retries(Clock(), key_of=object_key)
+    queue: WorkQueue[str, QueuedAgent] = WorkQueue()
     requeue_agents(
-        retries,
+        queue,
         [
             AgentRef(1, "uid-1", "team", "daily"),
             AgentRef(2, None, None, None),  # a row of no CR: nothing to read again
             AgentRef(3, "uid-2", "team", "weekly"),
         ],
     )
-    assert sorted((retry.handler, retry.ref.name) for retry in retries.due()) == [
-        (AGENT_RECONCILE, "daily"),
-        (AGENT_RECONCILE, "weekly"),
-    ]
-    assert {retry.ref for retry in retries.due()} == {AGENT, OTHER}
+    assert queue.take(0) == ("uid-1", AgentToRead(AGENT))
+    assert queue.take(0) == ("uid-2", AgentToRead(OTHER))
+    assert queue.take(0) is None
 
 
-def test_a_requeue_asked_for_while_a_handling_runs_outlives_its_success() -> None:
-    # The handling may have read the database before the model it lacked was created:
-    # its success must not drop the requeue that the model's creation asked for.
-    retries = Retries(Clock(), key_of=object_key)
-    retries.failed(AGENT_RECONCILE, AGENT)
-    begun = retries.begun()
-    retries.requeue(AGENT_RECONCILE, AGENT)
-    retries.succeeded(AGENT_RECONCILE, AGENT, begun)
-    assert len(retries) == 1
-    # A handling that began after the requeue does supersede it.
-    retries.succeeded(AGENT_RECONCILE, AGENT, retries.begun())
-    assert len(retries) == 0
+def _failing_context(clock: Clock) -> tuple[RuntimeContext, WorkQueue[str, QueuedAgent]]:
+    """The Agent's read from the API server fails (the handling's first step)."""
+    queue: WorkQueue[str, QueuedAgent] = WorkQueue(clock)
 
+    def unreachable(ref: ObjectRef) -> None:
+        raise ConnectionError("the API server is down")
 
-def _agent_context(
-    retries: Retries[ObjectRef],
-) -> tuple[RuntimeContext, WorkQueue[str, QueuedAgent]]:
-    queue: WorkQueue[str, QueuedAgent] = WorkQueue()
-
-    def no_api_read(ref: ObjectRef) -> None:
-        raise AssertionError(f"the sweeper read {ref.name}: a queued retry reads on its turn")
-
-    resources = SimpleNamespace(read_object=no_api_read)
-    context = SimpleNamespace(retries=retries, agent_queue=queue, resources=resources)
+    context = SimpleNamespace(agent_queue=queue, resources=SimpleNamespace(read_object=unreachable))
     return cast(RuntimeContext, context), queue
 
 
@@ -155,69 +126,32 @@ def _listed(ref: ObjectRef, generation: int) -> QueuedAgentEvent:
     return QueuedAgentEvent(None, event)
 
 
-def test_an_agent_retry_goes_on_the_workqueue_after_an_older_event_there() -> None:
+def test_a_failed_agent_handling_is_its_queues_rate_limited_re_add() -> None:
     clock = Clock()
-    retries = Retries(clock, key_of=object_key)
-    context, queue = _agent_context(retries)
-    assert AGENT.uid is not None
-    queue.put(AGENT.uid, _listed(AGENT, 1))  # an older event, not taken yet
-    retries.failed(AGENT_RECONCILE, AGENT)
+    context, queue = _failing_context(clock)
+    queue.put("uid-1", AgentToRead(AGENT))
+    for delay in (1.0, 2.0, 4.0):
+        taken = queue.take(0)
+        assert taken == ("uid-1", AgentToRead(AGENT))
+        handle_queued(context, taken[1])  # fails: logged, not raised
+        queue.done("uid-1")
+        assert queue.retrying("uid-1")
+        clock.now += delay - 0.5
+        assert queue.take(0) is None  # not before its backoff is over
+        clock.now += 0.5
+    assert queue.take(0) == ("uid-1", AgentToRead(AGENT))  # read afresh on its turn
+
+
+def test_an_agent_re_add_replaces_an_older_event_still_waiting() -> None:
+    # Nothing older than the afresh read can be handled after it.
+    clock = Clock()
+    context, queue = _failing_context(clock)
+    queue.put("uid-1", AgentToRead(AGENT))
+    taken = queue.take(0)
+    assert taken is not None
+    handle_queued(context, taken[1])
+    queue.done("uid-1")
+    queue.put("uid-1", _listed(AGENT, 1))  # an event came meanwhile
     clock.now += 1
-
-    assert fire_due_retries(context) == 1  # put on the queue, not read on this thread
-
-    # The queue holds one item for the Agent, the retry's afresh read, which replaced the
-    # older event: nothing older can be handled after it.
-    assert queue.take(0) == (AGENT.uid, AgentToRead(AGENT))
+    assert queue.take(0) == ("uid-1", AgentToRead(AGENT))
     assert queue.take(0) is None
-    # Pending but handed over: not fired again while the queue holds it.
-    assert len(retries) == 1
-    clock.now += MOST_DELAY
-    assert retries.due() == []
-    assert fire_due_retries(context) == 0
-
-
-def test_a_handed_over_retry_that_fails_again_keeps_backing_off() -> None:
-    clock = Clock()
-    retries = Retries(clock, key_of=object_key)
-    context, queue = _agent_context(retries)
-    for _ in range(3):
-        retries.failed(AGENT_RECONCILE, AGENT)  # 1, 2, then 4 s
-    clock.now += 4
-    fire_due_retries(context)
-    taken = queue.take(0)
-    assert taken is not None
-
-    def fails() -> None:
-        raise ConnectionError("database is down")
-
-    handle(context, AGENT_RECONCILE, AGENT, fails)  # as the workqueue's thread does
-    queue.done(taken[0])
-    clock.now += 7.5
-    assert retries.due() == []  # the fourth failure: 8 s
-    clock.now += 0.5
-    assert [retry.attempts for retry in retries.due()] == [4]
-    fire_due_retries(context)
-    taken = queue.take(0)
-    assert taken is not None
-    handle(context, AGENT_RECONCILE, AGENT, lambda: None)  # the database is back
-    queue.done(taken[0])
-    assert len(retries) == 0
-    # And the backoff starts again after that success.
-    assert retries.failed(AGENT_RECONCILE, AGENT) == 1.0
-
-
-def test_a_requeue_of_an_agent_whose_retry_is_on_the_queue_reads_it_once_more() -> None:
-    clock = Clock()
-    retries = Retries(clock, key_of=object_key)
-    context, queue = _agent_context(retries)
-    retries.requeue(AGENT_RECONCILE, AGENT)
-    fire_due_retries(context)
-    taken = queue.take(0)
-    assert taken is not None
-    begun = retries.begun()  # its handling began, before the model came
-    retries.requeue(AGENT_RECONCILE, AGENT)  # a model it names was created meanwhile
-    retries.succeeded(AGENT_RECONCILE, AGENT, begun)
-    queue.done(taken[0])
-    assert fire_due_retries(context) == 1
-    assert queue.take(0) == (AGENT.uid, AgentToRead(AGENT))

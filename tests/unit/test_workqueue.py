@@ -1,9 +1,12 @@
 """The Agent workqueue (runtime/workqueue.py): the newest item of a key wins, keys
-are taken in arrival order, and one key is never handled by two threads at once."""
+are taken in arrival order, one key is never handled by two threads at once, and a
+failed key comes back after its backoff (the queue's rate-limited re-add) unless a
+success forgot it."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 from achilles.runtime.workqueue import WorkQueue
 
@@ -99,3 +102,59 @@ def test_threads_never_handle_one_key_at_once_and_each_key_ends_on_its_newest_it
         assert not worker.is_alive()
     assert overlaps == []
     assert last_handled == {key: versions - 1 for key in range(keys)}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_failed_key_is_added_again_after_a_doubling_backoff_up_to_a_minute() -> None:
+    clock = Clock()
+    queue: WorkQueue[str, int] = WorkQueue(clock)
+    delays = [queue.add_rate_limited("a", n) for n in range(8)]
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert queue.take(0) is None
+    assert len(queue) == 0
+    assert queue.retrying("a")
+    clock.now += 1
+    assert queue.take(0) == ("a", 0)  # each re-add at its own time; the first is due
+    queue.done("a")
+
+
+def test_a_success_forgets_the_backoff_and_the_re_adds_asked_before_it_was_taken() -> None:
+    clock = Clock()
+    queue: WorkQueue[str, int] = WorkQueue(clock)
+    queue.add_rate_limited("a", 1)
+    queue.add_rate_limited("b", 1)
+    queue.put("a", 2)  # a newer event, handled before the re-add is due
+    assert queue.take(0) == ("a", 2)
+    queue.forget("a")  # its handling succeeded
+    queue.done("a")
+    clock.now += 60
+    assert queue.take(0) == ("b", 1)  # another key's re-add is its own
+    assert queue.take(0) is None
+    assert queue.add_rate_limited("a", 3) == 1.0  # the backoff starts again
+
+
+def test_a_re_add_due_while_its_key_is_handled_waits_until_done() -> None:
+    clock = Clock()
+    queue: WorkQueue[str, int] = WorkQueue(clock)
+    queue.add_rate_limited("a", 1)
+    queue.put("a", 2)
+    assert queue.take(0) == ("a", 2)
+    clock.now += 1
+    assert queue.take(0) is None, "taken while another thread handles it"
+    queue.done("a")  # failed again, say: no forget
+    assert queue.take(0) == ("a", 1)
+
+
+def test_a_thread_waiting_to_take_wakes_when_a_re_add_falls_due() -> None:
+    queue: WorkQueue[str, int] = WorkQueue()  # the real clock: 1 s
+    queue.add_rate_limited("a", 1)
+    started = time.monotonic()
+    assert queue.take(5.0) == ("a", 1)
+    assert 0.9 <= time.monotonic() - started < 4.0

@@ -1,10 +1,11 @@
 """What the Agent workqueue holds, and how the other handlers have an Agent read again.
 
-The Agent handler (agents.py) puts an Agent's event there, or, for a retry or a
-requeue, the Agent to read afresh; its threads reconcile one Agent at a time. The
-catalogue's handlers and the sweeper requeue the Agents a model or a tool changed
-(`requeue_agents`) through the handler retries (runtime/retries.py), which the sweeper's
-retries pass puts on that queue.
+The Agent handler (agents.py) puts an Agent's event there, or, for a retry (the queue's
+rate-limited re-add) or a requeue, the Agent to read afresh; its threads reconcile one
+Agent at a time. The catalogue's handlers and the sweeper requeue the Agents a model or
+a tool changed (`requeue_agents`): put on the queue at once, each is handled after any
+handling of it under way, so a requeue is never lost to a handling that read the world
+before the change.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ from dataclasses import dataclass
 
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.kinds import AGENT
-from achilles.runtime.retries import Retries
+from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import AgentEvent
 from achilles.services.catalogue import AgentRef
-
-# The name of an Agent's reconcile among the retries (handlers/retries.py).
-AGENT_RECONCILE = "agent_reconcile"
 
 
 def agent_ref(name: str, namespace: str, uid: str | None) -> ObjectRef:
@@ -55,12 +53,11 @@ class AgentToRead:
 QueuedAgent = QueuedAgentEvent | AgentToRead
 
 
-def requeue_agents(retries: Retries[ObjectRef], agents: Iterable[AgentRef]) -> None:
-    """Have these Agents read again and reconciled, through the workqueue, from the
-    sweeper's next retries pass (`Retries.requeue`): something they name was created or
-    deleted (a model, a tool), with no event of their own. Rows of no CR (none has a
-    uid) are skipped."""
+def requeue_agents(queue: WorkQueue[str, QueuedAgent], agents: Iterable[AgentRef]) -> None:
+    """Have these Agents read again and reconciled, through the workqueue: something
+    they name was created or deleted (a model, a tool), with no event of their own.
+    Rows of no CR (none has a uid) are skipped."""
     for agent in agents:
         if agent.uid and agent.namespace and agent.name:
             ref = agent_ref(agent.name, agent.namespace, agent.uid)
-            retries.requeue(AGENT_RECONCILE, ref)
+            queue.put(agent.uid, AgentToRead(ref))

@@ -13,9 +13,9 @@ thread is free. When the handler waited for a thread, every Agent waiting held i
 body (about 20 KB, most of it `managedFields`): at a first intake of 100,000 Agents,
 arriving faster than the threads reconcile them, that was 2 GiB. The workqueue's
 threads (`THREADS`, started by manager.py) reconcile through the database
-(`handle_queued`), one thread per Agent at a time. A failure is retried with backoff
-(handlers/retries.py), and so is a requeue (a model or tool the Agent names came or
-went): the retry goes on the same workqueue as an `AgentToRead`, and the thread reads
+(`handle_queued`), one thread per Agent at a time. A failure is the queue's rate-limited
+re-add (1 s, doubling to 60 s), and a requeue (a model or tool the Agent names came or
+went) a put: either goes on the same workqueue as an `AgentToRead`, and the thread reads
 the Agent afresh when its turn comes, so the queue alone orders an Agent's handlings.
 """
 
@@ -27,9 +27,8 @@ from typing import Any
 
 import kopf
 
-from achilles.handlers import metrics, retries
+from achilles.handlers import metrics
 from achilles.handlers.agent_queue import (
-    AGENT_RECONCILE,
     AgentToRead,
     QueuedAgent,
     QueuedAgentEvent,
@@ -58,6 +57,8 @@ log = logging.getLogger("achilles.operator")
 THREADS = 4
 # How long a thread waits for an event before it looks at the stop flag again.
 TAKE_SECONDS = 1.0
+# The reconcile's name in the log.
+RECONCILE = "agent_reconcile"
 
 
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
@@ -84,21 +85,19 @@ async def agent_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, *
 
 def handle_queued(context: RuntimeContext, queued: QueuedAgent) -> None:
     """Reconcile what was taken from the workqueue, on a workqueue thread: an event, or
-    the Agent read afresh for a retry. A failure is retried (runtime/retries.py)."""
-    retries.handle(
-        context,
-        AGENT_RECONCILE,
-        queued.ref,
-        lambda: _reconcile(context, _event_of(context, queued)),
-    )
-
-
-def _enqueue_read(context: RuntimeContext, ref: ObjectRef) -> None:
-    assert ref.uid is not None  # retries and requeues of Agents are by uid
-    context.agent_queue.put(ref.uid, AgentToRead(ref))
-
-
-retries.queued(AGENT_RECONCILE, _enqueue_read)
+    the Agent read afresh for a retry or a requeue. A failure is the queue's rate-limited
+    re-add of the Agent, read afresh when its backoff is over; a success forgets it."""
+    ref = queued.ref
+    assert ref.uid is not None  # the queue is keyed by uid
+    try:
+        _reconcile(context, _event_of(context, queued))
+    except Exception as exc:
+        delay = context.agent_queue.add_rate_limited(ref.uid, AgentToRead(ref))
+        log.warning(
+            "%s of %s %s failed (%s); retried in %.0f s", RECONCILE, ref.kind, ref.name, exc, delay
+        )
+    else:
+        context.agent_queue.forget(ref.uid)
 
 
 def _event_of(context: RuntimeContext, queued: QueuedAgent) -> QueuedAgentEvent:

@@ -109,7 +109,7 @@ def model_changed(
         deliver_owed_specs(context)
     # Reconciled before this model existed: read again by the sweeper's next retries
     # pass, which links the ones that name it.
-    requeue_agents(context.retries, mirrored.awaiting)
+    requeue_agents(context.agent_queue, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "model %s created: %d agent(s) without a model read again", name, len(mirrored.awaiting)
@@ -166,7 +166,7 @@ def tool_changed(
         # Its links go; the agents that had them still name it: read again, they show
         # it unknown (ToolsResolved False) and link to it if it is created again.
         unlinked = catalogue.remove_tool(context.database, name, uid=meta.get("uid"))
-        requeue_agents(context.retries, unlinked)
+        requeue_agents(context.agent_queue, unlinked)
         logger.info("tool %s removed: %d agent(s) linked to it read again", name, len(unlinked))
         return
     ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name)
@@ -177,9 +177,9 @@ def tool_changed(
     mirrored = catalogue.mirror_tool(context.database, name, parsed, uid=meta.get("uid"))
     # Linked to an older object of this name, deleted unseen: read again, they link to
     # this one as to any new tool.
-    requeue_agents(context.retries, mirrored.unlinked)
+    requeue_agents(context.agent_queue, mirrored.unlinked)
     # Reconciled while no tool of this name existed: read again, they link to it.
-    requeue_agents(context.retries, mirrored.awaiting)
+    requeue_agents(context.agent_queue, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "tool %s created: %d agent(s) naming it read again", name, len(mirrored.awaiting)

@@ -34,6 +34,7 @@ from achilles.runtime.manager import (
     ListWatch,
     Manager,
     On,
+    Requeue,
     Source,
     Stream,
     Timer,
@@ -62,10 +63,10 @@ CONTROLLERS: tuple[Declared, ...] = (
         "agents",
         sources=(
             Stream("Agent", via="kopf"),
-            # A failed reconcile, or an Agent a catalogue change touched, read afresh.
-            Timer(sweeper.SWEEP_TICK, "the sweeper's retries pass: due retries, requeues"),
+            Requeue("catalogue, sweeper: an AgentModel or AgentTool came or went"),
         ),
-        queue="Agent workqueue keyed by uid, newest event wins (runtime/workqueue.py)",
+        queue="Agent workqueue keyed by uid, newest event wins; a failure re-added"
+        " rate-limited, 1 s doubling to 60 s (runtime/workqueue.py)",
         reconcile="agents.handle_queued",
         run=agent_worker,
         threads=agents.THREADS,
@@ -177,6 +178,8 @@ def _source(source: Source[Happened]) -> str:
         return f"NOTIFY {source.name}"
     if isinstance(source, Timer):
         return f"timer {source.seconds:g} s ({source.what})"
+    if isinstance(source, Requeue):
+        return f"requeued by {source.by}"
     part = f" ({source.part} pass)" if source.part else ""
     return f"`{source.signal}`{part}"
 

@@ -1,21 +1,16 @@
-"""Retries of the kopf event handlers whose handling failed (database or API server down).
+"""Retries of the catalogue's kopf event handlers whose handling failed (database or API
+server down). The Agents have a workqueue of their own, which re-adds a failed Agent
+itself (agents.py, runtime/workqueue.py).
 
 kopf does not retry `on.event` handlers, and an object may see no other event for a long
 time: without these, a reconcile lost to a database restart would stay lost. A failure is
 remembered by the object's identity only (its kind, name, namespace and uid), never its
 body, with backoff (runtime/retries.py: 1 s, doubling to 60 s), and fired by the sweeper's
 retries pass: the object is read again from the API server and handled as kopf would hand
-over a listed object (as deleted when it is gone). A handler may also requeue another
-object whose outcome it changed (`agent_queue.requeue_agents`: a new model or tool, or a
-deleted tool, for the agents that name it). kopf's handling of an object and a retry of it
-never run at once (one lock per object, striped); the object's next event, once handled,
-supersedes the retry, unless the retry was asked for after that handling began.
-
-The Agents have a workqueue of their own (agents.py), which orders every handling of an
-Agent: a retry of one (`queued`) is not handled on the sweeper's thread but put on that
-queue, to be read afresh when its turn comes, so it can neither overtake an older event
-still waiting there nor be overtaken by it. It stays pending, out of `due()`, until that
-handling succeeds or fails, so its backoff goes on.
+over a listed object (as deleted when it is gone). kopf's handling of an object and a
+retry of it never run at once (one lock per object, striped); the object's next event,
+once handled, supersedes the retry, unless the retry was asked for after that handling
+began.
 """
 
 from __future__ import annotations
@@ -37,11 +32,8 @@ log = logging.getLogger("achilles.operator")
 CONTEXT_KEY = "runtime"
 
 Handler = Callable[..., None]
-Enqueue = Callable[[RuntimeContext, ObjectRef], None]
 # Every retried handler by name: a retry keeps the name, not the function or its kwargs.
 _HANDLERS: dict[str, tuple[CustomResourceKind, Handler]] = {}
-# The handlings whose retries go on a workqueue (`queued`), by name.
-_QUEUED: dict[str, Enqueue] = {}
 
 
 def context_of(memo: Any) -> RuntimeContext:
@@ -58,8 +50,7 @@ def _ref(kind: CustomResourceKind, meta: Any) -> ObjectRef:
 
 def handle(context: RuntimeContext, name: str, ref: ObjectRef, call: Callable[[], None]) -> None:
     """Run one handling of `name`'s object under the object's lock; a failure schedules
-    its retry, a success drops the retry pending (`Retries.succeeded`). For handlers called
-    by kopf (`retried`) and for the Agent workqueue's threads (agents.py)."""
+    its retry, a success drops the retry pending (`Retries.succeeded`)."""
     with context.retries.object_lock(ref):
         begun = context.retries.begun()
         try:
@@ -90,24 +81,12 @@ def retried(kind: CustomResourceKind) -> Callable[[Handler], Handler]:
     return decorate
 
 
-def queued(name: str, enqueue: Enqueue) -> None:
-    """Retries of the handling `name` are put on a workqueue by `enqueue`, whose thread
-    reads the object afresh and handles it through `handle` (module docstring)."""
-    _QUEUED[name] = enqueue
-
-
 def fire_due_retries(context: RuntimeContext) -> int:
-    """Handle again every object whose retry is due, read afresh, or put it on its
-    workqueue. How many were fired."""
+    """Handle again every object whose retry is due, read afresh. How many were fired."""
     memo = kopf.Memo()
     memo[CONTEXT_KEY] = context
     due = context.retries.due()
     for retry in due:
-        enqueue = _QUEUED.get(retry.handler)
-        if enqueue is not None:
-            context.retries.hand_over(retry)
-            enqueue(context, retry.ref)
-            continue
         _kind, handler = _HANDLERS[retry.handler]
 
         def call(retry: PendingRetry[ObjectRef] = retry, handler: Handler = handler) -> None:

@@ -1,10 +1,14 @@
 """The operator's generic machinery, as controller-runtime and client-go have theirs:
 nothing here knows an Agent, a run, kopf or the database.
 
-- `workqueue`: a keyed workqueue (the newest item of a key wins, one thread per key)
-  and the worker loop that drains it;
-- `retries`: failed handlings retried per object with exponential backoff;
-- `wake`: a level-triggered wake-up one part sets and a loop waits on;
+- `manager`: the controllers declared with their sources, queue and reconcile, their
+  signals routed to their wakes, their loops started and stopped together;
+- `workqueue`: a keyed workqueue (the newest item of a key wins, one thread per key, a
+  failed key re-added after its backoff) and the worker loop that drains it;
+- `retries`: failed handlings without a workqueue retried per object with backoff;
+- `backoff`: the per-object exponential backoff both use (1 s doubling to 60 s);
+- `wake`: a level-triggered wake-up one part sets and a loop waits on, and the routes
+  from signals to wakes;
 - `loops`: named loop threads started and stopped together, and each loop's passes
   timed, counted and reported for the liveness probe;
 - `memory`: the garbage collector's settings and the heaps' free pages given back.

@@ -2,12 +2,12 @@
 (`ctrl.NewControllerManagedBy(mgr).For(...).Watches(...).Complete(r)`).
 
 Each `Controller` is registered with its sources (what makes it run: a stream of objects,
-a list+watch, a NOTIFY channel, a timer, a signal of another part), the queue it drains
-and the loop that reconciles it. The `On` sources are the only wiring: the manager
-routes each signal to the controller's wake (`Wakes`), so who wakes whom is the table,
-not a set of calls spread over the modules. The others say what else drives the loop
-(its own timer, a watch it holds) and are there to be read: the table is the
-operator's whole shape.
+a list+watch, a NOTIFY channel, a timer, keys another part requeues, a signal of another
+part), the queue it drains and the loop that reconciles it. The `On` sources are the
+only wiring: the manager routes each signal to the controller's wake (`Wakes`), so who
+wakes whom is the table, not a set of calls spread over the modules. The others say what
+else drives the loop (its own timer, a watch it holds, a requeue) and are there to be
+read: the table is the operator's whole shape.
 """
 
 from __future__ import annotations
@@ -55,6 +55,14 @@ class Timer:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    """Keys other parts put on the controller's queue (`by`, and why), to be read
+    afresh: a change that has no event of the key's own."""
+
+    by: str
+
+
+@dataclass(frozen=True)
 class On(Generic[S]):
     """Woken when `signal` is emitted; `part`: only that part of the loop (a pass)."""
 
@@ -65,7 +73,7 @@ class On(Generic[S]):
         return controller if self.part is None else f"{controller}.{self.part}"
 
 
-Source = Stream | ListWatch | Channel | Timer | On[S]
+Source = Stream | ListWatch | Channel | Timer | Requeue | On[S]
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,11 @@
-"""Failed handlings retried per object, with exponential backoff (1 s, doubling to 60 s),
-as client-go's per-item exponential failure rate limiter does, plus what kopf's event
-handlers need beside it: a lock per object that a handling and its retry share, and a
-requeue (handle an object again, read afresh, though nothing of its own failed).
+"""Failed handlings retried per object, with exponential backoff (runtime/backoff.py),
+for handlings that have no workqueue of their own (kopf's event handlers of the
+catalogue's kinds; a workqueue re-adds a failed key itself: workqueue.py), plus what
+those need beside it: a lock per object that a handling and its retry share.
 
 A retry is remembered by the object's reference only (`R`, e.g. its kind, name,
 namespace and uid), never its body. A handling's success supersedes the retry pending
-for its object, unless the retry was asked for after that handling began (a requeue
-must not be dropped by a handling that read the world before the change it names).
-A retry put on a workqueue (`hand_over`) is not due again until that handling ends,
-so its backoff goes on without a second copy being fired meanwhile.
+for its object, unless the retry was asked for after that handling began.
 
 Who fires the due retries, and how, is the caller's (handlers/retries.py).
 """
@@ -18,11 +15,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-FIRST_DELAY = 1.0
-MOST_DELAY = 60.0
+from achilles.runtime import backoff
+
 LOCK_STRIPES = 64
 
 R = TypeVar("R")
@@ -37,8 +34,6 @@ class PendingRetry(Generic[R]):
     # When it was last asked for, in the order of the writes to `Retries`: a handling
     # that began after it supersedes it (`succeeded`).
     stamp: int
-    # Put on a workqueue and not handled yet: not due again until then.
-    handed_over: bool = False
 
 
 class Retries(Generic[R]):
@@ -75,26 +70,12 @@ class Retries(Generic[R]):
         with self._lock:
             previous = self._pending.get(key)
             attempts = 1 if previous is None else previous.attempts + 1
-            delay = min(MOST_DELAY, FIRST_DELAY * 2.0 ** (attempts - 1))
+            delay = backoff.delay(attempts)
             self._stamp += 1
             self._pending[key] = PendingRetry(
                 handler, ref, attempts, self._clock() + delay, self._stamp
             )
         return delay
-
-    def requeue(self, handler: str, ref: R) -> None:
-        """Handle this object again, read afresh: something it depends on changed with no
-        event of its own (a model it names was created). Due at once; a retry already
-        pending keeps its time and backoff, but a handling already under way no longer
-        supersedes it (it may have read the world before the change)."""
-        key = self._key(handler, ref)
-        with self._lock:
-            self._stamp += 1
-            previous = self._pending.get(key)
-            if previous is None:
-                self._pending[key] = PendingRetry(handler, ref, 0, self._clock(), self._stamp)
-            else:
-                self._pending[key] = replace(previous, stamp=self._stamp, handed_over=False)
 
     def succeeded(self, handler: str, ref: R, begun: int) -> None:
         """A handling of this object that began at `begun` succeeded: it supersedes the
@@ -105,21 +86,10 @@ class Retries(Generic[R]):
             if pending is not None and pending.stamp <= begun:
                 del self._pending[key]
 
-    def hand_over(self, retry: PendingRetry[R]) -> None:
-        """`retry` was put on a workqueue: not due again until that handling ends."""
-        key = self._key(retry.handler, retry.ref)
-        with self._lock:
-            if self._pending.get(key) == retry:
-                self._pending[key] = replace(retry, handed_over=True)
-
     def due(self) -> list[PendingRetry[R]]:
         now = self._clock()
         with self._lock:
-            return [
-                retry
-                for retry in self._pending.values()
-                if retry.due <= now and not retry.handed_over
-            ]
+            return [retry for retry in self._pending.values() if retry.due <= now]
 
     def __len__(self) -> int:
         with self._lock:

@@ -1,6 +1,8 @@
 """A workqueue as controller-runtime has one (client-go's `workqueue`): items keyed by
-object, the newest item of a key replacing the one still waiting, and a key handled by
-one thread at a time; `process` is a worker thread's loop over it.
+object, the newest item of a key replacing the one still waiting, a key handled by one
+thread at a time, and a failed key added again after a per-key exponential backoff
+(`add_rate_limited`, client-go's ItemExponentialFailureRateLimiter: 1 s, doubling to
+60 s, until `forget`); `process` is a worker thread's loop over it.
 
 A key waits at most once however many items came for it (the newest wins: each carries
 the whole object, or says to read it afresh), so the queue is bounded by the number of
@@ -10,10 +12,14 @@ stay on kopf's per-object workers, is handlers/agents.py's to say.
 
 from __future__ import annotations
 
+import heapq
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
+
+from achilles.runtime import backoff
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -22,47 +28,105 @@ V = TypeVar("V")
 class WorkQueue(Generic[K, V]):
     """Waiting keys in arrival order, each with its newest item; `take` a key, handle it,
     then `done` it. A key put while it is being handled waits until `done`, so no two
-    threads ever handle one key at once, and the newer item is handled after."""
+    threads ever handle one key at once, and the newer item is handled after.
 
-    def __init__(self) -> None:
+    A handling that failed re-adds its key with `add_rate_limited`: the item waits out
+    the key's backoff, then is put as any other (so it replaces an older item still
+    waiting, and waits for a handling under way). A handling that succeeded calls
+    `forget`: the backoff starts again, and a re-add asked for before that handling was
+    taken is dropped (the handling saw a newer state than the one that failed)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._changed = threading.Condition()
         self._order: deque[K] = deque()  # keys ready to take, oldest first
         self._items: dict[K, V] = {}  # every waiting key's newest item
-        self._handling: set[K] = set()
+        self._handling: dict[K, int] = {}  # key -> the sequence number at its take
+        self._delayed: list[tuple[float, int, K, V]] = []  # (due, seq, key, item) heap
+        self._failures: dict[K, int] = {}
+        self._seq = 0
 
     def put(self, key: K, item: V) -> None:
         with self._changed:
-            waiting = key in self._items
-            self._items[key] = item
-            if not waiting and key not in self._handling:
-                self._order.append(key)
-                self._changed.notify()
+            self._put(key, item)
+
+    def _put(self, key: K, item: V) -> None:
+        waiting = key in self._items
+        self._items[key] = item
+        if not waiting and key not in self._handling:
+            self._order.append(key)
+            self._changed.notify()
+
+    def add_rate_limited(self, key: K, item: V) -> float:
+        """Put `item` once the key's backoff is over; the delay (1 s, doubling to 60 s
+        with each failure since the key's last `forget`)."""
+        with self._changed:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            delay = backoff.delay(failures)
+            self._seq += 1
+            heapq.heappush(self._delayed, (self._clock() + delay, self._seq, key, item))
+            self._changed.notify()
+        return delay
+
+    def forget(self, key: K) -> None:
+        """`key`'s handling succeeded: its backoff starts again, and its re-adds asked
+        for before that handling was taken are dropped."""
+        with self._changed:
+            self._failures.pop(key, None)
+            taken_at = self._handling.get(key, self._seq + 1)
+            kept = [entry for entry in self._delayed if entry[2] != key or entry[1] > taken_at]
+            if len(kept) != len(self._delayed):
+                heapq.heapify(kept)
+                self._delayed = kept
+
+    def retrying(self, key: K) -> bool:
+        """A re-add of `key` waits out its backoff."""
+        with self._changed:
+            return any(entry[2] == key for entry in self._delayed)
 
     def waiting(self, key: K) -> bool:
-        """An item of `key` waits to be taken (one being handled does not count)."""
+        """An item of `key` waits to be taken (one being handled, or waiting out its
+        backoff, does not count)."""
         with self._changed:
             return key in self._items
+
+    def _promote_due(self) -> float | None:
+        """Put the re-adds whose backoff is over; seconds until the next one (None:
+        none waits)."""
+        now = self._clock()
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, key, item = heapq.heappop(self._delayed)
+            self._put(key, item)
+        return self._delayed[0][0] - now if self._delayed else None
 
     def take(self, timeout: float) -> tuple[K, V] | None:
         """The oldest ready key and its newest item, marked as being handled; None when
         none came within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
         with self._changed:
-            if not self._changed.wait_for(lambda: bool(self._order), timeout):
-                return None
-            key = self._order.popleft()
-            self._handling.add(key)
-            return key, self._items.pop(key)
+            while True:
+                next_due = self._promote_due()
+                if self._order:
+                    key = self._order.popleft()
+                    self._seq += 1
+                    self._handling[key] = self._seq
+                    return key, self._items.pop(key)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(remaining if next_due is None else min(remaining, next_due))
 
     def done(self, key: K) -> None:
         """`key` is handled; an item put meanwhile is ready now."""
         with self._changed:
-            self._handling.discard(key)
+            self._handling.pop(key, None)
             if key in self._items:
                 self._order.append(key)
                 self._changed.notify()
 
     def __len__(self) -> int:
-        """Keys waiting (not those being handled)."""
+        """Keys waiting (not those being handled, nor re-adds waiting out a backoff)."""
         with self._changed:
             return len(self._items)
 

@@ -220,7 +220,7 @@ def forget_deleted_objects(context: RuntimeContext) -> bool:
     for name, unlinked in converged.removed_tools.items():
         # As its delete event: the agents linked to it still name it, read again they
         # show it unknown and link to it if it is created again.
-        requeue_agents(context.retries, unlinked)
+        requeue_agents(context.agent_queue, unlinked)
         log.info(
             "tool %s removed (its AgentTool no longer exists): %d agent(s) read again",
             name,
