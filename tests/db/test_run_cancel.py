@@ -2,9 +2,10 @@
 run with no Job ends `failed/cancelled` at once; a run with a pod holds its agent until
 the pod is gone and then ends `failed/cancelled`, with the tokens it reported; a finished
 one is left as it is, and a cancel racing what else may end the run (the runner's
-outcome, the reaper, the dispatcher) ends it exactly once. The Job side: the sweep
-deletes, pods first, the Job of a run cancelled behind the operator's back (the
-dispatcher made it meanwhile, or the CLI cancelled), and the Job's deletion ends it."""
+outcome, the dispatcher; the reaper in test_reaper_holds_the_agent) ends it exactly
+once. The Job side: the sweep deletes, pods first, the Job of a run cancelled behind the
+operator's back (the dispatcher made it meanwhile, or the CLI cancelled), and the Job's
+deletion ends it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from typing import Any, cast
 
 import pytest
@@ -287,35 +287,6 @@ def test_a_cancel_racing_the_runners_outcome_ends_the_run_once(
             assert (row["state"], row["output"]) == ("succeeded", "the answer")
             assert (outcome.state, outcome.reason) == ("succeeded", None)
             ended["succeeded"] += 1
-
-
-def test_a_cancel_racing_the_reaper_ends_the_run_once(db: Engine, database_url: str) -> None:
-    agent = make_agent(db)
-    reaper = Database(database_url, pool_size=1)
-    try:
-        for _ in range(RACES):
-            run_id = _enqueue(db, agent)
-            with Session(db) as session, session.begin():
-                assert journal.claim_run(session, run_id)
-                # Silent for long enough to be reaped.
-                session.execute(
-                    update(AgentRun)
-                    .where(AgentRun.id == run_id)
-                    .values(heartbeat_at=AgentRun.heartbeat_at - timedelta(minutes=10))
-                )
-
-            def reap() -> list[int]:
-                with reaper.transaction() as session:
-                    return [r.run_id for r in journal.reap_stale_runs(session)]
-
-            reaped, outcome = _race(reap, functools.partial(_cancel, database_url, run_id))
-            row = _row(db, run_id)
-            # Reaped first: stale. Asked to stop first: the reaper's end is the cancel's.
-            assert run_id in reaped
-            expected = "cancelled" if outcome.cancelled else "stale"
-            assert (row["state"], row["reason"]) == ("failed", expected)
-    finally:
-        reaper.dispose()
 
 
 class _Jobs:

@@ -188,8 +188,8 @@ def test_reaped_run_cannot_be_finished_or_heartbeat(db: Engine) -> None:
     agent_id, run_id = _claimed_run(db)
     later = NOW + timedelta(seconds=91)
     with Session(db) as session, session.begin():
-        reaped = journal.reap_stale_runs(session, now=later)
-    assert reaped == [journal.ReapedRun(run_id=run_id, agent_id=agent_id)]
+        reaped = journal.reap_stale_runs(session, now=later, with_job=set())  # no Job, no pod
+    assert reaped == [journal.ReapedRun(run_id=run_id, agent_id=agent_id, ended=True)]
     with Session(db) as session, session.begin():
         assert not journal.record_heartbeat(session, run_id, now=later)
         assert not journal.add_tokens(session, run_id, 10)

@@ -3,9 +3,11 @@
 Nothing is left `queued` or `running` forever: a pod that failed, was evicted or
 OOM-killed, a Job stopped at its deadline, a pod that never starts, a runner silent
 past `STALE_AFTER`, a Job that vanished — each ends its run `failed` with a precise
-error. Every write is the journal's guarded transition, so a runner that wakes up
-after being reaped cannot write again, and folding the same observation twice is a
-no-op.
+error. A run that has a pod ends only once the pod is gone (a cancelled or a silent one
+is asked to stop and holds its agent meanwhile: seed 002's one runner alive per agent),
+or `STOP_GRACE` past the reaper's threshold if its pod is never seen gone. Every write
+is the journal's guarded transition, so a runner that wakes up after being reaped cannot
+write again, and folding the same observation twice is a no-op.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import timedelta
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
-from achilles.db.journal.cancel import end_stopped_runs, stopping_among
+from achilles.db.journal.cancel import end_overdue_stops, end_stopped_runs, stopping_among
 from achilles.db.journal.runs import ReapedRun, fail_run, fail_unclaimed_run, reap_stale_runs
 from achilles.db.journal.settings import database_now, database_started_at
 from achilles.domain.pod_outcome import (
@@ -35,6 +37,11 @@ from achilles.k8s.jobs import JobRejected, RunJobs
 # How long a dispatched run may have no Job before we believe it is really gone (the
 # Job list and the journal are read at different instants).
 MISSING_JOB_GRACE = timedelta(seconds=30)
+# How much longer than the reaper's threshold a run asked to stop waits for its pod to
+# be gone before it ends anyway (a lost node never confirms it): more than the run pods'
+# termination grace (`terminationGracePeriodSeconds`, 30 s in the chart), after which
+# the kubelet has killed the runner if it still can.
+STOP_GRACE = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -52,8 +59,10 @@ class SweepResult:
     # Runs being cancelled (or cancelled) whose Job still existed (cancelled by the CLI,
     # or while the dispatcher made the Job): their Jobs were deleted, with their pods.
     cancelled_jobs: list[int] = field(default_factory=list)
-    # Runs asked to stop whose pod was gone: ended `failed/cancelled`.
+    # Runs asked to stop whose pod was gone: ended `failed/cancelled` or `failed/stale`.
     cancelled: list[int] = field(default_factory=list)
+    # Runs asked to stop whose pod was not seen gone by the stop deadline: ended anyway.
+    overdue: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -218,9 +227,11 @@ def sweep(
     *,
     stale_after: timedelta = STALE_AFTER,
 ) -> SweepResult:
-    """Reap stale runs, end the runs asked to stop whose pod is gone (their Job is), then
-    repair runs whose Job is missing and find the cancelled runs whose Job still exists
-    (deleted after the transaction, with its pods), in one transaction.
+    """Reap stale runs (asked to stop, or ended at once if they have no Job), end the runs
+    asked to stop whose pod is gone (their Job is) or whose stop is overdue (`stale_after`
+    + `STOP_GRACE`), then repair runs whose Job is missing and find the stopping runs
+    whose Job still exists (deleted after the transaction, with its pods), in one
+    transaction.
 
     Silence counts only while the database is up: a runner cannot beat while PostgreSQL
     is down, so for `stale_after` after the server (re)starts nothing is reaped, and the
@@ -235,7 +246,10 @@ def sweep(
         now = database_now(session)
         reaped: list[ReapedRun] = []
         if now - database_started_at(session) >= stale_after:
-            reaped = reap_stale_runs(session, now=now, stale_after=stale_after)
+            reaped = reap_stale_runs(
+                session, now=now, stale_after=stale_after, with_job=existing_run_ids
+            )
+        result.overdue = end_overdue_stops(session, asked_before=now - stale_after - STOP_GRACE)
         if existing_run_ids is not None:
             result.cancelled = end_stopped_runs(
                 session,
@@ -259,10 +273,9 @@ def sweep(
             queue.release_dispatch(session, lost_queued, dispatched_before=now - MISSING_JOB_GRACE)
             result.requeued = lost_queued
             result.cancelled_jobs = stopping_among(session, set(existing_run_ids))
-    for run in reaped:
-        jobs.delete(run.run_id)
-        result.reaped.append(run.run_id)
-    for run_id in result.cancelled_jobs:
+    result.reaped = [run.run_id for run in reaped]
+    stopping = [run.run_id for run in reaped if not run.ended]
+    for run_id in dict.fromkeys([*stopping, *result.cancelled_jobs]):
         # Its pods first (foreground propagation): the run ends when the Job is gone.
         jobs.delete(run_id, foreground=True)
     return result
@@ -270,6 +283,7 @@ def sweep(
 
 def job_gone(database: Database, run_id: int) -> bool:
     """The run's Job was deleted, and with foreground propagation its pods before it: a
-    run asked to stop ends `failed/cancelled` now (True), anything else is untouched."""
+    run asked to stop ends `failed/cancelled` or `failed/stale` now (True), anything else
+    is untouched."""
     with database.transaction() as session:
         return bool(end_stopped_runs(session, run_ids={run_id}))

@@ -1,15 +1,18 @@
-"""Cancelling a run: `queued|running -> failed/cancelled`, once, and only once its pod
-is gone (issue 36 item 3; seed 002: one active run, one runner alive per agent).
+"""Stopping a run: a cancel (`queued|running -> failed/cancelled`) or the reaper's stop
+(`running -> failed/stale`, `runs.reap_stale_runs`), once, and only once its pod is gone
+(issue 36 item 3; seed 002: one active run, one runner alive per agent).
 
 The row is locked first (`FOR UPDATE`), so a cancel and whatever else may end the run at
 that moment (its runner's outcome, the reaper, a pod's verdict, the dispatcher's budget
 gate) are ordered by the database: the second finds the row ended and writes nothing (a
 terminal row never changes again). A queued run with no Job made ends at once. A run
 that has or may have a pod (running, or queued and dispatched) is only asked to stop
-(`cancel_requested_at`, 0019): it stays active, holding its agent and its slot, while
-the operator deletes its Job with the pods; whatever end is written then (the runner's
-SIGTERM, the pod seen gone, the reaper) is `failed/cancelled` with the cancel's error
-(a trigger, `achilles_cancel_wins`), and the tokens reported until then stay.
+(`stop_requested_at`, 0019, 0021): it stays active, holding its agent and its slot,
+while the operator deletes its Job with the pods; whatever end is written then (the
+runner's SIGTERM, the pod seen gone, the stop deadline) is `failed/<stop_reason>` with the
+stop's error (a trigger, `achilles_end_as_asked`), and the tokens reported until then
+stay. A stop whose pod is never seen gone (a lost node) ends at `end_overdue_stops`: a
+zombie does not lock its agent for ever (seed 002).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def cancel_run(
         AgentRun.state,
         AgentRun.reason,
         AgentRun.dispatched_at,
-        AgentRun.cancel_requested_at,
+        AgentRun.stop_requested_at,
     ).where(AgentRun.id == run_id)
     if agent_id is not None:
         query = query.where(AgentRun.agent_id == agent_id)
@@ -69,7 +72,7 @@ def cancel_run(
     if state not in ACTIVE_STATES:
         return CancelledRun(run_id, row.agent_id, False, state, row.reason, False, dispatched)
     at = now or database_now(session)
-    if row.cancel_requested_at is not None:
+    if row.stop_requested_at is not None:
         return CancelledRun(
             run_id, row.agent_id, False, state, None, running, dispatched, stopping=True
         )
@@ -77,7 +80,7 @@ def cancel_run(
         session.execute(
             update(AgentRun)
             .where(AgentRun.id == run_id)
-            .values(cancel_requested_at=at, cancel_error=error)
+            .values(stop_requested_at=at, stop_reason=FailReason.CANCELLED, stop_error=error)
         )
         return CancelledRun(
             run_id, row.agent_id, True, state, None, running, dispatched, stopping=True
@@ -98,8 +101,8 @@ def cancel_run(
 
 
 def stopping_among(session: Session, run_ids: set[int]) -> list[int]:
-    """Which of `run_ids` (runs whose Job exists) are being cancelled, or ended cancelled:
-    their Jobs must go, with their pods."""
+    """Which of `run_ids` (runs whose Job exists) are being stopped, or ended cancelled or
+    stale: their Jobs must go, with their pods."""
     if not run_ids:
         return []
     return list(
@@ -108,12 +111,12 @@ def stopping_among(session: Session, run_ids: set[int]) -> list[int]:
                 AgentRun.id.in_(sorted(run_ids)),
                 or_(
                     and_(
-                        AgentRun.cancel_requested_at.is_not(None),
+                        AgentRun.stop_requested_at.is_not(None),
                         AgentRun.state.in_([s.value for s in in_definition_order(ACTIVE_STATES)]),
                     ),
                     and_(
                         AgentRun.state == RunState.FAILED,
-                        AgentRun.reason == FailReason.CANCELLED,
+                        AgentRun.reason.in_([FailReason.CANCELLED, FailReason.STALE]),
                     ),
                 ),
             )
@@ -128,13 +131,13 @@ def end_stopped_runs(
     without_job: set[int] | None = None,
     dispatched_before: datetime | None = None,
 ) -> list[int]:
-    """End `failed/cancelled` the runs asked to stop whose pod is gone: those in `run_ids`
+    """End `failed/<stop_reason>` the runs asked to stop whose pod is gone: those in `run_ids`
     (their Job was deleted, with its pods: foreground propagation), or, with
     `without_job` (the runs whose Job exists), those not in it that are running or were
     dispatched before `dispatched_before` (a Job being made is not missing yet)."""
     active = [s.value for s in in_definition_order(ACTIVE_STATES)]
     query = update(AgentRun).where(
-        AgentRun.cancel_requested_at.is_not(None), AgentRun.state.in_(active)
+        AgentRun.stop_requested_at.is_not(None), AgentRun.state.in_(active)
     )
     if run_ids is not None:
         if not run_ids:
@@ -145,10 +148,29 @@ def end_stopped_runs(
         if dispatched_before is not None:
             not_made_now = or_(not_made_now, AgentRun.dispatched_at < dispatched_before)
         query = query.where(AgentRun.id.not_in(sorted(without_job)), not_made_now)
-    # The trigger (0019) makes any end of such a run `failed/cancelled` with its error.
+    # The trigger (0021) makes any end of such a run the stop's, with its error.
     ended = session.execute(
         query.values(
-            state=RunState.FAILED, reason=FailReason.CANCELLED, finished_at=func.now()
+            state=RunState.FAILED, reason=AgentRun.stop_reason, finished_at=func.now()
         ).returning(AgentRun.id)
+    )
+    return list(ended.scalars())
+
+
+def end_overdue_stops(session: Session, *, asked_before: datetime) -> list[int]:
+    """End the runs asked to stop before `asked_before` whose pod was never seen gone (a
+    node that no longer answers keeps it `Terminating`): a zombie does not lock its agent
+    for ever (seed 002). Its runner, if it ever runs again, finds its row ended and can
+    write nothing. The caller chooses the deadline past the pods' termination grace."""
+    active = [s.value for s in in_definition_order(ACTIVE_STATES)]
+    ended = session.execute(
+        update(AgentRun)
+        .where(
+            AgentRun.stop_requested_at.is_not(None),
+            AgentRun.stop_requested_at < asked_before,
+            AgentRun.state.in_(active),
+        )
+        .values(state=RunState.FAILED, reason=AgentRun.stop_reason, finished_at=func.now())
+        .returning(AgentRun.id)
     )
     return list(ended.scalars())

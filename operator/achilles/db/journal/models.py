@@ -236,8 +236,10 @@ class AgentRun(Base):
         CheckConstraint(checks.RUN_STARTED_WHEN_RAN_CHECK, name="started_when_ran"),
         CheckConstraint(checks.RUN_USED_PROMPT_SHA256_CHECK, name="used_prompt_sha256_length"),
         CheckConstraint(
-            "(cancel_requested_at IS NULL) = (cancel_error IS NULL)",
-            name="cancel_request_complete",
+            "(stop_requested_at IS NULL) = (stop_error IS NULL)"
+            " AND (stop_requested_at IS NULL) = (stop_reason IS NULL)"
+            " AND stop_reason IN ('cancelled', 'stale')",
+            name="stop_request_complete",
         ),
         # One active run per agent: the database is the lock (seed 000).
         Index(
@@ -298,11 +300,13 @@ class AgentRun(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The slot a scheduled run was due at.
     scheduled_for: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # A cancel asked while the run has (or may have) a pod (0019): the row stays active,
-    # holding its agent, until the pod is gone; then it ends `failed/cancelled` with
-    # `cancel_error` (who asked), whatever end is written.
-    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    cancel_error: Mapped[str | None] = mapped_column(Text)
+    # A stop asked while the run has (or may have) a pod: a cancel (0019) or the reaper
+    # (0021). The row stays active, holding its agent, until the pod is gone; then it
+    # ends `failed/<stop_reason>` with `stop_error` (who or what asked), whatever end is
+    # written (the trigger `achilles_end_as_asked`).
+    stop_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stop_reason: Mapped[str | None] = mapped_column(Text)
+    stop_error: Mapped[str | None] = mapped_column(Text)
     # SHA-256 of the secret the run's Job carries (written at dispatch): what lets the
     # runner role see and write this row, and nothing else (0011_least_privilege).
     runner_secret_hash: Mapped[bytes | None] = mapped_column(LargeBinary)

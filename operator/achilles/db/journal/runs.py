@@ -10,7 +10,7 @@ refuses any update of a terminal row.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -292,30 +292,48 @@ def _fail(
 class ReapedRun:
     run_id: int
     agent_id: int
+    # True: it had no Job, so no pod, and ended `failed/stale` at once; False: it was
+    # asked to stop and ends when its pod is gone (its Job is to be deleted with it).
+    ended: bool = False
 
 
 def reap_stale_runs(
-    session: Session, *, now: datetime | None = None, stale_after: timedelta = STALE_AFTER
+    session: Session,
+    *,
+    now: datetime | None = None,
+    stale_after: timedelta = STALE_AFTER,
+    with_job: Set[int] | None = None,
 ) -> list[ReapedRun]:
-    """Fail every running row whose heartbeat is older than `stale_after`; this
-    releases the one-active-run lock so the agent can start again."""
+    """Reap every running row whose heartbeat is older than `stale_after` and that no
+    one has asked to stop yet. Seed 002: a silent runner releases its agent, but one
+    active run is one runner alive, and a silent runner is not always a dead one (a
+    frozen process, a partitioned node). So a run whose Job exists, or may (`with_job`:
+    the runs whose Job exists; None: not known), is asked to stop (`stop_reason`
+    `stale`, `cancel.py`) and ends `failed/stale` when its pod is gone, holding its agent
+    until then; a run with no Job ends `failed/stale` at once."""
     now = now or database_now(session)
     seconds = int(stale_after.total_seconds())
-    rows = session.execute(
+    error = f"no heartbeat for more than {seconds} s; the runner is presumed dead"
+    stale = session.execute(
         update(AgentRun)
         .where(
             AgentRun.state == RunState.RUNNING,
             AgentRun.heartbeat_at < now - stale_after,
+            AgentRun.stop_requested_at.is_(None),
         )
-        .values(
-            state=RunState.FAILED,
-            reason=FailReason.STALE,
-            error=f"no heartbeat for more than {seconds} s; the runner is presumed dead",
-            finished_at=now,
-        )
+        .values(stop_requested_at=now, stop_reason=FailReason.STALE, stop_error=error)
         .returning(AgentRun.id, AgentRun.agent_id)
     ).all()
-    return [ReapedRun(run_id=row.id, agent_id=row.agent_id) for row in rows]
+    without_pod = sorted(row.id for row in stale if with_job is not None and row.id not in with_job)
+    if without_pod:
+        # No pod to wait for: ended now (the trigger `achilles_end_as_asked` makes the
+        # end the stop's, `failed/stale` with its error).
+        session.execute(
+            update(AgentRun)
+            .where(AgentRun.id.in_(without_pod))
+            .values(state=RunState.FAILED, reason=FailReason.STALE, error=error, finished_at=now)
+        )
+    return [ReapedRun(row.id, row.agent_id, row.id in without_pod) for row in stale]
 
 
 def list_run(session: Session, run_id: int) -> tuple[AgentRun, str] | None:
