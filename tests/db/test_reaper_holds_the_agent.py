@@ -27,7 +27,7 @@ from achilles.db.journal.models import AgentRun
 from achilles.db.journal.settings import database_now, database_started_at
 from achilles.db.roles import Component
 from achilles.domain.run_secret import RunSecret, session_settings
-from achilles.domain.runs import FailReason, RunState, RunTrigger
+from achilles.domain.runs import STOP_GRACE, FailReason, RunState, RunTrigger
 from achilles.k8s.jobs import RunJobs
 from achilles.services import outcomes, run_cancel
 from tests.db.factories import make_agent
@@ -188,7 +188,7 @@ def test_a_stop_whose_pod_is_never_seen_gone_ends_at_the_deadline(
             overdue,
             recent,
         ]
-        late = outcomes.STOP_GRACE + SILENT
+        late = STOP_GRACE + SILENT
         with Session(db) as session, session.begin():
             session.execute(
                 update(AgentRun)

@@ -65,6 +65,13 @@ _ALLOWED: dict[RunState, frozenset[RunState]] = {
 # STALE_AFTER (three missed beats) is reaped as failed/stale.
 HEARTBEAT_INTERVAL = timedelta(seconds=30)
 STALE_AFTER = timedelta(seconds=90)
+# How long a run's pod may still be seen after the run ended, or after it was asked to
+# stop, before it is taken for a zombie that no longer counts (a node that no longer
+# answers never confirms its pod gone): more than the run pods' termination grace
+# (`terminationGracePeriodSeconds`, 30 s in the chart), after which the kubelet has
+# killed the runner if it still can. Seed 002: one active run is one runner alive per
+# agent, and a zombie does not lock its agent.
+STOP_GRACE = timedelta(seconds=60)
 
 
 def can_transition(current: RunState, target: RunState) -> bool:

@@ -42,8 +42,8 @@ EMITTED_BY: dict[Happened, tuple[str, ...]] = {
     Happened.OWNER_DEACTIVATED: ("listener",),
     Happened.RECONNECTED: ("listener",),
     # A manual run queued or a cancel's freed slot; a slot's runs; a run requeued by
-    # the reaper or queued for a reply.
-    Happened.DISPATCHABLE: ("agents", "scheduler", "sweeper"),
+    # the reaper or queued for a reply; a run's pod gone (its agent's next run waited).
+    Happened.DISPATCHABLE: ("agents", "scheduler", "sweeper", "watchers"),
     Happened.PLATFORM_CHANGED: ("catalogue",),
     # Through `context.mark_dirty` (or `want_reconcile`): every part that moves an
     # Agent's journal fields.

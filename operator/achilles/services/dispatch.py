@@ -42,11 +42,19 @@ made:
   why (`run_start_refusals`); step 1 reports it as a withdrawn run and the pass
   deletes its Job (its pod exits without running anything). The budget run out by then
   the claim ends `skipped/budget_exceeded` itself, as here.
+
+One gate is not the journal's: a run's row ends before its pod does (the runner writes
+its end, then exits, and the kubelet reports it later; a cancelled or reaped run's pod
+is being stopped), and seed 002's one active run is one runner alive per agent. So an
+agent whose last run's pod is still there, as the pod watcher sees it, waits in step 1
+until that pod is gone (the watcher wakes the dispatcher), or `STOP_GRACE` after that
+run ended (a pod a lost node never reports gone is a zombie that locks nothing).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
@@ -59,7 +67,7 @@ from achilles.db.journal.settings import database_now, load_settings
 from achilles.domain.budget import week_window
 from achilles.domain.gates import LockReason, closed_locks, is_budget_exhausted
 from achilles.domain.run_secret import RunSecret
-from achilles.domain.runs import SkipReason
+from achilles.domain.runs import STOP_GRACE, SkipReason
 from achilles.k8s.jobs import (
     JobRejected,
     JobTemplate,
@@ -96,6 +104,10 @@ class DispatchResult:
     # made): their Jobs were deleted by the pass.
     refused_at_claim: list[int] = field(default_factory=list)
     skipped: list[queue.DispatchableRun] = field(default_factory=list)  # budget_exceeded
+    # Agents whose waiting runs were left for a later pass: an earlier run's pod is still
+    # there (seed 002: one runner alive per agent; the pod watcher wakes the dispatcher
+    # when it goes).
+    held_agents: set[int] = field(default_factory=set)
     rejected: str | None = None
     executing: int = 0
     waiting: int = 0
@@ -169,12 +181,17 @@ def dispatch_queued_runs(
     *,
     batch: int = BATCH,
     spans: Spans = NO_SPANS,
+    pod_run_ids: Set[int] | None = None,
 ) -> DispatchResult:
     """One pass (see the module's note). Each Job's create is a `dispatch` span, the root
-    of its run's trace: the Job carries it (`TRACEPARENT`) to the runner."""
+    of its run's trace: the Job carries it (`TRACEPARENT`) to the runner.
+
+    `pod_run_ids`: the runs whose pod is still there, as the pod watcher knows them (None
+    while it does not know yet): an agent one of them ended recently waits for that pod
+    (seed 002 counts runner pods, not rows: `queue.agents_with_lingering_pods`)."""
     began = time.monotonic()
     result = DispatchResult()
-    marked, timeout = _choose(database, batch, result)
+    marked, timeout = _choose(database, batch, result, pod_run_ids or set())
     for run_id in result.refused_at_claim:
         jobs.delete(run_id)  # its pod exits without running: nothing else may start it
     if not marked:
@@ -229,7 +246,9 @@ def _span_attributes(run: queue.DispatchableRun) -> dict[str, str | int]:
     return attributes
 
 
-def _choose(database: Database, batch: int, result: DispatchResult) -> tuple[list[_Marked], int]:
+def _choose(
+    database: Database, batch: int, result: DispatchResult, pod_run_ids: Set[int]
+) -> tuple[list[_Marked], int]:
     """Step 1, in one transaction under the dispatch lock: the runs marked dispatched
     (withdrawn and skipped ones into `result`), and the run timeout of their Jobs."""
     with database.transaction() as session:
@@ -246,7 +265,12 @@ def _choose(database: Database, batch: int, result: DispatchResult) -> tuple[lis
         locked = queue.take_locked_waiting_runs(session, batch, window)
         ids = [run.run_id for run in locked]
         result.withdrawn.extend(_withdrawn(locked, queue.withdraw_queued_runs(session, ids)))
-        runs = queue.take_dispatchable_runs(session, settings.max_concurrency, batch, window)
+        result.held_agents = queue.agents_with_lingering_pods(
+            session, pod_run_ids, ended_after=now - STOP_GRACE
+        )
+        runs = queue.take_dispatchable_runs(
+            session, settings.max_concurrency, batch, window, held_agents=result.held_agents
+        )
         marked = []
         for run in runs:
             if closed_locks(run.locks):  # closed since the look above

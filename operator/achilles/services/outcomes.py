@@ -31,17 +31,12 @@ from achilles.domain.pod_outcome import (
     pod_verdict,
 )
 from achilles.domain.run_secret import RunSecret
-from achilles.domain.runs import STALE_AFTER, FailReason, RunState
+from achilles.domain.runs import STALE_AFTER, STOP_GRACE, FailReason, RunState
 from achilles.k8s.jobs import JobRejected, RunJobs
 
 # How long a dispatched run may have no Job before we believe it is really gone (the
 # Job list and the journal are read at different instants).
 MISSING_JOB_GRACE = timedelta(seconds=30)
-# How much longer than the reaper's threshold a run asked to stop waits for its pod to
-# be gone before it ends anyway (a lost node never confirms it): more than the run pods'
-# termination grace (`terminationGracePeriodSeconds`, 30 s in the chart), after which
-# the kubelet has killed the runner if it still can.
-STOP_GRACE = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ The watchers list once, then follow a watch that resumes where it ended
   listing every Job);
 - the pods that have not started (the sweeper judges them against the start deadline,
   which no event announces, instead of listing them);
+- the runs whose pod is still there, started or not (the dispatcher holds an agent's
+  next run until its last run's pod is gone: seed 002's one runner alive per agent);
 - the pods and Jobs already judged for good (`outcomes.Folded.settled`): nothing they
   say is folded again, whatever event or listing brings them back.
 
@@ -45,6 +47,8 @@ T = TypeVar("T")
 Report = Callable[[list[outcomes.FailedRun]], None]
 
 WATCH_TIMEOUT_SECONDS = 300
+# A pod in these phases runs nothing any more (its containers ended for good).
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class RunObjects:
@@ -65,6 +69,7 @@ class RunObjects:
         self.job_watch = job_watch(jobs, watch_timeout_seconds)
         self._lock = threading.Lock()
         self._pending: dict[str, PodObservation] = {}  # pod name -> its latest observation
+        self._present: dict[str, int] = {}  # pod name -> its run, while the pod runs or may
         self._listed_pods: set[str] = set()
         self._pods_synced = False
         self._job_runs: dict[str, int] = {}  # Job name -> run id
@@ -79,6 +84,12 @@ class RunObjects:
         """The runs whose Job exists; None until the Job watcher is synced."""
         with self._lock:
             return set(self._job_runs.values()) if self._jobs_synced else None
+
+    def pod_run_ids(self) -> set[int] | None:
+        """The runs whose pod is still there (not deleted, not finished); None until the
+        pod watcher is synced."""
+        with self._lock:
+            return set(self._present.values()) if self._pods_synced else None
 
     def pending_pods(self) -> list[PodObservation] | None:
         """The run pods not started yet; None until the pod watcher is synced."""
@@ -101,8 +112,22 @@ class RunObjects:
 
     # --- the watchers: one pass each, until the watch ends or `stop` ---
 
-    def follow_pods(self, stop: threading.Event, report: Report) -> None:
-        self._follow(self.pod_watch, stop, report, self._pod_page, self._pod_change)
+    def follow_pods(
+        self, stop: threading.Event, report: Report, gone: Callable[[], None] = lambda: None
+    ) -> None:
+        """`gone`: told when a run's pod is no longer there (an agent may be waiting)."""
+
+        def change(change: Change[PodObservation]) -> list[outcomes.FailedRun]:
+            with self._lock:
+                was_present = change.item.name in self._present
+            failed = self._pod_change(change)
+            with self._lock:
+                now_gone = was_present and change.item.name not in self._present
+            if now_gone:
+                gone()
+            return failed
+
+        self._follow(self.pod_watch, stop, report, self._pod_page, change)
 
     def follow_jobs(self, stop: threading.Event, report: Report) -> None:
         self._follow(self.job_watch, stop, report, self._job_page, self._job_change)
@@ -155,6 +180,8 @@ class RunObjects:
                 # What the listing did not bring is gone (deleted while we did not watch).
                 for name in set(self._pending) - self._listed_pods:
                     del self._pending[name]
+                for name in set(self._present) - self._listed_pods:
+                    del self._present[name]
                 self._settled_pods &= self._listed_pods
                 self._pods_synced = True
         return self._fold_pods(page.items)
@@ -174,6 +201,10 @@ class RunObjects:
             self._pending.pop(pod.name, None)
         else:
             self._pending[pod.name] = pod
+        if pod.deleted or pod.phase in FINISHED_PHASES:
+            self._present.pop(pod.name, None)
+        else:
+            self._present[pod.name] = pod.run_id
 
     def _fold_pods(self, pods: Sequence[PodObservation]) -> list[outcomes.FailedRun]:
         with self._lock:

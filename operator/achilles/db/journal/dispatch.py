@@ -15,7 +15,7 @@ when its turn comes (`services/dispatch.py` decides).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
@@ -40,7 +40,7 @@ from achilles.db.tools.sources import header_secrets_of_agents
 from achilles.domain.budget import BudgetWindow
 from achilles.domain.gates import DurableLocks, closed_locks
 from achilles.domain.mcp_tools import HeaderSecret
-from achilles.domain.runs import RunState
+from achilles.domain.runs import ACTIVE_STATES, RunState
 
 # One key for "dispatching now" across replicas (migrations use 0x4AC41).
 DISPATCH_LOCK_KEY = 0x4AC42
@@ -95,15 +95,43 @@ def count_waiting(session: Session) -> int:
 
 
 def take_dispatchable_runs(
-    session: Session, cap: int, batch: int, window: BudgetWindow
+    session: Session,
+    cap: int,
+    batch: int,
+    window: BudgetWindow,
+    *,
+    held_agents: Collection[int] = (),
 ) -> list[DispatchableRun]:
     """Lock the dispatcher, then the oldest waiting runs that fit under `cap`, each with
-    its agent's locks and its owner's tokens in the budget `window`."""
+    its agent's locks and its owner's tokens in the budget `window`; none of
+    `held_agents` (an earlier run's pod is still there: `agents_with_lingering_pods`)."""
     session.execute(select(func.pg_advisory_xact_lock(DISPATCH_LOCK_KEY)))
     room = cap - count_executing(session)
     if room <= 0:
         return []
-    return _waiting_runs(session, window, limit=min(room, batch))
+    where = AgentRun.agent_id.not_in(sorted(held_agents)) if held_agents else None
+    return _waiting_runs(session, window, limit=min(room, batch), where=where)
+
+
+def agents_with_lingering_pods(
+    session: Session, pod_run_ids: Collection[int], *, ended_after: datetime
+) -> set[int]:
+    """The agents of the runs in `pod_run_ids` (their pod is still there) that ended
+    after `ended_after`. Seed 002: one active run is one runner alive per agent, and a
+    run's row ends before its pod does (the runner writes its end, then exits; the
+    kubelet then reports it), so the agent's next run waits for that pod; a pod that
+    outlives its run's end by more than the grace is a zombie, which locks nothing."""
+    if not pod_run_ids:
+        return set()
+    terminal = [state.value for state in RunState if state not in ACTIVE_STATES]
+    agents = session.execute(
+        select(AgentRun.agent_id).where(
+            AgentRun.id.in_(sorted(pod_run_ids)),
+            AgentRun.state.in_(terminal),
+            AgentRun.finished_at > ended_after,
+        )
+    )
+    return set(agents.scalars())
 
 
 def take_locked_waiting_runs(

@@ -51,7 +51,11 @@ def run(context: RuntimeContext) -> None:
 
 def dispatch_once(context: RuntimeContext) -> dispatch.DispatchResult:
     done = dispatch.dispatch_queued_runs(
-        context.database, context.jobs, context.config.job_template, spans=context.spans
+        context.database,
+        context.jobs,
+        context.config.job_template,
+        spans=context.spans,
+        pod_run_ids=context.run_objects.pod_run_ids(),
     )
     now = datetime.now(UTC)
     for run in done.created:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from achilles.handlers import events
 from achilles.handlers.context import RuntimeContext
+from achilles.handlers.signals import Happened
 
 RESTART_AFTER_ERROR = 2.0
 
@@ -25,9 +26,12 @@ def run_jobs(context: RuntimeContext) -> None:
 
 
 def follow_pods(context: RuntimeContext) -> bool:
-    """One pass: list if nothing is known yet, then watch until the watch ends."""
+    """One pass: list if nothing is known yet, then watch until the watch ends. A run's
+    pod gone wakes the dispatcher: its agent's next run may have waited for it."""
     context.run_objects.follow_pods(
-        context.stop, lambda failed: events.run_failures(context, failed)
+        context.stop,
+        lambda failed: events.run_failures(context, failed),
+        gone=lambda: context.wakes.emit(Happened.DISPATCHABLE),
     )
     return True
 
