@@ -93,8 +93,10 @@ def runner_sigkill(ctx: Context) -> None:
 
 
 def runner_sigstop(ctx: Context) -> None:
-    """Freeze the runner past the stale threshold: reaped failed/stale, its Job deleted;
-    thawed, the zombie writes nothing, and the agent's next run is the only active one."""
+    """Freeze the runner past the stale threshold: reaped, the run holds its agent while
+    its Job is deleted with its pods (the node kills the frozen runner at the end of its
+    termination grace), then ends failed/stale (0021); the agent's next run never runs
+    beside it (the invariant monitor), and nothing changes the reaped row afterwards."""
     r = ctx.result
     r.injected = (
         f"SIGSTOP of the runner past the {STALE_AFTER_SECONDS}s stale threshold, then SIGCONT"
@@ -117,7 +119,9 @@ def runner_sigstop(ctx: Context) -> None:
         for run_pids in pids.values():
             for pid in run_pids:
                 os.kill(pid, signal.SIGSTOP)
-        reaped = ctx.wait_ended(pids, STALE_AFTER_SECONDS + 60, "the frozen runs to be reaped")
+        # The threshold, the reaper's pass, then the pod's termination grace (30 s, the
+        # Kubernetes default) before the kubelet kills the frozen runner.
+        reaped = ctx.wait_ended(pids, STALE_AFTER_SECONDS + 90, "the frozen runs to be reaped")
         lag = max((row["finished_at"] - frozen_at).total_seconds() for row in reaped.values())
         for run_id, row in reaped.items():
             r.check(
@@ -129,7 +133,7 @@ def runner_sigstop(ctx: Context) -> None:
             60,
             what="the reaped runs' Jobs to be deleted",
         )
-        # The agents are free: their next runs start while the zombies are still frozen.
+        # The pods are gone (the reaped rows ended only then): the agents are free.
         for name, agent_id in ids.items():
             ctx.set_prompt(name, models.QUICK.prompt())
             ctx.wait_prompt(agent_id, models.QUICK.prompt())
@@ -166,9 +170,9 @@ def runner_sigstop(ctx: Context) -> None:
     r.check(sampler.max_active <= 1, f"{sampler.max_active} active runs of one agent at once")
     r.figures.update(reap_seconds=lag, max_active=sampler.max_active, zombies=len(pids))
     r.figure = (
-        f"{len(pids)} frozen runs reaped failed/stale {lag:.1f}s after SIGSTOP "
-        f"(threshold {STALE_AFTER_SECONDS}s), Jobs deleted: {bool(jobs_gone)}; after SIGCONT "
-        f"0 writes, max {sampler.max_active} active run per agent"
+        f"{len(pids)} frozen runs ended failed/stale {lag:.1f}s after SIGSTOP, once their "
+        f"pods were gone (threshold {STALE_AFTER_SECONDS}s), Jobs deleted: {bool(jobs_gone)}; "
+        f"0 writes after, max {sampler.max_active} active run per agent"
     )
     ctx.check_journal()
     ctx.check_jobs([*pids, *nexts.values()])
