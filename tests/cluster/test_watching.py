@@ -181,3 +181,42 @@ def test_the_pod_watcher_folds_a_real_pods_exit_once(
     with db.connect() as conn:
         state = conn.execute(text("SELECT state FROM agent_runs WHERE id = :r"), {"r": run_id})
         assert state.scalar_one() == "failed"
+
+
+def test_the_pod_view_holds_a_runs_pod_until_it_is_gone_and_says_so(
+    cluster: Cluster, namespace: str, database_url: str, db: Engine
+) -> None:
+    """What the dispatcher reads (seed 002 counts runner pods, not rows): a run's pod is
+    in `pod_run_ids` while it runs, whatever its row says, and its deletion is told to
+    `gone` (the dispatcher's wake) and leaves the view."""
+    with Session(db) as session, session.begin():
+        run_id = journal.enqueue_run(session, make_agent(db), RunTrigger.MANUAL).run_id
+    jobs = RunJobs(cluster.api, namespace)
+    # The workload: a runner that goes on until its pod is deleted.
+    _create(jobs, run_id, python_command("import time\nwhile True: time.sleep(1)"))
+    database = Database(database_url, pool_size=1)
+    objects = RunObjects(database, jobs, watch_timeout_seconds=1)
+    stop = threading.Event()
+    gone: list[int] = []
+
+    def follow() -> None:
+        objects.follow_pods(stop, lambda failed: None, gone=lambda: gone.append(1))
+
+    try:
+        assert objects.pod_run_ids() is None  # not synced: the dispatcher holds nothing
+
+        def present() -> bool:
+            follow()
+            return objects.pod_run_ids() == {run_id}
+
+        wait_for(present, TIMEOUT, what="the view to see the run's pod")
+        jobs.delete(run_id, foreground=True)
+
+        def went() -> bool:
+            follow()
+            return objects.pod_run_ids() == set()
+
+        wait_for(went, TIMEOUT, what="the view to see the run's pod gone")
+        assert gone, "the pod's end was not told"
+    finally:
+        database.dispose()
