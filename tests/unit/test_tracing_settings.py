@@ -141,3 +141,61 @@ def test_with_no_otlp_endpoint_the_operator_imports_nothing_of_opentelemetry() -
     on = _operator_imports({**ENDPOINT, "OTEL_BSP_SCHEDULE_DELAY": "60000"})
     assert on["spans"] == "OperatorSpans"
     assert "opentelemetry.sdk.trace" in on["loaded"]
+
+
+# The same operator, then one MCP listing (as the catalogue's discovery makes it) of a
+# port bound and not listening, so refused at once: what it loaded before and after.
+_OPERATOR_LISTS_MCP = """
+import json, os, socket, sys
+import achilles.cli.main, achilles.cli.operator, achilles.handlers, achilles.handlers.operator
+import achilles.handlers.manager
+from achilles.mcp_client.client import McpEndpoint, McpUnreachable, list_tools
+
+def loaded(root):
+    return sorted(m for m in sys.modules if m.split(".")[0] == root)
+
+before = {"mcp": loaded("mcp"), "opentelemetry": loaded("opentelemetry")}
+with socket.socket() as closed:
+    closed.bind(("127.0.0.1", 0))
+    try:
+        list_tools(McpEndpoint(f"http://127.0.0.1:{closed.getsockname()[1]}/mcp", 10.0))
+        outcome = "listed"
+    except McpUnreachable as exc:
+        outcome = type(exc).__name__
+from opentelemetry import trace
+print(json.dumps({
+    "before": before,
+    "outcome": outcome,
+    "mcp": bool(loaded("mcp")),
+    "opentelemetry": loaded("opentelemetry"),
+    "provider": type(trace.get_tracer_provider()).__name__,
+}))
+"""
+
+
+def test_with_no_otlp_endpoint_only_an_mcp_listing_loads_opentelemetrys_api() -> None:
+    """The MCP SDK imports OpenTelemetry's API itself, unconditionally; `mcp_client`
+    imports the SDK at a process's first listing or call, so an operator that never talks
+    MCP loads neither (above). One that does loads the API through the SDK, and still no
+    SDK, no exporter and no tracer provider: its spans, and the SDK's, are no-ops."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _OPERATOR_LISTS_MCP],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["before"] == {"mcp": [], "opentelemetry": []}
+    assert result["outcome"] == "McpUnreachable"
+    assert result["mcp"] is True
+    assert "opentelemetry.trace" in result["opentelemetry"]
+    assert [
+        m
+        for m in result["opentelemetry"]
+        if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))
+    ] == []
+    assert result["provider"] == "ProxyTracerProvider"

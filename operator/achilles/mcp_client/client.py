@@ -9,6 +9,11 @@ header's value; a tool that ran and failed is a result with `is_error`, which th
 reads like any other.
 
 Headers carry credentials: they go to the server only, never to a log line or message.
+
+The SDK is imported at the first listing or call, not with this module: it imports
+OpenTelemetry's API itself, unconditionally, and the operator imports this module
+(through services/mcp_sources) whether or not it ever talks MCP; with tracing off a
+process that never does loads no OpenTelemetry module (docs/observability.md).
 """
 
 from __future__ import annotations
@@ -17,18 +22,17 @@ import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ContentBlock, TextContent
 from pydantic import ValidationError
 
 from achilles.domain.mcp_tools import ListedTool
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp_types import CallToolResult, ContentBlock
 
 T = TypeVar("T")
 
@@ -94,6 +98,11 @@ async def _list_tools(client: Client) -> list[ListedTool]:
 
 
 def _run(endpoint: McpEndpoint, work: Callable[[Client], Awaitable[T]]) -> T:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
+
     async def session() -> T:
         http = create_mcp_http_client(
             headers=dict(endpoint.headers), timeout=httpx2.Timeout(endpoint.timeout_seconds)
@@ -116,6 +125,8 @@ def _run(endpoint: McpEndpoint, work: Callable[[Client], Awaitable[T]]) -> T:
 
 def unreachable(endpoint: McpEndpoint, exc: BaseException) -> McpUnreachable:
     """What a failure to reach, or to speak MCP with, the server is called (no header)."""
+    from mcp.shared.exceptions import MCPError
+
     if isinstance(exc, TimeoutError):
         seconds = _seconds(endpoint.timeout_seconds)
         return McpUnreachable(f"no answer from {endpoint.url} within {seconds}")
@@ -141,6 +152,8 @@ def _reason(exc: BaseException) -> str:
 def result_text(result: CallToolResult) -> str:
     """The result's content as the model reads it: text blocks as they are; structured
     content as JSON when there is no text; other blocks (images, resources) named."""
+    from mcp_types import TextContent
+
     parts = [_block_text(block) for block in result.content]
     has_text = any(isinstance(block, TextContent) for block in result.content)
     if not has_text and result.structured_content is not None:
@@ -149,6 +162,8 @@ def result_text(result: CallToolResult) -> str:
 
 
 def _block_text(block: ContentBlock) -> str:
+    from mcp_types import TextContent
+
     if isinstance(block, TextContent):
         return block.text
     kind = getattr(block, "type", "content")
