@@ -1,9 +1,8 @@
 """The fault suite's quick subset (`achilles chaos --quick`), so that the scenarios cannot rot
 and the two core guarantees are checked by every `make test`: runners SIGKILLed are failed
 through their pods and run again, and a runner frozen past the stale threshold is reaped and,
-thawed, writes nothing; the seed's invariant monitor watched each (one known violation
-aside, below). It runs on a stack of the suite's own (real node, PostgreSQL, the chart),
-which it removes.
+thawed, writes nothing; the seed's invariant monitor watched each and saw no violation. It
+runs on a stack of the suite's own (real node, PostgreSQL, the chart), which it removes.
 The whole suite is `make chaos` (docs/reliability.md).
 
 Before them runs a scenario that breaks the stack and fails, clean-up included: it is
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from achilles_chaos.report import Result, table
+from achilles_chaos.report import table
 from achilles_chaos.scenario import Context
 from achilles_chaos.suite import BY_NAME, QUICK_SUBSET, Scenario, run_suite
 from tests.cluster.conftest import EXTERNAL_KUBECONFIG, external_kubeconfig
@@ -32,25 +31,6 @@ def _kill_the_api_server_and_fail(ctx: Context) -> None:
 BREAKS_THE_STACK = Scenario(
     "breaks-the-stack", _kill_the_api_server_and_fail, "kills the API server, then fails"
 )
-
-
-# A product bug the invariant monitor found (docs/reliability.md, "Findings"): the reaper
-# frees a frozen runner's agent at once while the runner's pod is still there (its Job
-# deleted, the frozen process killed only at the end of its grace period or after the
-# thaw), so runner-sigstop's next runs start beside the zombies: two runner pods of one
-# agent. `achilles chaos` FAILs the scenario for it; here that violation, and no other,
-# is let through until the reaper holds the agent until the pod is gone (as a cancel
-# does, 0019). The day it is fixed, drop this.
-KNOWN_VIOLATIONS = {"runner-sigstop": "two runner pods: "}
-
-
-def _unexplained(result: Result, failures: list[str] | None = None) -> list[str]:
-    known = KNOWN_VIOLATIONS.get(result.scenario)
-    return [
-        failure
-        for failure in (result.failures if failures is None else failures)
-        if known is None or known not in failure
-    ]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the real node needs root")
@@ -73,13 +53,13 @@ def test_the_quick_fault_subset_passes_after_a_broken_scenario_and_leaves_nothin
     assert broken.failures[0] == "RuntimeError: this scenario breaks the stack on purpose"
     assert any(f.startswith("clean-up failed: ") for f in broken.failures), broken.failures
     assert meta["stack_repairs"] == ["repaired (not running: kube-apiserver)"], meta
-    failed = [r for r in quick if _unexplained(r)]
+    failed = [r for r in quick if not r.passed]
     assert not failed, table(results) + "\n" + "\n".join(progress[-40:])
-    # The seed's invariants were watched through each scenario (issue 36 item 10).
+    # The seed's invariants were watched through each scenario and held (issue 36 item 10).
     for result in quick:
         watched = result.figures["invariants"]
         assert watched["samples"] > 0, (result.scenario, watched)
-        assert not _unexplained(result, watched["violations"]), (result.scenario, watched)
+        assert watched["violations"] == [], (result.scenario, watched)
         # Its pod side saw the scenario's runners.
         assert watched["most_pods_running"] > 0, (result.scenario, watched)
     assert not state_dir.exists(), "the suite's stack was not removed"
