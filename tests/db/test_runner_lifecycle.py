@@ -3,7 +3,7 @@ SIGTERM, deadlines, missing model or key. Real processes, real signals, real Pos
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, delete, text, update
@@ -26,13 +26,17 @@ from tests.db.runner_support import (
 )
 from tests.waiting import wait_for
 
+# An answer held until the test releases it (`ModelServer.release`) or the server stops:
+# what the test does while the model call is in flight comes first, however loaded the
+# machine (a fixed delay was a race the reply could win).
+HELD = "answer"
 SLOW_ANSWER = {
     "rules": [
         {
             "when": {"turn": 0},
             "reply": {
                 "content": "slow but sure",
-                "delay_seconds": 60,
+                "hold": HELD,
                 "usage": {"prompt_tokens": 3, "completion_tokens": 2},
             },
         }
@@ -63,7 +67,7 @@ def test_heartbeats_keep_a_long_model_call_alive_past_the_stale_threshold(
                 "when": {"turn": 0},
                 "reply": {
                     "content": "made it",
-                    "delay_seconds": 6,  # three stale thresholds
+                    "hold": HELD,
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1},
                 },
             }
@@ -71,17 +75,25 @@ def test_heartbeats_keep_a_long_model_call_alive_past_the_stale_threshold(
     }
     reaped: list[int] = []
 
-    def reaper_pass_then_finished() -> bool:
+    def reaper_pass_then_three_thresholds_past(called_at: datetime) -> bool:
         # The operator's reaper, run over and over while the model is thinking.
         reaped.extend(_reap(db, stale_after))
-        return run_row(db, run_id).state != "running"
+        with Session(db) as session:
+            return database_now(session) - called_at > 3 * stale_after
 
     with serving(script) as server:
         run_id = queue_run(db, owner="alice", model=add_model(db, server))
         runner = RunnerProcess(database_url, run_id, heartbeat=0.2)
         try:
-            wait_for(lambda: run_row(db, run_id).state == "running", 30, what="the claim")
-            wait_for(reaper_pass_then_finished, 60, what="the run to finish")
+            wait_for(lambda: server.recorded(), 30, what="the model call")
+            with Session(db) as session:
+                called_at = database_now(session)
+            wait_for(
+                lambda: reaper_pass_then_three_thresholds_past(called_at),
+                60,
+                what="three stale thresholds of reaper passes during the model call",
+            )
+            server.release(HELD)
             assert runner.wait() == 0, runner.log
         finally:
             runner.kill()
@@ -99,7 +111,7 @@ def test_without_heartbeats_the_same_run_would_be_reaped_and_then_writes_nothing
                 "when": {"turn": 0},
                 "reply": {
                     "tool_calls": [{"name": "search_knowledge", "arguments": {"query": "deploy"}}],
-                    "delay_seconds": 3,
+                    "hold": HELD,
                     "usage": {"prompt_tokens": 5, "completion_tokens": 5},
                 },
             },
@@ -112,6 +124,7 @@ def test_without_heartbeats_the_same_run_would_be_reaped_and_then_writes_nothing
         try:
             wait_for(lambda: server.recorded(), 30, what="the first model call")
             assert _reap(db, timedelta(0)) == [run_id]
+            server.release(HELD)  # the answer comes to a run already reaped
             assert runner.wait() == 0, runner.log
         finally:
             runner.kill()
@@ -134,7 +147,7 @@ def test_a_reaped_run_stops_at_its_next_heartbeat_without_waiting_for_the_model(
             wait_for(lambda: server.recorded(), 30, what="the model call")
             # As if the beats had stopped an hour ago.
             assert _reap(db, timedelta(seconds=90), ahead=timedelta(hours=1)) == [run_id]
-            assert runner.wait(timeout=30) == 0, runner.log  # well before the 60 s answer
+            assert runner.wait(timeout=30) == 0, runner.log  # the answer is never released
         finally:
             runner.kill()
     assert "no longer running" in runner.log
@@ -154,7 +167,7 @@ def test_sigterm_mid_run_leaves_a_failed_row_that_kept_its_tokens(
                     "usage": {"prompt_tokens": 20, "completion_tokens": 4},
                 },
             },
-            {"when": {"turn": 1}, "reply": {"content": "never", "delay_seconds": 60}},
+            {"when": {"turn": 1}, "reply": {"content": "never", "hold": HELD}},
         ]
     }
     with serving(script) as server:

@@ -7,6 +7,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from achilles.errors import ModelCallFailed
 from achilles.llm.chat import OpenAIChatModel
 from achilles.modelserver.script import parse_script
 from achilles.modelserver.server import ModelServer
+from tests.waiting import wait_for
 
 SCRIPT = {
     "rules": [
@@ -168,3 +170,49 @@ def test_the_api_key_guards_every_api_route(server: ModelServer, token: str | No
     code, _ = _post(server, "/v1/chat/completions", b"{}", token or "")
     assert code == 401
     assert _get(server, "/healthz", token)[0] == 200
+
+
+HELD = {
+    "rules": [
+        {"when": {"contains": "hold me"}, "reply": {"content": "held", "hold": "first"}},
+        {"reply": {"content": "straight"}},
+    ]
+}
+
+
+def test_a_held_reply_is_sent_only_once_the_test_releases_it() -> None:
+    """Recorded at once, answered at `release`: another request meanwhile is answered
+    first; a reply held again at a released gate is not held."""
+    answered: list[str] = []
+
+    def ask(model: OpenAIChatModel, text: str) -> None:
+        reply = model.complete([{"role": "user", "content": text}], [], timeout=30)
+        answered.append(str(reply.content))
+
+    with (
+        ModelServer(parse_script(HELD, source="test")) as server,
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
+        model = _model(server)
+        held = pool.submit(ask, model, "hold me")
+        wait_for(lambda: server.recorded(), 10, what="the held request recorded")
+        ask(model, "go on")
+        assert answered == ["straight"]
+        server.release("first")
+        held.result(timeout=30)
+        assert answered == ["straight", "held"]
+        ask(model, "hold me")  # the gate stays open
+        assert answered == ["straight", "held", "held"]
+
+
+def test_stopping_the_server_lets_a_held_reply_go() -> None:
+    server = ModelServer(parse_script(HELD, source="test")).start()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        held = pool.submit(
+            lambda: _model(server).complete(
+                [{"role": "user", "content": "hold me"}], [], timeout=30
+            )
+        )
+        wait_for(lambda: server.recorded(), 10, what="the held request recorded")
+        server.stop()  # never released
+        assert held.result(timeout=30).content == "held"

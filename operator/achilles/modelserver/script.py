@@ -28,6 +28,9 @@ rules:
       usage: {prompt_tokens: 12, completion_tokens: 5}   # default: estimated from sizes
       omit_usage: false                # true: the response has no `usage`
       delay_seconds: 0                 # wait before answering (timeouts, long runs)
+      hold: first-answer               # wait until ModelServer.release("first-answer")
+      # (then any delay): a test orders what happens while a call is in flight; the
+      # request is recorded before the wait, and the server's stop ends it
       error: {status: 500, message: "overloaded", retry_after_ms: 10}  # answer with an error
 ```
 
@@ -94,6 +97,8 @@ class Reply(_Strict):
     usage: ScriptedUsage | None = None
     omit_usage: bool = False
     delay_seconds: float = Field(default=0.0, ge=0)
+    # A gate the answer waits at until the test releases it (`ModelServer.release`).
+    hold: str | None = Field(default=None, min_length=1)
     error: ScriptedError | None = None
 
     @model_validator(mode="after")

@@ -8,7 +8,9 @@ timeouts and error bodies behave as with a hosted provider. Endpoints:
 
 For tests, `ModelServer` runs in a background thread and records every request
 it answered (`recorded()`), so a test can see what the runner sent: the tools
-offered, the tool results it fed back.
+offered, the tool results it fed back. A reply with `hold: NAME` waits, once recorded,
+until the test calls `release(NAME)`: what must happen while a call is in flight (a
+reaper pass, a signal) happens before the answer, on any machine's load.
 """
 
 from __future__ import annotations
@@ -65,6 +67,20 @@ class _Server(ThreadingHTTPServer):
         self.serial = 0
         # Set on shutdown so scripted delays end at once.
         self.stopping = threading.Event()
+        # Scripted holds by name: set when the test releases them, or at shutdown.
+        self.gates: dict[str, threading.Event] = {}
+
+    def gate(self, name: str) -> threading.Event:
+        with self.lock:
+            gate = self.gates.setdefault(name, threading.Event())
+            if self.stopping.is_set():
+                gate.set()
+            return gate
+
+    def open_every_gate(self) -> None:
+        with self.lock:
+            for gate in self.gates.values():
+                gate.set()
 
     def choose(self, conversation: Conversation) -> tuple[int | None, int]:
         """Pick a rule and count its firing, atomically; also a response serial number."""
@@ -178,6 +194,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(HTTPStatus.OK, _completion(answer, str(body.get("model", "")), serial))
 
     def _delay(self, reply: Reply) -> None:
+        if reply.hold is not None:
+            self.server.gate(reply.hold).wait()
         if reply.delay_seconds:
             # A scripted latency, ended early if the server shuts down.
             self.server.stopping.wait(reply.delay_seconds)
@@ -299,8 +317,13 @@ class ModelServer:
         """Serve in the calling thread until `stop()` (from another thread) or an interrupt."""
         self._server.serve_forever()
 
+    def release(self, gate: str) -> None:
+        """Let the replies held at `gate` be sent, and any later one at once."""
+        self._server.gate(gate).set()
+
     def stop(self) -> None:
         self._server.stopping.set()
+        self._server.open_every_gate()
         if self._thread is not None:
             # shutdown() waits for serve_forever() to return: only when it runs.
             self._server.shutdown()
