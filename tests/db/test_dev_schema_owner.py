@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 
 from achilles.db import migrate
 from achilles.db.database import Database
-from achilles.db.roles import Component
+from achilles.db.roles import GROUP_ROLES, Component
 from achilles_dev.logins import ensure_schema_owner, grant_component_logins
 
 OWNER = "achilles_test_schema_owner"
@@ -117,3 +117,58 @@ def test_a_database_an_older_stack_migrated_as_the_superuser_is_taken_over(
     finally:
         owner.dispose()
     assert _facts(owner_url) == EXPECTED_FACTS
+
+
+def _login_rows(engine: Engine, prefix: str) -> dict[str, tuple[object, ...]]:
+    """As the superuser: each login's attributes, groups and SCRAM verifier."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT a.rolname, a.rolsuper, a.rolbypassrls, a.rolcanlogin, a.rolcreaterole,"
+                " ARRAY(SELECT g.rolname::text FROM pg_auth_members m"
+                "       JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = a.oid) AS groups,"
+                " a.rolpassword"
+                " FROM pg_authid a WHERE a.rolname LIKE :prefix || '\\_%'"
+            ),
+            {"prefix": prefix},
+        )
+        return {row.rolname: tuple(row)[1:] for row in rows}
+
+
+def test_the_owner_grants_existing_logins_again_with_their_new_passwords(
+    scratch_engine: Engine,
+) -> None:
+    # A second `make dev` (or the chart's installer running `achilles db login` again):
+    # the logins exist, and the owner, no superuser, may not restate NOSUPERUSER or
+    # NOBYPASSRLS (PostgreSQL refuses any word on those attributes from a non-superuser).
+    owner_url = ensure_schema_owner(_url(scratch_engine), OWNER, PASSWORD)
+    owner = Database(owner_url, pool_size=1)
+    try:
+        migrate.upgrade(owner.engine)
+    finally:
+        owner.dispose()
+    prefix = "achilles_test_again"
+    grant_component_logins(
+        owner_url, prefix=prefix, passwords=dict.fromkeys(Component, "first" * 4)
+    )
+    first = _login_rows(scratch_engine, prefix)
+
+    grant_component_logins(
+        owner_url, prefix=prefix, passwords=dict.fromkeys(Component, "second" * 4)
+    )
+    second = _login_rows(scratch_engine, prefix)
+
+    assert sorted(second) == [f"{prefix}_{component}" for component in sorted(Component)]
+    for name, (
+        superuser,
+        bypasses_rls,
+        can_login,
+        creates_roles,
+        groups,
+        verifier,
+    ) in second.items():
+        component = Component(name.removeprefix(f"{prefix}_"))
+        assert (superuser, bypasses_rls, can_login, creates_roles) == (False, False, True, False)
+        assert groups == [GROUP_ROLES[component]]
+        assert str(verifier).startswith("SCRAM-SHA-256$")
+        assert verifier != first[name][-1], f"{name}'s password was not set again"

@@ -136,6 +136,7 @@ def missing_group_roles(conn: Connection) -> list[str]:
 
 def set_login(conn: Connection, facts: LoginFacts, component: Component, password: str) -> None:
     """Create the login (or update its password) and make it a member of its group.
+    Idempotent, also as the migrations' login that is no superuser.
 
     The password never travels in a statement: libpq turns it into the server's SCRAM
     verifier first (`PQencryptPasswordConn`), so neither the server's log nor
@@ -146,10 +147,22 @@ def set_login(conn: Connection, facts: LoginFacts, component: Component, passwor
         password.encode(), facts.name.encode(), b"scram-sha-256"
     ).decode()
     verb = "ALTER" if facts.exists else "CREATE"
-    statement = sql.SQL(
-        "{verb} ROLE {login} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE INHERIT"
-        " PASSWORD {verifier}"
-    ).format(verb=sql.SQL(verb), login=sql.Identifier(facts.name), verifier=sql.Literal(verifier))
+    # PostgreSQL lets only a superuser state SUPERUSER or BYPASSRLS in an ALTER ROLE, even
+    # to say NO: the migrations' login (CREATEROLE, no superuser, as the chart wants it)
+    # could make a login once and never set its password again. So an existing login's
+    # ALTER states them only when they are to change, which that login may not do anyway.
+    attributes = ["LOGIN"]
+    if not facts.exists or facts.superuser:
+        attributes.append("NOSUPERUSER")
+    if not facts.exists or facts.bypasses_rls:
+        attributes.append("NOBYPASSRLS")
+    attributes += ["NOCREATEDB", "NOCREATEROLE", "INHERIT"]
+    statement = sql.SQL("{verb} ROLE {login} {attributes} PASSWORD {verifier}").format(
+        verb=sql.SQL(verb),
+        login=sql.Identifier(facts.name),
+        attributes=sql.SQL(" ".join(attributes)),
+        verifier=sql.Literal(verifier),
+    )
     grant = sql.SQL("GRANT {group} TO {login}").format(
         group=sql.Identifier(GROUP_ROLES[component]), login=sql.Identifier(facts.name)
     )
