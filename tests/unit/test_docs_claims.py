@@ -107,7 +107,6 @@ CLAIMS = [
     Claim(ARCH, rf"every {T} ──> sweeper", (f"{SWEEPER}:SWEEP_TICK",)),
     Claim(ARCH, r"reaper \(a (third) of the stale threshold\)", (f"{SWEEPER}:REAP_FRACTION",)),
     Claim(ARCH, rf"pending pods \({T}\)", (f"{SWEEPER}:PENDING_PODS_EVERY",)),
-    Claim(ARCH, rf"handler retries \({T}\)", (f"{SWEEPER}:SWEEP_TICK",)),
     Claim(
         ARCH,
         rf"owners, reply wakes, run metrics, memory \({T}\)",
@@ -382,7 +381,7 @@ def test_the_one_kopf_error_raised_is_a_temporary_one_while_starting() -> None:
         for path in _sources(".")
     }
     raised = {path: errors for path, errors in raised.items() if errors}
-    assert raised == {"handlers/retries.py": {"TemporaryError"}}
+    assert raised == {"handlers/context.py": {"TemporaryError"}}
     assert "the one kopf error raised is `kopf.TemporaryError`" in page(ARCH)
     assert "PermanentError" not in page(ARCH)
 

@@ -1,36 +1,38 @@
-"""Retries of failed kopf event handlers (handlers/retries.py on runtime/retries.py): keyed
-by the object, never by its body; backing off; superseded by a success that began after
-they were asked for; never run at the same time as kopf's handling of the same object.
-An Agent's are its workqueue's rate-limited re-add instead (handlers/agents.py), so the
-queue alone orders an Agent's handlings, and a requeue is a put on it."""
+"""Retries of failed handlings (handlers/agents.py, handlers/catalogue.py): kopf does not
+retry `on.event` handlers, so a failed reconcile is its workqueue's rate-limited re-add
+(runtime/workqueue.py): the object, never its event, read afresh once its backoff is
+over; the queue alone orders an object's handlings; a requeue is a put on the queue."""
 
 from __future__ import annotations
 
-import threading
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
+
+import pytest
 
 from achilles.db.journal.catalogue import AgentRef
+from achilles.handlers import agents, catalogue
 from achilles.handlers.agent_queue import (
     AgentToRead,
     QueuedAgent,
     QueuedAgentEvent,
-    object_key,
     requeue_agents,
 )
-from achilles.handlers.agents import handle_queued
+from achilles.handlers.catalogue_queue import (
+    CatalogueEvent,
+    CatalogueKey,
+    CatalogueToRead,
+    QueuedCatalogue,
+)
 from achilles.handlers.context import RuntimeContext
 from achilles.k8s.objects import ObjectRef
-from achilles.runtime.backoff import MOST_DELAY
-from achilles.runtime.retries import Retries
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import AgentEvent
 
-# A kopf handler's name among the retries (the catalogue's, e.g. `model_changed`).
-HANDLER = "model_changed"
-
 AGENT = ObjectRef("Agent", "agents", "daily", "team", "uid-1")
 OTHER = ObjectRef("Agent", "agents", "weekly", "team", "uid-2")
+MODEL = ObjectRef("AgentModel", "agentmodels", "gpt", None, "uid-m")
+MODEL_KEY = ("AgentModel", "gpt")
 
 
 class Clock:
@@ -39,57 +41,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def test_a_failure_is_retried_with_a_doubling_delay_up_to_a_minute() -> None:
-    clock = Clock()
-    retries = Retries(clock, key_of=object_key)
-    delays = [retries.failed(HANDLER, AGENT) for _ in range(9)]
-    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, MOST_DELAY, MOST_DELAY, MOST_DELAY]
-    assert len(retries) == 1  # one entry per object, however often it failed
-    assert retries.due() == []
-    clock.now += MOST_DELAY
-    (due,) = retries.due()
-    assert (due.handler, due.ref, due.attempts) == (HANDLER, AGENT, 9)
-
-
-def test_a_success_supersedes_the_retry_of_that_object_only() -> None:
-    clock = Clock()
-    retries = Retries(clock, key_of=object_key)
-    retries.failed(HANDLER, AGENT)
-    retries.failed(HANDLER, OTHER)
-    retries.succeeded(HANDLER, AGENT, retries.begun())
-    clock.now += 10
-    assert [retry.ref for retry in retries.due()] == [OTHER]
-    # The backoff starts again after a success.
-    assert retries.failed(HANDLER, AGENT) == 1.0
-
-
-def test_the_retry_holds_the_object_and_nothing_of_the_event() -> None:
-    clock = Clock()
-    retries = Retries(clock, key_of=object_key)
-    retries.failed("model_changed", ObjectRef("AgentModel", "agentmodels", "gpt", None, "u"))
-    clock.now += 1
-    (pending,) = retries.due()
-    assert set(vars(pending)) == {"handler", "ref", "attempts", "due", "stamp"}
-
-
-def test_handling_and_a_retry_of_one_object_take_the_same_lock() -> None:
-    retries = Retries(Clock(), key_of=object_key)
-    lock = retries.object_lock(AGENT)
-    assert retries.object_lock(ObjectRef("Agent", "agents", "daily", "team", "uid-1")) is lock
-    entered = threading.Event()
-
-    def handle() -> None:
-        with lock:
-            entered.set()
-
-    with lock:
-        thread = threading.Thread(target=handle)
-        thread.start()
-        assert not entered.wait(0.2)  # waits while the other handling runs
-    thread.join(5)
-    assert entered.is_set()
 
 
 def test_agents_requeued_by_a_catalogue_change_are_put_on_the_workqueue_to_read() -> None:
@@ -108,14 +59,15 @@ def test_agents_requeued_by_a_catalogue_change_are_put_on_the_workqueue_to_read(
     assert queue.take(0) is None
 
 
-def _failing_context(clock: Clock) -> tuple[RuntimeContext, WorkQueue[str, QueuedAgent]]:
+def _unreachable(ref: ObjectRef) -> None:
+    raise ConnectionError("the API server is down")
+
+
+def _agent_context(clock: Clock) -> tuple[RuntimeContext, WorkQueue[str, QueuedAgent]]:
     """The Agent's read from the API server fails (the handling's first step)."""
     queue: WorkQueue[str, QueuedAgent] = WorkQueue(clock)
-
-    def unreachable(ref: ObjectRef) -> None:
-        raise ConnectionError("the API server is down")
-
-    context = SimpleNamespace(agent_queue=queue, resources=SimpleNamespace(read_object=unreachable))
+    resources = SimpleNamespace(read_object=_unreachable)
+    context = SimpleNamespace(agent_queue=queue, resources=resources)
     return cast(RuntimeContext, context), queue
 
 
@@ -128,12 +80,12 @@ def _listed(ref: ObjectRef, generation: int) -> QueuedAgentEvent:
 
 def test_a_failed_agent_handling_is_its_queues_rate_limited_re_add() -> None:
     clock = Clock()
-    context, queue = _failing_context(clock)
+    context, queue = _agent_context(clock)
     queue.put("uid-1", AgentToRead(AGENT))
     for delay in (1.0, 2.0, 4.0):
         taken = queue.take(0)
         assert taken == ("uid-1", AgentToRead(AGENT))
-        handle_queued(context, taken[1])  # fails: logged, not raised
+        agents.handle_queued(context, taken[1])  # fails: logged, not raised
         queue.done("uid-1")
         assert queue.retrying("uid-1")
         clock.now += delay - 0.5
@@ -145,13 +97,57 @@ def test_a_failed_agent_handling_is_its_queues_rate_limited_re_add() -> None:
 def test_an_agent_re_add_replaces_an_older_event_still_waiting() -> None:
     # Nothing older than the afresh read can be handled after it.
     clock = Clock()
-    context, queue = _failing_context(clock)
+    context, queue = _agent_context(clock)
     queue.put("uid-1", AgentToRead(AGENT))
     taken = queue.take(0)
     assert taken is not None
-    handle_queued(context, taken[1])
+    agents.handle_queued(context, taken[1])
     queue.done("uid-1")
     queue.put("uid-1", _listed(AGENT, 1))  # an event came meanwhile
     clock.now += 1
     assert queue.take(0) == ("uid-1", AgentToRead(AGENT))
     assert queue.take(0) is None
+
+
+def _catalogue_context(
+    clock: Clock, read_object: Any
+) -> tuple[RuntimeContext, WorkQueue[CatalogueKey, QueuedCatalogue]]:
+    queue: WorkQueue[CatalogueKey, QueuedCatalogue] = WorkQueue(clock)
+    resources = SimpleNamespace(read_object=read_object)
+    context = SimpleNamespace(catalogue_queue=queue, resources=resources)
+    return cast(RuntimeContext, context), queue
+
+
+def test_a_failed_catalogue_handling_is_re_added_as_the_object_to_read() -> None:
+    clock = Clock()
+    context, queue = _catalogue_context(clock, _unreachable)
+    queue.put(MODEL_KEY, CatalogueToRead(MODEL))
+    taken = queue.take(0)
+    assert taken is not None
+    catalogue.handle_queued(context, taken[1])  # the read fails: logged, not raised
+    queue.done(MODEL_KEY)
+    assert queue.take(0) is None
+    clock.now += 1
+    # The retry holds the object and nothing of the event.
+    assert queue.take(0) == (MODEL_KEY, CatalogueToRead(MODEL))
+
+
+def test_a_catalogue_object_gone_before_its_retry_is_handled_as_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    handled: list[CatalogueEvent] = []
+
+    def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
+        handled.append(event)
+
+    monkeypatch.setitem(catalogue.RECONCILERS, "AgentModel", model_changed)
+    context, queue = _catalogue_context(Clock(), lambda ref: None)
+    queue.add_rate_limited(MODEL_KEY, CatalogueToRead(MODEL))  # an earlier failure
+    queue.put(MODEL_KEY, CatalogueToRead(MODEL))
+    taken = queue.take(0)
+    assert taken is not None
+    catalogue.handle_queued(context, taken[1])
+    queue.done(MODEL_KEY)
+    (event,) = handled
+    assert (event.type, event.meta) == ("DELETED", {"name": "gpt", "uid": "uid-m"})
+    assert not queue.retrying(MODEL_KEY)  # the success settled the earlier re-add

@@ -12,7 +12,7 @@ import kopf
 
 import achilles.handlers  # noqa: F401  (registers the handlers on kopf's default registry)
 from achilles.handlers.agents import agent_event
-from achilles.handlers.catalogue import model_changed, platform_changed, tool_changed
+from achilles.handlers.catalogue import model_event, platform_event, tool_event
 from achilles.handlers.diffbase import NoDiffBase
 
 
@@ -23,7 +23,7 @@ def test_every_resource_handler_is_a_watching_one() -> None:
     assert list(registry._changing.get_all_handlers()) == []
     assert list(registry._spawning.get_all_handlers()) == []
     watching = {handler.fn for handler in registry._watching.get_all_handlers()}
-    assert watching == {agent_event, model_changed, tool_changed, platform_changed}
+    assert watching == {agent_event, model_event, tool_event, platform_event}
 
 
 def test_no_diff_base_is_built_read_or_stored() -> None:

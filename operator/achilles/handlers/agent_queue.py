@@ -10,7 +10,7 @@ before the change.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from achilles.k8s.objects import ObjectRef
@@ -22,11 +22,6 @@ from achilles.services.catalogue import AgentRef
 
 def agent_ref(name: str, namespace: str, uid: str | None) -> ObjectRef:
     return ObjectRef(AGENT.kind, AGENT.plural, name, namespace, uid)
-
-
-def object_key(ref: ObjectRef) -> Hashable:
-    """An object's key among the retries: its uid, or its namespace and name."""
-    return ref.uid or f"{ref.namespace}/{ref.name}"
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,7 @@ from achilles.handlers.agent_queue import (
     QueuedAgentEvent,
     agent_ref,
 )
-from achilles.handlers.context import RuntimeContext
-from achilles.handlers.retries import context_of
+from achilles.handlers.context import RuntimeContext, context_of
 from achilles.handlers.signals import Happened
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME

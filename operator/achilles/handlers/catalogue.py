@@ -1,7 +1,18 @@
-"""AgentModel, AgentTool and AgentPlatform handlers: mirror into the tables, report status."""
+"""AgentModel, AgentTool and AgentPlatform handlers: mirror into the tables, report status.
+
+kopf hands each event to a handler here, in its event loop, which puts what the
+reconcile reads (a `CatalogueEvent`) on the catalogue's workqueue, keyed by kind and
+name, and returns. The queue's threads (`THREADS`, started by manager.py) reconcile it
+(`handle_queued`), one thread per object at a time; a failure (the database or the API
+server down: kopf does not retry `on.event` handlers) is the queue's rate-limited re-add
+of the object, read afresh from the API server when its backoff is over and handled as
+kopf hands over a listed object (as deleted when it is gone).
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -11,28 +22,45 @@ from pydantic import BaseModel, ValidationError
 from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import requeue_agents
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.catalogue_queue import (
+    CatalogueEvent,
+    CatalogueToRead,
+    QueuedCatalogue,
+    catalogue_key,
+)
+from achilles.handlers.context import RuntimeContext, context_of
 from achilles.handlers.discovery import report_discovery
 from achilles.handlers.owed_specs import deliver_owed_specs
-from achilles.handlers.retries import context_of, retried
 from achilles.handlers.signals import Happened
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
-from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL
+from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL, CustomResourceKind
 from achilles.services import catalogue, mcp_sources
 from achilles.services.status import condition, invalid_spec_message, needs_patch
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
+
+log = logging.getLogger("achilles.operator")
+
+# The catalogue's threads: its kinds are few and their events rare, but an MCP tool's
+# listing may take its server's timeout, and a model's event should not wait for it.
+THREADS = 2
+TAKE_SECONDS = 1.0
+RECONCILE = "catalogue_reconcile"
 
 
 class Mirror:
     """One event of a cluster-scoped kind: parse the spec, then report how mirroring went."""
 
     def __init__(
-        self, context: RuntimeContext, ref: ObjectRef, meta: kopf.Meta, status: kopf.Status
+        self,
+        context: RuntimeContext,
+        ref: ObjectRef,
+        meta: Mapping[str, Any],
+        status: Mapping[str, Any],
     ):
         self.context = context
         self.ref = ref
@@ -40,7 +68,7 @@ class Mirror:
         self.previous = dict(status)
         self.now = datetime.now(UTC)
 
-    def parse(self, model: type[SpecT], spec: kopf.Spec) -> SpecT | None:
+    def parse(self, model: type[SpecT], spec: Mapping[str, Any]) -> SpecT | None:
         """The spec, or None after reporting why it is invalid (admission should have
         refused it; say so on the object rather than crash-loop)."""
         try:
@@ -69,22 +97,73 @@ class Mirror:
             metrics.count_status_patch("catalogue", patched)
 
 
-def _deleted(type: str, meta: kopf.Meta) -> bool:
+def _deleted(type: str | None, meta: Mapping[str, Any]) -> bool:
     return type == "DELETED" or bool(meta.get("deletionTimestamp"))
 
 
-@kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_MODEL.plural)
-@retried(AGENT_MODEL)
-def model_changed(
-    type: str,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
+_META = ("name", "uid", "generation", "deletionTimestamp")
+
+
+def _queue(kind: CustomResourceKind, type: str | None, event: kopf.RawEvent, memo: Any) -> None:
     context = context_of(memo)
+    body = event["object"]
+    meta: Mapping[str, Any] = body["metadata"]
+    ref = ObjectRef(kind.kind, kind.plural, meta["name"], None, meta.get("uid"))
+    # The few fields the reconcile reads; kopf's body goes with its event.
+    kept: dict[str, Any] = {k: meta[k] for k in _META if k in meta}
+    queued = CatalogueEvent(
+        ref, type, kept, dict(body.get("spec") or {}), dict(body.get("status") or {})
+    )
+    context.catalogue_queue.put(catalogue_key(ref), queued)
+
+
+@kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_MODEL.plural)
+async def model_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    _queue(AGENT_MODEL, type, event, memo)
+
+
+@kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_TOOL.plural)
+async def tool_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    _queue(AGENT_TOOL, type, event, memo)
+
+
+@kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_PLATFORM.plural)
+async def platform_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    _queue(AGENT_PLATFORM, type, event, memo)
+
+
+def handle_queued(context: RuntimeContext, queued: QueuedCatalogue) -> None:
+    """Reconcile what was taken from the catalogue's workqueue, on one of its threads. A
+    failure is the queue's rate-limited re-add of the object, read afresh when its
+    backoff is over; a success forgets it."""
+    ref = queued.ref
+    key = catalogue_key(ref)
+    try:
+        event = _event_of(context, queued)
+        RECONCILERS[ref.kind](context, event)
+    except Exception as exc:
+        delay = context.catalogue_queue.add_rate_limited(key, CatalogueToRead(ref))
+        log.warning(
+            "%s of %s %s failed (%s); retried in %.0f s", RECONCILE, ref.kind, ref.name, exc, delay
+        )
+    else:
+        context.catalogue_queue.forget(key)
+
+
+def _event_of(context: RuntimeContext, queued: QueuedCatalogue) -> CatalogueEvent:
+    if isinstance(queued, CatalogueEvent):
+        return queued
+    ref = queued.ref
+    body = context.resources.read_object(ref)
+    if body is None:  # gone meanwhile: handled as its deletion
+        return CatalogueEvent(ref, "DELETED", {"name": ref.name, "uid": ref.uid}, {}, {})
+    # As kopf hands over a listed object: reconciled in full.
+    meta = body.get("metadata") or {}
+    return CatalogueEvent(ref, None, dict(meta), body.get("spec") or {}, body.get("status") or {})
+
+
+def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
+    type, meta, spec, status, logger = event.type, event.meta, event.spec, event.status, log
     name = meta["name"]
     if _deleted(type, meta):
         stopped = catalogue.withdraw_model(context.database, name, uid=meta.get("uid"))
@@ -107,8 +186,8 @@ def model_changed(
             len(mirrored.withdrawn),
         )
         deliver_owed_specs(context)
-    # Reconciled before this model existed: read again by the sweeper's next retries
-    # pass, which links the ones that name it.
+    # Reconciled before this model existed: read again through the Agent workqueue,
+    # which links the ones that name it.
     requeue_agents(context.agent_queue, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
@@ -149,18 +228,8 @@ def model_changed(
     mirror.write(conditions, databaseId=mirrored.model_id)
 
 
-@kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_TOOL.plural)
-@retried(AGENT_TOOL)
-def tool_changed(
-    type: str,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
-    context = context_of(memo)
+def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
+    type, meta, spec, status, logger = event.type, event.meta, event.spec, event.status, log
     name = meta["name"]
     if _deleted(type, meta):
         # Its links go; the agents that had them still name it: read again, they show
@@ -213,12 +282,8 @@ def tool_changed(
     )
 
 
-@kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT_PLATFORM.plural)
-@retried(AGENT_PLATFORM)
-def platform_changed(
-    type: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any
-) -> None:
-    context = context_of(memo)
+def platform_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
+    type, meta, spec, status = event.type, event.meta, event.spec, event.status
     if meta["name"] != SINGLETON_NAME or _deleted(type, meta):
         return  # deleting the settings keeps the last ones; admission refuses other names
     ref = ObjectRef(AGENT_PLATFORM.kind, AGENT_PLATFORM.plural, SINGLETON_NAME)
@@ -235,3 +300,11 @@ def platform_changed(
             )
         ]
     )
+
+
+# Each kind's reconcile.
+RECONCILERS: dict[str, Callable[[RuntimeContext, CatalogueEvent], None]] = {
+    AGENT_MODEL.kind: model_changed,
+    AGENT_TOOL.kind: tool_changed,
+    AGENT_PLATFORM.kind: platform_changed,
+}

@@ -3,8 +3,8 @@
 It holds the process's handles (database, API clients, settings), the wakes by which
 one part tells the loops that something happened (`wakes`: routed by handlers/
 manager.py's table), and the four pieces of state the operator keeps in
-memory (the status queue, the statuses written, the handler retries, the Agent events
-waiting for a thread). Everything else
+memory (the status queue, the statuses written, the Agent and catalogue events waiting
+for a thread, with their re-adds waiting out a backoff). Everything else
 lives in PostgreSQL and in the API server, so a restart loses nothing but time.
 """
 
@@ -13,18 +13,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import kopf
 
 from achilles.db.database import Database
 from achilles.handlers import metrics
-from achilles.handlers.agent_queue import QueuedAgent, object_key
+from achilles.handlers.agent_queue import QueuedAgent
+from achilles.handlers.catalogue_queue import CatalogueKey, QueuedCatalogue
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.signals import Happened
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.jobs import RunJobs
-from achilles.k8s.objects import ObjectRef, Resources
+from achilles.k8s.objects import Resources
 from achilles.runtime.loops import Passes
-from achilles.runtime.retries import Retries
 from achilles.runtime.wake import Wakes
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_intake import SettledAgents
@@ -32,6 +34,9 @@ from achilles.services.run_objects import RunObjects
 from achilles.telemetry.spans import NO_SPANS, Spans
 
 T = TypeVar("T")
+
+# Where kopf's memo holds the context (handlers/operator.py puts it there at start).
+CONTEXT_KEY = "runtime"
 
 # An owner's other agents get the weekly budget a run changed in turns (StatusQueue):
 # at most 100 patches every 10 s per replica, however many agents an owner has.
@@ -56,10 +61,6 @@ class LoopMetrics:
         metrics.LOOP_ERRORS.labels(loop).inc()
 
 
-def _retries() -> Retries[ObjectRef]:
-    return Retries(key_of=object_key)
-
-
 @dataclass
 class RuntimeContext:
     config: OperatorConfig
@@ -80,7 +81,6 @@ class RuntimeContext:
     )
     # The journal fields of each Agent's status as last patched (patch only changes).
     written_statuses: WrittenStatuses = field(default_factory=WrittenStatuses)
-    retries: Retries[ObjectRef] = field(default_factory=_retries)
     passes: Passes = field(default_factory=lambda: Passes(LoopMetrics()))
     # The rows' digests a listed Agent is checked against (the start-up intake: an Agent
     # that agrees with its row and status costs nothing). None: reconcile every one.
@@ -89,6 +89,8 @@ class RuntimeContext:
     spans: Spans = NO_SPANS
     # Agent events waiting for a handler thread (agents.py; its threads: manager.py).
     agent_queue: WorkQueue[str, QueuedAgent] = field(default_factory=WorkQueue)
+    # AgentModel, AgentTool and AgentPlatform events waiting for theirs (catalogue.py).
+    catalogue_queue: WorkQueue[CatalogueKey, QueuedCatalogue] = field(default_factory=WorkQueue)
     # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
     run_objects: RunObjects = field(init=False)
 
@@ -118,3 +120,12 @@ class RuntimeContext:
     def health(self) -> dict[str, float]:
         """Seconds since each loop last completed a pass."""
         return self.passes.health()
+
+
+def context_of(memo: Any) -> RuntimeContext:
+    """The context from kopf's memo; an event before the start put it there is retried
+    by kopf (the one kopf error the handlers raise)."""
+    context = memo.get(CONTEXT_KEY)
+    if not isinstance(context, RuntimeContext):
+        raise kopf.TemporaryError("the operator's runtime is starting", delay=2)
+    return context

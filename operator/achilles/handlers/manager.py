@@ -3,10 +3,11 @@ reconcile, as kueue's cmd/kueue/main.go sets up its reconcilers on controller-ru
 manager (`SetupWithManager(...).For(...).Watches(...)`). docs/architecture.md shows this
 table row for row (tests/unit/test_manager_table.py holds them to each other).
 
-kopf runs the per-object handlers (agents.py, catalogue.py) on its event loop and worker
-threads, but for the Agent events it cannot settle at once, which go to the Agent
-workqueue's threads here (`agents-N`); what is not about one object runs here too, one
-thread per loop, each in its own module under controllers/. Who wakes whom is the `On`
+kopf watches the four kinds and hands their events to the handlers (agents.py,
+catalogue.py) in its event loop; what those cannot settle at once goes to a workqueue
+whose threads run here (`agents-N`, `catalogue-N`), and a failed reconcile is the
+queue's rate-limited re-add. What is not about one object runs here too, one thread per
+loop, each in its own module under controllers/. Who wakes whom is the `On`
 sources below and nothing else: a part emits what happened (handlers/signals.py), the
 manager routes it to the loops that declared it. Every loop is safe with two replicas
 because the database decides (row locks, SKIP LOCKED, the dispatch advisory lock, the
@@ -15,8 +16,9 @@ one-active-run and request-key indexes).
 
 from __future__ import annotations
 
-from achilles.handlers import agents
+from achilles.handlers import agents, catalogue
 from achilles.handlers.agent_queue import QueuedAgent
+from achilles.handlers.catalogue_queue import QueuedCatalogue
 from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers import (
     dispatcher,
@@ -48,7 +50,7 @@ Declared = Controller[RuntimeContext, Happened]
 
 def agent_worker(context: RuntimeContext) -> None:
     """One of the Agent workqueue's threads: each takes an Agent's newest waiting event
-    and reconciles it (`agents.handle_queued`, which logs and retries a failure), one
+    and reconciles it (`agents.handle_queued`, which logs and re-adds a failure), one
     thread per Agent at a time. Events still waiting when the operator stops are not
     lost: the next start lists every Agent again."""
 
@@ -56,6 +58,17 @@ def agent_worker(context: RuntimeContext) -> None:
         agents.handle_queued(context, queued)
 
     process(context.agent_queue, handle, context.stop, agents.TAKE_SECONDS)
+
+
+def catalogue_worker(context: RuntimeContext) -> None:
+    """One of the catalogue workqueue's threads: an AgentModel's, AgentTool's or
+    AgentPlatform's newest waiting event mirrored (`catalogue.handle_queued`, which logs
+    and re-adds a failure), one thread per object at a time."""
+
+    def handle(queued: QueuedCatalogue) -> None:
+        catalogue.handle_queued(context, queued)
+
+    process(context.catalogue_queue, handle, context.stop, catalogue.TAKE_SECONDS)
 
 
 CONTROLLERS: tuple[Declared, ...] = (
@@ -77,12 +90,12 @@ CONTROLLERS: tuple[Declared, ...] = (
             Stream("AgentModel", via="kopf"),
             Stream("AgentTool", via="kopf"),
             Stream("AgentPlatform", via="kopf"),
-            Timer(sweeper.SWEEP_TICK, "the sweeper's retries pass: due retries"),
         ),
-        queue="kopf's per-object workers",
-        reconcile="catalogue.model_changed, tool_changed, platform_changed",
-        # kopf runs them; a failure is retried by the sweeper (handlers/retries.py).
-        run=None,
+        queue="catalogue workqueue keyed by kind and name, newest event wins; a failure"
+        " re-added rate-limited, 1 s doubling to 60 s (runtime/workqueue.py)",
+        reconcile="catalogue.handle_queued",
+        run=catalogue_worker,
+        threads=catalogue.THREADS,
     ),
     Controller(
         listener.NAME,
@@ -190,8 +203,6 @@ def table() -> list[tuple[str, str, str, str, str]]:
     rows = []
     for controller in CONTROLLERS:
         threads = f" ({controller.threads} threads)" if controller.threads > 1 else ""
-        if controller.run is None:
-            threads = " (kopf's)"
         emitters: dict[str, None] = {}
         for source in controller.sources:
             if isinstance(source, On):

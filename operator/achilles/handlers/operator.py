@@ -13,10 +13,9 @@ import kopf
 from achilles.db.database import Database
 from achilles.handlers import metrics
 from achilles.handlers.config import OperatorConfig
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import CONTEXT_KEY, RuntimeContext
 from achilles.handlers.diffbase import NoDiffBase
 from achilles.handlers.manager import Runtime
-from achilles.handlers.retries import CONTEXT_KEY
 from achilles.k8s.client import api_client
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
@@ -63,13 +62,12 @@ def configure(
     # from 284 to 221 MiB (`achilles bench intake --memory-probe`). An object's next event
     # after that only starts a new worker.
     settings.queueing.idle_timeout = 0.5
-    # The sync handlers' threads: the catalogue's (models, tools, the platform; the Agent
-    # events have the workqueue's threads, handlers/manager.py) and the liveness
-    # probe's. A handling is mostly Python under one GIL with a few short statements: more
-    # threads only wait for the GIL and the pool (10 connections, shared with the loops).
-    # Fewer would do for the catalogue alone, but during a database outage its handlings
-    # each wait for a connection, and the probe must still find a thread.
-    settings.execution.max_workers = 4
+    # kopf's threads for its sync calls: the startup and cleanup activities and the
+    # liveness probe. Every resource handler is async and puts its event on a workqueue
+    # whose threads are ours (handlers/manager.py). Two: the startup holds one while it
+    # waits for the intake snapshot (SNAPSHOT_WAIT_SECONDS at most), and the probe must
+    # still find one.
+    settings.execution.max_workers = 2
     # Only warnings and errors become Kubernetes Events; our own Events say the rest.
     settings.posting.level = logging.WARNING
     # kopf logs "Handler ... succeeded" at INFO for every event of every object: 10,000

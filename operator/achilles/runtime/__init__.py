@@ -5,8 +5,7 @@ nothing here knows an Agent, a run, kopf or the database.
   signals routed to their wakes, their loops started and stopped together;
 - `workqueue`: a keyed workqueue (the newest item of a key wins, one thread per key, a
   failed key re-added after its backoff) and the worker loop that drains it;
-- `retries`: failed handlings without a workqueue retried per object with backoff;
-- `backoff`: the per-object exponential backoff both use (1 s doubling to 60 s);
+- `backoff`: the per-object exponential backoff of a failed key (1 s doubling to 60 s);
 - `wake`: a level-triggered wake-up one part sets and a loop waits on, and the routes
   from signals to wakes;
 - `loops`: named loop threads started and stopped together, and each loop's passes

@@ -10,7 +10,6 @@ they cost no transaction more than their period.
 - reaper: runs silent past `stale_after` end `failed/stale`, their Jobs deleted; runs
   whose Job vanished are failed (running) or queued again (never started);
 - pending pods: a pod stuck before starting fails its run at the start deadline;
-- retries: kopf event handlers that failed are handled again (handlers/retries.py);
 - owners: an owner deactivated in `users` switches their agents off (no CR event says so);
 - reply wakes: a reply whose wake was lost gets its run;
 - run metrics: the journal's runs as Prometheus figures (run_metrics.py);
@@ -44,7 +43,6 @@ from achilles.handlers.controllers.mcp_listings import McpListingsPass
 from achilles.handlers.controllers.retention import RETENTION_BUSY_EVERY, RetentionPass
 from achilles.handlers.controllers.run_metrics import RUN_METRICS_EVERY, RunMetricsPass
 from achilles.handlers.owed_specs import deliver_owed_specs
-from achilles.handlers.retries import fire_due_retries
 from achilles.handlers.signals import Happened
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_TOOL
 from achilles.runtime.memory import TRIM_EVERY, MemoryPass
@@ -74,7 +72,6 @@ def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], obje
     return {
         "sweeper": (max(SWEEP_TICK, stale / REAP_FRACTION), lambda: reap(context)),
         "pending-pods": (PENDING_PODS_EVERY, lambda: judge_pending_pods(context)),
-        "retries": (SWEEP_TICK, lambda: fire_due_retries(context)),
         "owners": (OWNERS_EVERY, lambda: follow_owner_deactivation(context)),
         "reply-wakes": (REPLY_WAKES_EVERY, lambda: wake_for_waiting_replies(context)),
         "orphans": (ORPHANS_EVERY, lambda: forget_deleted_objects(context)),
