@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
+from achilles.db import notifications
 from achilles.handlers import manager
 from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers import listener, sweeper
@@ -111,3 +112,7 @@ def _documented_rows() -> list[tuple[str, ...]]:
 
 def test_docs_show_the_table_row_for_row() -> None:
     assert _documented_rows() == manager.table()
+
+
+def test_the_listener_declares_the_channels_it_listens_on() -> None:
+    assert set(listener.CHANNELS) == set(notifications.CHANNELS)

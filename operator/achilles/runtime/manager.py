@@ -78,22 +78,20 @@ Source = Stream | ListWatch | Channel | Timer | Requeue | On[S]
 
 @dataclass(frozen=True)
 class Controller(Generic[C, S]):
-    """One controller: its sources, the queue it drains, its reconcile (`run`, the loop
-    of one of its threads; None when kopf runs the handlers itself)."""
+    """One controller: its sources, the queue it drains, its reconcile (named, for the
+    table) and `run`, the loop each of its threads runs."""
 
     name: str
     sources: tuple[Source[S], ...]
     queue: str
     reconcile: str
-    run: Callable[[C], None] | None = None
+    run: Callable[[C], None]
     threads: int = 1
     # A watch stream wakes only at its next event and holds nothing between events:
     # not waited for at shutdown.
     joined: bool = True
 
     def thread_names(self) -> list[str]:
-        if self.run is None:
-            return []
         if self.threads == 1:
             return [self.name]
         return [f"{self.name}-{i}" for i in range(self.threads)]
@@ -112,8 +110,7 @@ class Manager(Generic[C, S]):
     ) -> None:
         self.controllers = tuple(controllers)
         for controller in self.controllers:
-            if controller.run is not None:
-                wakes.target(controller.name)  # its loop may wait on it, routed or not
+            wakes.target(controller.name)  # its loop may wait on it, routed or not
             for source in controller.sources:
                 if isinstance(source, On):
                     wakes.route(source.signal, source.target(controller.name))
@@ -121,7 +118,6 @@ class Manager(Generic[C, S]):
         unjoined: set[str] = set()
         for controller in self.controllers:
             for name in controller.thread_names():
-                assert controller.run is not None
                 loops[name] = controller.run
                 if not controller.joined:
                     unjoined.add(name)
