@@ -11,7 +11,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
@@ -33,9 +32,8 @@ from achilles.domain.webhook_signature import (
     signature,
     verify,
 )
-from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers import notifier
-from achilles.k8s.objects import ObjectRef
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.services import notifications
 from achilles.webhook.sender import WebhookSender
 from achilles_dev.webhook_receiver import FAIL, HANG, OK, WebhookReceiver
@@ -243,19 +241,12 @@ def test_the_operator_posts_a_dead_notification_on_the_agentplatform(
     last error; the signing Secret read by name in the runs namespace."""
     _notify(operator_db, make_agent(db))
     kubernetes = _Kubernetes()
-    context = cast(
-        RuntimeContext,
-        SimpleNamespace(
-            database=operator_db,
-            resources=kubernetes,
-            config=SimpleNamespace(job_template=SimpleNamespace(namespace="achilles-runs")),
-        ),
-    )
+    reconciler = notifier.Notifier(operator_db, cast(Resources, kubernetes), "achilles-runs")
     sender = WebhookSender(timeout_seconds=5)
     receiver.set_mode(FAIL)
     for _ in range(MAX_ATTEMPTS):
         _make_due(db)
-        notifier.deliver_once(context, sender)
+        reconciler.deliver_once(sender)
     assert all(r.signature_error is None for r in receiver.requests())  # signed all along
     assert set(kubernetes.reads) == {("achilles-runs", "hook")}
     [row] = _rows(db)

@@ -34,6 +34,7 @@ from achilles.runtime.manager import (
     Channel,
     Controller,
     ListWatch,
+    LoopHandle,
     Manager,
     On,
     Requeue,
@@ -69,6 +70,20 @@ def catalogue_worker(context: RuntimeContext) -> None:
         catalogue.handle_queued(context, queued)
 
     process(context.catalogue_queue, handle, context.stop, catalogue.TAKE_SECONDS)
+
+
+def _loop(context: RuntimeContext, name: str) -> LoopHandle:
+    """A loop's share of the manager: the stop, its wake, its passes (counted as `name`)."""
+    return LoopHandle(name, context.stop, context.wakes.target(name), context.passes)
+
+
+def notifier_loop(context: RuntimeContext) -> None:
+    """The notifier on what it uses: the outbox's database, the API server (the signing
+    Secret, the dead notifications' Events) and the runs' namespace, where the Secret is."""
+    reconciler = notifier.Notifier(
+        context.database, context.resources, context.config.job_template.namespace
+    )
+    notifier.run(reconciler, _loop(context, notifier.NAME))
 
 
 CONTROLLERS: tuple[Declared, ...] = (
@@ -176,8 +191,8 @@ CONTROLLERS: tuple[Declared, ...] = (
             Timer(notifier.NOTIFIER_TICK, "sooner at the earliest retry"),
         ),
         queue="the outbox's due rows",
-        reconcile="notifier.deliver_once",
-        run=notifier.run,
+        reconcile="notifier.Notifier.deliver_once",
+        run=notifier_loop,
     ),
 )
 

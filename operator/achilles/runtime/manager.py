@@ -7,7 +7,9 @@ part), the queue it drains and the loop that reconciles it. The `On` sources are
 only wiring: the manager routes each signal to the controller's wake (`Wakes`), so who
 wakes whom is the table, not a set of calls spread over the modules. The others say what
 else drives the loop (its own timer, a watch it holds, a requeue) and are there to be
-read: the table is the operator's whole shape.
+read: the table is the operator's whole shape. A loop converted to its own dependencies
+takes a reconciler holding exactly what it uses and a `LoopHandle` (its stop, wake and
+passes), both built where the table declares it, instead of the process's whole context.
 """
 
 from __future__ import annotations
@@ -17,11 +19,30 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from achilles.runtime.loops import Loops
-from achilles.runtime.wake import Wakes
+from achilles.runtime.loops import Loops, Passes
+from achilles.runtime.wake import Wake, Wakes
 
 C = TypeVar("C")
 S = TypeVar("S", bound=Hashable)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LoopHandle:
+    """What a loop holds of the manager that runs it: the process's stop, its own wake
+    (`woken`, routed by the table's `On` sources) and its passes, counted under `name`.
+    Beside it the loop takes its reconciler, built with exactly the handles it uses, as
+    controller-runtime's reconciler struct holds its clients while the controller drives
+    it."""
+
+    name: str
+    stop: threading.Event
+    woken: Wake
+    passes: Passes
+
+    def run_pass(self, work: Callable[[], T]) -> T | None:
+        """One pass (`Passes.run`): its result, or None when it raised."""
+        return self.passes.run(self.name, work)
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,15 @@ Owns nothing in memory: the outbox's rows say what is due.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
+from achilles.db.database import Database
 from achilles.domain.vocabulary import EventReason, EventType
-from achilles.handlers.context import RuntimeContext
-from achilles.k8s.objects import ObjectRef
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME
 from achilles.k8s.resources.kinds import AGENT_PLATFORM
 from achilles.k8s.secrets import SecretUnavailable, read_secret_key
+from achilles.runtime.manager import LoopHandle
 from achilles.services import notifications
 from achilles.webhook.sender import WebhookSender
 
@@ -31,12 +33,43 @@ AFTER_ERROR = 5.0
 NAME = "notifier"
 
 
-def run(context: RuntimeContext) -> None:
-    woken = context.wakes.target(NAME)
+@dataclass(frozen=True)
+class Notifier:
+    """The notifier's reconciler, with exactly what it uses (handlers/manager.py builds
+    it): the outbox's database, the API server (the signing Secret's read through
+    `resources.core`, the dead notifications' Events) and the namespace of the Secret
+    (the runs')."""
+
+    database: Database
+    resources: Resources
+    namespace: str
+
+    def deliver_once(self, sender: WebhookSender) -> notifications.DeliveryPass:
+        def read_secret(name: str, key: str) -> bytes:
+            try:
+                return read_secret_key(self.resources.core, self.namespace, name, key)
+            except SecretUnavailable as exc:
+                raise notifications.SigningSecretUnavailable(str(exc)) from exc
+
+        done = notifications.deliver_due(self.database, sender, read_secret)
+        platform = ObjectRef(AGENT_PLATFORM.kind, AGENT_PLATFORM.plural, SINGLETON_NAME)
+        for dead in done.dead:
+            message = (
+                f"notification {dead.delivery_id} ({dead.kind}) given up after its last"
+                f" attempt: {dead.error}"
+            )
+            log.warning("%s", message)
+            self.resources.post_event(
+                platform, EventType.WARNING, EventReason.NOTIFICATION_DEAD, message
+            )
+        return done
+
+
+def run(notifier: Notifier, loop: LoopHandle) -> None:
     sender = WebhookSender()
     try:
-        while not context.stop.is_set():
-            done = context.run_pass("notifier", lambda: deliver_once(context, sender))
+        while not loop.stop.is_set():
+            done = loop.run_pass(lambda: notifier.deliver_once(sender))
             if done is None:
                 wait = AFTER_ERROR
             elif done.full_batch:
@@ -46,29 +79,6 @@ def run(context: RuntimeContext) -> None:
             else:
                 wait = min(NOTIFIER_TICK, done.next_due_in)
             if wait > 0:
-                woken.wait(wait)
+                loop.woken.wait(wait)
     finally:
         sender.close()
-
-
-def deliver_once(context: RuntimeContext, sender: WebhookSender) -> notifications.DeliveryPass:
-    namespace = context.config.job_template.namespace
-
-    def read_secret(name: str, key: str) -> bytes:
-        try:
-            return read_secret_key(context.resources.core, namespace, name, key)
-        except SecretUnavailable as exc:
-            raise notifications.SigningSecretUnavailable(str(exc)) from exc
-
-    done = notifications.deliver_due(context.database, sender, read_secret)
-    platform = ObjectRef(AGENT_PLATFORM.kind, AGENT_PLATFORM.plural, SINGLETON_NAME)
-    for dead in done.dead:
-        message = (
-            f"notification {dead.delivery_id} ({dead.kind}) given up after its last attempt:"
-            f" {dead.error}"
-        )
-        log.warning("%s", message)
-        context.resources.post_event(
-            platform, EventType.WARNING, EventReason.NOTIFICATION_DEAD, message
-        )
-    return done
