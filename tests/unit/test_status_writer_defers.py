@@ -10,8 +10,11 @@ from typing import cast
 
 import pytest
 
+from achilles.db.database import Database
 from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers import dispatcher, status_writer
+from achilles.handlers.statuses import StatusQueue, WrittenStatuses
+from achilles.k8s.objects import Resources
 from achilles.services.dispatch import DispatchableRun, DispatchResult
 
 
@@ -26,16 +29,24 @@ class Statuses:
         return set(), set()
 
 
-def _context(dispatch_idle: threading.Event) -> tuple[RuntimeContext, Statuses]:
+def _writer(dispatch_idle: threading.Event) -> tuple[status_writer.StatusWriter, Statuses]:
+    """The status writer with its queue; nothing it writes with is reached (no Agent is
+    dirty)."""
     statuses = Statuses()
-    context = SimpleNamespace(statuses=statuses, dispatch_idle=dispatch_idle)
-    return cast(RuntimeContext, context), statuses
+    writer = status_writer.StatusWriter(
+        database=cast(Database, None),
+        resources=cast(Resources, None),
+        statuses=cast(StatusQueue, statuses),
+        written=WrittenStatuses(),
+        dispatch_idle=dispatch_idle,
+    )
+    return writer, statuses
 
 
 def test_a_status_pass_waits_while_the_dispatcher_makes_jobs() -> None:
     dispatch_idle = threading.Event()  # the dispatcher is in a pass
-    context, statuses = _context(dispatch_idle)
-    writer = threading.Thread(target=status_writer.write_dirty_statuses, args=(context,))
+    reconciler, statuses = _writer(dispatch_idle)
+    writer = threading.Thread(target=reconciler.write_dirty_statuses)
     writer.start()
     assert not statuses.taken.wait(0.3)  # nothing read while Jobs are being made
     dispatch_idle.set()  # the pass ended with nothing more to dispatch at once
@@ -45,8 +56,8 @@ def test_a_status_pass_waits_while_the_dispatcher_makes_jobs() -> None:
 
 def test_a_status_pass_waits_no_longer_than_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(status_writer, "DEFER_FOR_JOBS", 0.2)
-    context, statuses = _context(threading.Event())  # a burst that does not end
-    writer = threading.Thread(target=status_writer.write_dirty_statuses, args=(context,))
+    reconciler, statuses = _writer(threading.Event())  # a burst that does not end
+    writer = threading.Thread(target=reconciler.write_dirty_statuses)
     writer.start()
     writer.join(10)
     assert statuses.taken.is_set()
@@ -55,8 +66,8 @@ def test_a_status_pass_waits_no_longer_than_its_bound(monkeypatch: pytest.Monkey
 def test_an_idle_dispatcher_holds_no_status_pass() -> None:
     idle = threading.Event()
     idle.set()
-    context, statuses = _context(idle)
-    assert status_writer.write_dirty_statuses(context) is True
+    reconciler, statuses = _writer(idle)
+    assert reconciler.write_dirty_statuses() is True
     assert statuses.taken.is_set()
 
 

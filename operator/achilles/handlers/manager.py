@@ -86,6 +86,20 @@ def notifier_loop(context: RuntimeContext) -> None:
     notifier.run(reconciler, _loop(context, notifier.NAME))
 
 
+def status_loop(context: RuntimeContext) -> None:
+    """The status writer on what it uses: the journal's database, the API server, the
+    status queue and the statuses written (the context's in-memory state, which the
+    other parts mark), and the dispatcher's `dispatch_idle`, which it waits on."""
+    reconciler = status_writer.StatusWriter(
+        context.database,
+        context.resources,
+        context.statuses,
+        context.written_statuses,
+        context.dispatch_idle,
+    )
+    status_writer.run(reconciler, _loop(context, status_writer.NAME))
+
+
 CONTROLLERS: tuple[Declared, ...] = (
     Controller(
         "agents",
@@ -180,8 +194,8 @@ CONTROLLERS: tuple[Declared, ...] = (
             Timer(status_writer.TICK, "waits while the dispatcher makes Jobs"),
         ),
         queue="the status queue: Agents marked dirty, owners' siblings in turns",
-        reconcile="status_writer.write_dirty_statuses",
-        run=status_writer.run,
+        reconcile="status_writer.StatusWriter.write_dirty_statuses",
+        run=status_loop,
     ),
     Controller(
         notifier.NAME,
