@@ -22,9 +22,9 @@ from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.domain.runs import RunTrigger
 from achilles.domain.trace_context import TRACEPARENT_ENV
+from achilles.handlers import manager
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.context import RuntimeContext
-from achilles.handlers.controllers.scheduler import schedule_once
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.objects import Resources
 from achilles.k8s.run_metadata import RUN_ID_LABEL, RUN_SELECTOR, job_name
@@ -169,7 +169,7 @@ def test_the_operators_passes_dispatch_and_folds_are_exported(
             jobs=jobs,
             spans=spans,
         )
-        schedule_once(context, repair=True)
+        manager.scheduler_of(context).schedule_once(repair=True)
         created = dispatch_queued_runs(database, jobs, TEMPLATE, spans=spans).created
         assert [run.run_id for run in created] == [queued]
         # A failed pod and a failed Job come with the watchers' first listings.

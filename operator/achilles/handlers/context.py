@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import kopf
 
@@ -61,6 +61,39 @@ class LoopMetrics:
         metrics.LOOP_ERRORS.labels(loop).inc()
 
 
+class Handles(Protocol):
+    """The journal and the API server: what the shared helpers (events.py, owed_specs.py)
+    use, held by the context and by each reconciler that posts Events or owed specs."""
+
+    @property
+    def database(self) -> Database: ...
+
+    @property
+    def resources(self) -> Resources: ...
+
+
+@dataclass(frozen=True)
+class StatusMarks:
+    """How a part says Agents' journal fields moved: they go on the status queue and
+    `status-moved` is emitted (the status writer patches them next)."""
+
+    statuses: StatusQueue
+    emit: Callable[[Happened], None]
+
+    def mark_dirty(self, agent_ids: Iterable[int]) -> None:
+        """These agents' journal fields moved: the status writer patches them next."""
+        self.statuses.mark(agent_ids)
+        self.emit(Happened.STATUS_MOVED)
+
+    def want_reconcile(self, agent_ids: Iterable[int]) -> None:
+        """Reconcile these agents at their next event, which the status writer's patch of
+        their moved nextRunAt causes: their owner's zone moved or stopped being a zone,
+        and the `Scheduled` condition follows it."""
+        ids = list(agent_ids)
+        self.statuses.want_reconcile(ids)
+        self.mark_dirty(ids)
+
+
 @dataclass
 class RuntimeContext:
     config: OperatorConfig
@@ -99,18 +132,18 @@ class RuntimeContext:
             self.database, self.jobs, start_deadline=self.config.start_deadline, spans=self.spans
         )
 
+    @property
+    def marks(self) -> StatusMarks:
+        """The status marks on this context's queue and wakes (for a reconciler)."""
+        return StatusMarks(self.statuses, self.wakes.emit)
+
     def mark_dirty(self, agent_ids: Iterable[int]) -> None:
         """These agents' journal fields moved: the status writer patches them next."""
-        self.statuses.mark(agent_ids)
-        self.wakes.emit(Happened.STATUS_MOVED)
+        self.marks.mark_dirty(agent_ids)
 
     def want_reconcile(self, agent_ids: Iterable[int]) -> None:
-        """Reconcile these agents at their next event, which the status writer's patch of
-        their moved nextRunAt causes: their owner's zone moved or stopped being a zone, and
-        the `Scheduled` condition follows it."""
-        ids = list(agent_ids)
-        self.statuses.want_reconcile(ids)
-        self.mark_dirty(ids)
+        """Reconcile these agents at their next event (`StatusMarks.want_reconcile`)."""
+        self.marks.want_reconcile(agent_ids)
 
     def run_pass(self, loop: str, work: Callable[[], T]) -> T | None:
         """One pass of a loop: its result, or None when it raised (logged and counted).

@@ -7,12 +7,12 @@ from collections.abc import Iterable
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import agent_ref
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import Handles, RuntimeContext
 from achilles.services import dispatch, outcomes, status
 
 
 def on_agent(
-    context: RuntimeContext, agent_id: int, kind: EventType, reason: EventReason, message: str
+    context: Handles, agent_id: int, kind: EventType, reason: EventReason, message: str
 ) -> None:
     for row in status.agent_rows(context.database, [agent_id]):
         if row.namespace and row.cr_name:

@@ -86,6 +86,18 @@ def notifier_loop(context: RuntimeContext) -> None:
     notifier.run(reconciler, _loop(context, notifier.NAME))
 
 
+def scheduler_of(context: RuntimeContext) -> scheduler.Scheduler:
+    """The scheduler on what it uses: the journal's database, the API server, the spans,
+    the signals it emits (runs to dispatch) and the status marks."""
+    return scheduler.Scheduler(
+        context.database, context.resources, context.spans, context.wakes.emit, context.marks
+    )
+
+
+def scheduler_loop(context: RuntimeContext) -> None:
+    scheduler.run(scheduler_of(context), _loop(context, scheduler.NAME))
+
+
 def status_loop(context: RuntimeContext) -> None:
     """The status writer on what it uses: the journal's database, the API server, the
     status queue and the statuses written (the context's in-memory state, which the
@@ -142,8 +154,8 @@ CONTROLLERS: tuple[Declared, ...] = (
             Timer(scheduler.SCHEDULER_MAX_SLEEP, "sooner at the nearest slot"),
         ),
         queue="agents due in the journal (next_run_at, SKIP LOCKED)",
-        reconcile="scheduler.schedule_once",
-        run=scheduler.run,
+        reconcile="scheduler.Scheduler.schedule_once",
+        run=scheduler_loop,
     ),
     Controller(
         dispatcher.NAME,

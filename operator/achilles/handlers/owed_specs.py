@@ -6,11 +6,11 @@ owed in the database."""
 from __future__ import annotations
 
 from achilles.handlers.agent_queue import agent_ref
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import Handles
 from achilles.services import agents
 
 
-def deliver_owed_specs(context: RuntimeContext) -> bool:
+def deliver_owed_specs(context: Handles) -> bool:
     for owed in agents.owed_specs(context.database):
         if context.resources.patch_agent_spec(owed.namespace, owed.name, owed.patch):
             ref = agent_ref(owed.name, owed.namespace, owed.uid)
