@@ -23,14 +23,12 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from achilles.db.database import Database
-from achilles.domain.vocabulary import ConditionReason
 from achilles.errors import LocalStackError
 from achilles.services.users import upsert_user
 from achilles_dev.demo_tools import start_demo_servers, tool_manifests
@@ -98,7 +96,6 @@ def install_demo(stack: LocalStack) -> None:
     finally:
         database.dispose()
     start_demo_servers(stack.config, stack.report)
-    servers_answer_since = datetime.now(UTC)
     tools = tool_manifests(stack.config)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="achilles-demo-") as file:
         yaml.safe_dump_all(demo_manifests(stack.config.model_server_url, tools), file)
@@ -115,20 +112,9 @@ def install_demo(stack: LocalStack) -> None:
     namespace, name = OPERATOR_DEPLOYMENT
     _kubectl(stack, "-n", namespace, "rollout", "status", f"deployment/{name}", "--timeout=300s")
     names = [tool["metadata"]["name"] for tool in tools]
-    stale = [tool for tool in names if _found_unreachable_before(stack, tool, servers_answer_since)]
-    if stale:
-        # An `up` of a stack that ran the demo: the node starts the operator's Deployment,
-        # kept in etcd, before the demo's servers, so its start-up listing found them down,
-        # and the spec is unchanged, so it lists them again only at its next pass (every
-        # 300 s). Its start lists every MCP source: restart it, now that they answer.
-        stack.report(
-            f"demo: the operator found {', '.join(stale)} unreachable before they started;"
-            " restarting it to list them"
-        )
-        _kubectl(stack, "-n", namespace, "rollout", "restart", f"deployment/{name}")
-        _kubectl(
-            stack, "-n", namespace, "rollout", "status", f"deployment/{name}", "--timeout=300s"
-        )
+    # On an `up` of a stack that ran the demo, the node starts the operator's Deployment
+    # (kept in etcd) before these servers: its start-up listing finds them down, and the
+    # operator lists them again with its backoff (1 s doubling to 60 s) until they answer.
     wait_until(
         lambda: all(_tool_listed(stack, tool) for tool in names) and _agent_tools_resolved(stack),
         timeout=TOOLS_READY_TIMEOUT,
@@ -160,20 +146,6 @@ def _ready(status: dict[str, Any], kind: str) -> bool:
 def _tool_listed(stack: LocalStack, name: str) -> bool:
     status = _object(stack, "agenttool", name).get("status") or {}
     return _ready(status, "Ready") and bool(status.get("toolCount"))
-
-
-def _found_unreachable_before(stack: LocalStack, name: str, since: datetime) -> bool:
-    """Whether the AgentTool's last verdict is its server unreachable, given before
-    `since` (the condition's time is in whole seconds: one given in the second of `since`
-    counts as before, which costs at most a needless restart)."""
-    status = _object(stack, "agenttool", name).get("status") or {}
-    for found in status.get("conditions") or []:
-        if found.get("type") == "Ready" and found.get("status") == "False":
-            if found.get("reason") != ConditionReason.SERVER_UNREACHABLE:
-                return False
-            at = found.get("lastTransitionTime")
-            return at is None or datetime.fromisoformat(str(at)) <= since
-    return False
 
 
 def _agent_tools_resolved(stack: LocalStack) -> bool:

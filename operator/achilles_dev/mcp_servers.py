@@ -169,8 +169,10 @@ def _start(
     return server
 
 
-def start_everything(workdir: Path) -> McpServer:
-    port = free_port("127.0.0.1")
+def start_everything(workdir: Path, port: int | None = None) -> McpServer:
+    """server-everything on `port` (leased by the caller, released by `stop`), or on a
+    port leased here."""
+    port = free_port("127.0.0.1") if port is None else port
     argv = [str(everything_binary()), "streamableHttp"]
     return _start("server-everything", argv, port=port, workdir=workdir,
                   env={"PORT": str(port)})  # fmt: skip

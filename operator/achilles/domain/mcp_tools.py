@@ -14,7 +14,9 @@ decide, from that listing and the AgentTool's spec:
   rule `^[a-zA-Z0-9_-]{1,64}$`, so two servers' `search` never collide);
 - the digest of the listing people compare (names, hints and input schemas), the
   digest of a call's arguments the run's journal keeps instead of the arguments, and a
-  result cut to its cap.
+  result cut to its cap;
+- whether a failed listing is tried again soon (the server may answer in a moment) or
+  waits for an edit (`listing_retried`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from achilles.domain.vocabulary import ConditionReason
+
 # The AgentTool implementation whose tools come from an MCP server (`spec.mcp`).
 MCP_IMPLEMENTATION = "mcp"
 # The Chat Completions API's rule for function names (as `tools/base.py` checks).
@@ -36,6 +40,20 @@ _NOT_IN_FUNCTION_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 SEPARATOR = "__"
 # What a cut result says at its end, so the model knows it did not see everything.
 CUT_MARK = "\n[result cut at {limit} bytes of {size}]"
+
+
+# The listing verdicts that time may mend: a server that does not answer (down, starting,
+# refused, timed out, answering something else) may answer at the next try, so the
+# operator lists it again with its workqueue's backoff. A header's Secret missing or
+# unreadable waits for the admin (a new Secret, the chart's RBAC, an edit) and the
+# periodic relist; a listing that worked waits for that relist too.
+RETRIED_LISTINGS = frozenset({ConditionReason.SERVER_UNREACHABLE})
+
+
+def listing_retried(reason: str | None) -> bool:
+    """Whether an MCP AgentTool whose Ready condition gives `reason` is listed again
+    soon, without an edit."""
+    return reason in RETRIED_LISTINGS
 
 
 class Approval(StrEnum):

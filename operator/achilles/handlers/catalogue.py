@@ -7,6 +7,12 @@ name, and returns. The queue's threads (`THREADS`, started by manager.py) reconc
 server down: kopf does not retry `on.event` handlers) is the queue's rate-limited re-add
 of the object, read afresh from the API server when its backoff is over and handled as
 kopf hands over a listed object (as deleted when it is gone).
+
+An MCP AgentTool whose server did not answer (Ready False/ServerUnreachable, whoever
+listed it: this handler at a new spec, or the sweeper's relist pass) is listed again the
+same way, through the queue's rate-limited re-add (1 s doubling to 60 s), until a listing
+works and the key is forgotten: a server started a moment after its AgentTool shows its
+tools within about as long as it was down (a minute at most), not at the next relist.
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any, TypeVar
 
 import kopf
 from pydantic import BaseModel, ValidationError
 
+from achilles.domain.mcp_tools import listing_retried
 from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import requeue_agents
@@ -50,6 +58,15 @@ log = logging.getLogger("achilles.operator")
 THREADS = 2
 TAKE_SECONDS = 1.0
 RECONCILE = "catalogue_reconcile"
+
+
+class Reconciled(Enum):
+    """What a reconcile leaves to its key on the queue (None is DONE)."""
+
+    DONE = "done"  # forget the key's backoff and any retry still waiting
+    # An MCP AgentTool's status says its server did not answer: keep a listing retry
+    # waiting (add one, with the key's backoff, unless one waits already).
+    LISTING_OWED = "listing owed"
 
 
 class Mirror:
@@ -135,19 +152,28 @@ async def platform_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo
 def handle_queued(context: RuntimeContext, queued: QueuedCatalogue) -> None:
     """Reconcile what was taken from the catalogue's workqueue, on one of its threads. A
     failure is the queue's rate-limited re-add of the object, read afresh when its
-    backoff is over; a success forgets it."""
+    backoff is over; a success forgets it, unless it owes an MCP listing."""
     ref = queued.ref
     key = catalogue_key(ref)
+    queue = context.catalogue_queue
     try:
         event = _event_of(context, queued)
-        RECONCILERS[ref.kind](context, event)
+        reconciled = RECONCILERS[ref.kind](context, event)
     except Exception as exc:
-        delay = context.catalogue_queue.add_rate_limited(key, CatalogueToRead(ref))
+        delay = queue.add_rate_limited(key, CatalogueToRead(ref, relist=queued.relist))
         log.warning(
             "%s of %s %s failed (%s); retried in %.0f s", RECONCILE, ref.kind, ref.name, exc, delay
         )
-    else:
-        context.catalogue_queue.forget(key)
+        return
+    if reconciled is not Reconciled.LISTING_OWED:
+        queue.forget(key)
+    elif not queue.retrying(key) and not queue.waiting(key):
+        # A handling of this key waiting (an event, a retry due) decides again; else
+        # this one asks for the listing. The echo of the failure's own status write finds
+        # the retry waiting and adds none, so one failure is one re-add.
+        delay = queue.add_rate_limited(key, CatalogueToRead(ref, relist=True))
+        log.info("%s %s: its MCP server did not answer; listed again in %.0f s", ref.kind,
+                 ref.name, delay)  # fmt: skip
 
 
 def _event_of(context: RuntimeContext, queued: QueuedCatalogue) -> CatalogueEvent:
@@ -159,7 +185,8 @@ def _event_of(context: RuntimeContext, queued: QueuedCatalogue) -> CatalogueEven
         return CatalogueEvent(ref, "DELETED", {"name": ref.name, "uid": ref.uid}, {}, {})
     # As kopf hands over a listed object: reconciled in full.
     meta = body.get("metadata") or {}
-    return CatalogueEvent(ref, None, dict(meta), body.get("spec") or {}, body.get("status") or {})
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    return CatalogueEvent(ref, None, dict(meta), spec, status, relist=queued.relist)
 
 
 def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
@@ -228,7 +255,7 @@ def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
     mirror.write(conditions, databaseId=mirrored.model_id)
 
 
-def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
+def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> Reconciled:
     type, meta, spec, status, logger = event.type, event.meta, event.spec, event.status, log
     name = meta["name"]
     if _deleted(type, meta):
@@ -237,12 +264,12 @@ def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
         unlinked = catalogue.remove_tool(context.database, name, uid=meta.get("uid"))
         requeue_agents(context.agent_queue, unlinked)
         logger.info("tool %s removed: %d agent(s) linked to it read again", name, len(unlinked))
-        return
+        return Reconciled.DONE
     ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name)
     mirror = Mirror(context, ref, meta, status)
     parsed = mirror.parse(AgentToolSpec, spec)
     if parsed is None:
-        return
+        return Reconciled.DONE
     mirrored = catalogue.mirror_tool(context.database, name, parsed, uid=meta.get("uid"))
     # Linked to an older object of this name, deleted unseen: read again, they link to
     # this one as to any new tool.
@@ -254,19 +281,21 @@ def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
             "tool %s created: %d agent(s) naming it read again", name, len(mirrored.awaiting)
         )
     if parsed.mcp is not None:
-        # List the server's tools when the spec is new to the status (its own status
-        # writes come back as events: they must not list again).
-        if mirror.previous.get("observedGeneration") == mirror.generation:
-            return
+        # List the server's tools when the spec is new to the status, or when a retry
+        # says to (its own status writes come back as events: they must not list again,
+        # but while the status says the server did not answer, a retry stays owed).
+        if not event.relist and mirror.previous.get("observedGeneration") == mirror.generation:
+            return _owed(_ready_reason(mirror.previous))
         secrets = mcp_sources.secret_reader(
             context.resources.core, context.config.job_template.namespace
         )
         discovery = mcp_sources.discover(context.database, secrets, name)
-        if discovery is not None:
-            report_discovery(
-                context, ref, mirror.generation, mirror.previous, discovery, mirrored.tool_id
-            )
-        return
+        if discovery is None:
+            return Reconciled.DONE
+        report_discovery(
+            context, ref, mirror.generation, mirror.previous, discovery, mirrored.tool_id
+        )
+        return _owed(discovery.reason)
     mirror.write(
         [
             mirror.condition(
@@ -280,6 +309,18 @@ def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
         schemaDigest=None,
         listedAt=None,
     )
+    return Reconciled.DONE
+
+
+def _ready_reason(status: Mapping[str, Any]) -> str | None:
+    for found in status.get("conditions") or []:
+        if found.get("type") == ConditionType.READY:
+            return str(found.get("reason"))
+    return None
+
+
+def _owed(reason: str | None) -> Reconciled:
+    return Reconciled.LISTING_OWED if listing_retried(reason) else Reconciled.DONE
 
 
 def platform_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
@@ -303,7 +344,7 @@ def platform_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
 
 
 # Each kind's reconcile.
-RECONCILERS: dict[str, Callable[[RuntimeContext, CatalogueEvent], None]] = {
+RECONCILERS: dict[str, Callable[[RuntimeContext, CatalogueEvent], Reconciled | None]] = {
     AGENT_MODEL.kind: model_changed,
     AGENT_TOOL.kind: tool_changed,
     AGENT_PLATFORM.kind: platform_changed,

@@ -2,7 +2,9 @@
 to the status) and the MCP listings pass's (every source again, controllers/
 mcp_listings.py) alike. Its Event is `McpToolsChanged` only when the digest moved, so two
 replicas listing the same server announce a change once (services/mcp_sources.py locks
-the listing's row while it is recorded)."""
+the listing's row while it is recorded); a failure's Warning only when the status did not
+already say it (a server that stays down is listed again with the catalogue workqueue's
+backoff: one Warning, not one a try)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def report_discovery(
     database_id: int | None,
 ) -> None:
     """The listing on the AgentTool: its Event, then Ready and the status fields."""
-    if discovery.notice is not None:
+    if discovery.notice is not None and not _said_already(previous, discovery):
         notice = discovery.notice
         context.resources.post_event(ref, notice.type, notice.reason, notice.message)
     ready = condition(
@@ -46,3 +48,17 @@ def report_discovery(
     }
     if needs_patch(previous, desired):
         metrics.count_status_patch("catalogue", context.resources.patch_status(ref, desired))
+
+
+def _said_already(previous: dict[str, Any], discovery: mcp_sources.Discovery) -> bool:
+    """A failed listing whose verdict and error the status shows already."""
+    if discovery.ready:
+        return False
+    for found in previous.get("conditions") or []:
+        if found.get("type") == ConditionType.READY:
+            return (found.get("status"), found.get("reason"), found.get("message")) == (
+                "False",
+                discovery.reason,
+                discovery.message,
+            )
+    return False

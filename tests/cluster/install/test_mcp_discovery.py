@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from achilles.handlers.config import MCP_RELIST_EVERY
 from achilles_dev import mcp_servers
 from achilles_dev.mcp_servers import McpServer
 from achilles_dev.ports import free_port, release
@@ -177,3 +178,53 @@ def test_a_server_that_goes_away_later_is_found_by_the_next_listing(
     finally:
         server.stop()
         admin_api.delete("AgentTool", name)
+
+
+def test_a_server_started_after_its_agenttool_is_listed_by_the_retries(
+    cluster: Cluster,
+    achilles_release: Release,
+    admin_api: Achilles,
+    operator: OperatorProcess,
+    tmp_path: Path,
+) -> None:
+    """The admin creates the AgentTool a moment before its server is up: the operator
+    lists it again with its backoff (1 s doubling, 60 s at most), not at the next relist
+    (an operator of its own here, with the default 300 s; this module's lists every 5 s)."""
+    operator.stop()
+    port = free_port("127.0.0.1")
+    name = f"late-{uuid.uuid4().hex[:6]}"
+    server: McpServer | None = None
+    try:
+        with running_operator(cluster, achilles_release, tmp_path / "operator.log") as late:
+            admin_api.apply(_tool(name, f"http://127.0.0.1:{port}/mcp", timeoutSeconds=5))
+            down = wait_for(lambda: _ready(admin_api, name), 60, what="the unreachable Ready")
+            assert (down["status"], down["reason"]) == ("False", "ServerUnreachable"), late.log()
+            assert f"127.0.0.1:{port}" in down["message"]
+            server = mcp_servers.start_everything(tmp_path, port)
+
+            def listed() -> dict[str, Any] | None:
+                found = _ready(admin_api, name)
+                return found if found and found["status"] == "True" else None
+
+            # Down for the seconds the server took to start: a retry within about as
+            # long (a minute at most), a third of the relist period at the latest.
+            ready = wait_for(listed, MCP_RELIST_EVERY / 3, what="a retry to list it")
+            assert ready["reason"] == "ToolsListed", late.log()
+            status = admin_api.get("AgentTool", name)
+            assert status["metadata"]["generation"] == 1  # no edit of the spec
+            assert {"echo", "get-sum"} <= {tool["name"] for tool in status["status"]["mcpTools"]}
+            listed_events = wait_for(
+                lambda: [e for e in _events(cluster, name) if e[1] == "McpToolsListed"],
+                30,
+                what="the listing's Event",
+            )
+            assert listed_events[0][0] == "Normal"
+            # The queue's retry listed it (the operator's start listed before the tool).
+            assert "did not answer; listed again in" in late.log_path.read_text()
+    finally:
+        if server is not None:
+            server.stop()
+        else:
+            release([port])
+        admin_api.delete("AgentTool", name)
+        operator.start()
