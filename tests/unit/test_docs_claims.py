@@ -1,6 +1,6 @@
-"""What docs/architecture.md, docs/operator.md and the README say of the code, read
-against the code (issue 40 item 4): the intervals they quote, the layers they list, who
-opens transactions, which kopf errors are raised.
+"""What docs/architecture.md, docs/operator.md, docs/tools.md and the README say of the
+code, read against the code (issue 40 item 4): the intervals they quote, the layers they
+list, who opens transactions, which kopf errors are raised.
 
 Each `Claim` names a phrase of a page (a regular expression over the page with its
 whitespace folded, so rewrapping a paragraph changes nothing; each group one figure) and,
@@ -100,6 +100,7 @@ def _start_deadline_judged() -> float:
 
 ARCH = "docs/architecture.md"
 OPS = "docs/operator.md"
+TOOLS = "docs/tools.md"
 T = r"(\d+(?:\.\d+)? (?:s|min|minutes?))"  # a time as the pages write it
 
 CLAIMS = [
@@ -326,6 +327,17 @@ CLAIMS = [
         OPS,
         rf"`RUN_SECRET_GRACE` \({T}\) ago and is still unclaimed",
         ("achilles.domain.pod_outcome:RUN_SECRET_GRACE",),
+    ),
+    # docs/tools.md: an MCP source's listings
+    Claim(
+        TOOLS,
+        rf"the operator lists it again {T} later, then 2 s, 4 s, \.\.\. {T} at most",
+        ("achilles.runtime.backoff:FIRST_DELAY", "achilles.runtime.backoff:MOST_DELAY"),
+    ),
+    Claim(
+        TOOLS,
+        rf"at the operator's start, then every {T} \(`ACHILLES_MCP_RELIST_SECONDS`",
+        ("achilles.handlers.config:MCP_RELIST_EVERY",),
     ),
 ]
 
