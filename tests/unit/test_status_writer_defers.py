@@ -5,17 +5,21 @@ the other), and no longer than `DEFER_FOR_JOBS`."""
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 from typing import cast
 
 import pytest
 
 from achilles.db.database import Database
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import StatusMarks
 from achilles.handlers.controllers import dispatcher, status_writer
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
+from achilles.k8s.jobs import JobTemplate, RunJobs
 from achilles.k8s.objects import Resources
+from achilles.runtime.loops import Passes
+from achilles.runtime.manager import LoopHandle
+from achilles.runtime.wake import Wake
 from achilles.services.dispatch import DispatchableRun, DispatchResult
+from achilles.telemetry.spans import NO_SPANS
 
 
 class Statuses:
@@ -79,24 +83,29 @@ def test_the_dispatcher_is_busy_during_its_passes_and_a_burst_and_idle_while_it_
     burst = DispatchResult(created=[cast(DispatchableRun, object())], waiting=800)
     results = [burst, burst, DispatchResult(created=[cast(DispatchableRun, object())])]
 
-    def run_pass(loop: str, work: object) -> DispatchResult:
-        seen.append(("pass", dispatch_idle.is_set()))
-        return results.pop(0)
+    class RecordedPasses:
+        def run(self, loop: str, work: object) -> DispatchResult:
+            assert loop == dispatcher.NAME
+            seen.append(("pass", dispatch_idle.is_set()))
+            return results.pop(0)
 
-    class Wake:
+    class Woken:
         def wait(self, timeout: float) -> None:
             seen.append(("waits", dispatch_idle.is_set()))
             stop.set()
 
-    class Wakes:
-        def target(self, name: str) -> Wake:
-            assert name == dispatcher.NAME
-            return Wake()
-
-    context = SimpleNamespace(
-        stop=stop, dispatch_idle=dispatch_idle, run_pass=run_pass, wakes=Wakes()
+    reconciler = dispatcher.Dispatcher(
+        database=cast(Database, None),
+        jobs=cast(RunJobs, None),
+        job_template=cast(JobTemplate, None),
+        resources=cast(Resources, None),
+        spans=NO_SPANS,
+        pod_run_ids=lambda: None,
+        marks=cast(StatusMarks, None),
+        dispatch_idle=dispatch_idle,
     )
-    dispatcher.run(cast(RuntimeContext, context))
+    loop = LoopHandle(dispatcher.NAME, stop, cast(Wake, Woken()), cast(Passes, RecordedPasses()))
+    dispatcher.run(reconciler, loop)
     # Three passes with no wait between the burst's, then a wait for the next wake.
     assert seen == [("pass", False), ("pass", False), ("pass", False), ("waits", True)]
     assert dispatch_idle.is_set()

@@ -21,7 +21,7 @@ def on_agent(
 
 
 def on_dispatched(
-    context: RuntimeContext,
+    context: Handles,
     run: dispatch.DispatchableRun,
     kind: EventType,
     reason: EventReason,

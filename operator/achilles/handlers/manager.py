@@ -98,6 +98,23 @@ def scheduler_loop(context: RuntimeContext) -> None:
     scheduler.run(scheduler_of(context), _loop(context, scheduler.NAME))
 
 
+def dispatcher_loop(context: RuntimeContext) -> None:
+    """The dispatcher on what it uses: the journal's database, the Jobs client and
+    template, the API server, the spans, the pod watcher's view of the runs' pods, the
+    status marks, and `dispatch_idle`, which the status writer waits on."""
+    reconciler = dispatcher.Dispatcher(
+        context.database,
+        context.jobs,
+        context.config.job_template,
+        context.resources,
+        context.spans,
+        context.run_objects.pod_run_ids,
+        context.marks,
+        context.dispatch_idle,
+    )
+    dispatcher.run(reconciler, _loop(context, dispatcher.NAME))
+
+
 def status_loop(context: RuntimeContext) -> None:
     """The status writer on what it uses: the journal's database, the API server, the
     status queue and the statuses written (the context's in-memory state, which the
@@ -167,8 +184,8 @@ CONTROLLERS: tuple[Declared, ...] = (
             Timer(dispatcher.DISPATCH_TICK, "at once while a pass leaves more waiting"),
         ),
         queue="queued runs in the journal, FIFO under the cap (dispatch lock)",
-        reconcile="dispatcher.dispatch_once",
-        run=dispatcher.run,
+        reconcile="dispatcher.Dispatcher.dispatch_once",
+        run=dispatcher_loop,
     ),
     Controller(
         "pod-watch",

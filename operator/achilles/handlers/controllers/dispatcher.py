@@ -3,21 +3,29 @@
 Wakes on what its sources say (handlers/manager.py: a run NOTIFY, runs to dispatch, the
 platform changed), after a pass that left more waiting, or every DISPATCH_TICK; backs
 off (to MAX_BACKOFF) while the API server or the database refuses. Owns nothing in memory;
-says when it is making Jobs (`context.dispatch_idle`), for the status writer to wait.
+says when it is making Jobs (`dispatch_idle`), for the status writer to wait.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from achilles.db.database import Database
 from achilles.domain.gates import closed_locks
 from achilles.domain.runs import RunState, SkipReason
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import events, metrics
 from achilles.handlers.agent_queue import agent_ref
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import StatusMarks
+from achilles.k8s.jobs import JobTemplate, RunJobs
+from achilles.k8s.objects import Resources
+from achilles.runtime.manager import LoopHandle
 from achilles.services import dispatch
+from achilles.telemetry.spans import Spans
 
 log = logging.getLogger("achilles.operator")
 
@@ -28,12 +36,69 @@ MAX_BACKOFF = 30.0
 NAME = "dispatcher"
 
 
-def run(context: RuntimeContext) -> None:
-    woken = context.wakes.target(NAME)
+@dataclass(frozen=True)
+class Dispatcher:
+    """The dispatcher's reconciler, with exactly what it uses (handlers/manager.py builds
+    it): the journal's database, the Jobs client and template, the API server (Events,
+    a withdrawn request's status), its spans, the pod view (`pod_run_ids`: the runs whose
+    pod is still there, from the pod watcher), the status marks, and `dispatch_idle`,
+    which it clears while it makes Jobs for the status writer to wait on."""
+
+    database: Database
+    jobs: RunJobs
+    job_template: JobTemplate
+    resources: Resources
+    spans: Spans
+    pod_run_ids: Callable[[], set[int] | None]
+    marks: StatusMarks
+    dispatch_idle: threading.Event
+
+    def dispatch_once(self) -> dispatch.DispatchResult:
+        done = dispatch.dispatch_queued_runs(
+            self.database,
+            self.jobs,
+            self.job_template,
+            spans=self.spans,
+            pod_run_ids=self.pod_run_ids(),
+        )
+        now = datetime.now(UTC)
+        for run in done.created:
+            metrics.JOBS_CREATED.inc()
+            if run.scheduled_for is not None:
+                metrics.SLOT_TO_JOB.observe(max(0.0, (now - run.scheduled_for).total_seconds()))
+        for run in done.skipped:
+            # As the same refusal at enqueue: the budget ran out while the run waited.
+            metrics.count_enqueued(run.trigger, RunState.SKIPPED, SkipReason.BUDGET_EXCEEDED)
+            message = f"{run.trigger} run {run.run_id} skipped: budget_exceeded"
+            events.on_dispatched(self, run, EventType.NORMAL, EventReason.RUN_SKIPPED, message)
+        for withdrawn in done.withdrawn:
+            # A closed lock leaves no row: the run is gone, and its request (if it was one)
+            # is refused in the status, where `achilles run-now --wait` looks.
+            run = withdrawn.run
+            metrics.count_refused(run.trigger, closed_locks(run.locks))
+            reason = EventReason.RUN_REFUSED
+            events.on_dispatched(self, run, EventType.WARNING, reason, withdrawn.refusal)
+            if run.request_key is not None and run.agent_name and run.agent_namespace:
+                ref = agent_ref(run.agent_name, run.agent_namespace, run.agent_uid)
+                refused = {"request": run.request_key, "message": withdrawn.refusal}
+                patched = self.resources.patch_status(ref, {"withdrawnRunRequest": refused})
+                metrics.count_status_patch("withdrawn-request", patched)
+        self.marks.mark_dirty(
+            run.agent_id for run in [*done.skipped, *(w.run for w in done.withdrawn)]
+        )
+        metrics.EXECUTING.set(done.executing)
+        metrics.QUEUE_DEPTH.set(done.waiting)
+        if done.rejected is not None:
+            log.warning("Job creation refused (%s); the runs stay queued", done.rejected)
+        return done
+
+
+def run(reconciler: Dispatcher, loop: LoopHandle) -> None:
+    idle = reconciler.dispatch_idle
     backoff = 0.0
-    while not context.stop.is_set():
-        context.dispatch_idle.clear()  # Jobs first: the status writer waits (context.py)
-        done = context.run_pass("dispatcher", lambda: dispatch_once(context))
+    while not loop.stop.is_set():
+        idle.clear()  # Jobs first: the status writer waits (status_writer.py)
+        done = loop.run_pass(reconciler.dispatch_once)
         wait = DISPATCH_TICK
         if done is None or done.rejected is not None:
             # The API server or the database refused: back off, the runs stay queued.
@@ -44,44 +109,6 @@ def run(context: RuntimeContext) -> None:
             if done.progressed and done.waiting:
                 wait = 0.0  # a full batch left the queue and more wait: go on at once
         if wait > 0:
-            context.dispatch_idle.set()
-            woken.wait(wait)
-    context.dispatch_idle.set()
-
-
-def dispatch_once(context: RuntimeContext) -> dispatch.DispatchResult:
-    done = dispatch.dispatch_queued_runs(
-        context.database,
-        context.jobs,
-        context.config.job_template,
-        spans=context.spans,
-        pod_run_ids=context.run_objects.pod_run_ids(),
-    )
-    now = datetime.now(UTC)
-    for run in done.created:
-        metrics.JOBS_CREATED.inc()
-        if run.scheduled_for is not None:
-            metrics.SLOT_TO_JOB.observe(max(0.0, (now - run.scheduled_for).total_seconds()))
-    for run in done.skipped:
-        # As the same refusal at enqueue: the budget ran out while the run waited.
-        metrics.count_enqueued(run.trigger, RunState.SKIPPED, SkipReason.BUDGET_EXCEEDED)
-        message = f"{run.trigger} run {run.run_id} skipped: budget_exceeded"
-        events.on_dispatched(context, run, EventType.NORMAL, EventReason.RUN_SKIPPED, message)
-    for withdrawn in done.withdrawn:
-        # A closed lock leaves no row: the run is gone, and its request (if it was one)
-        # is refused in the status, where `achilles run-now --wait` looks.
-        run = withdrawn.run
-        metrics.count_refused(run.trigger, closed_locks(run.locks))
-        reason = EventReason.RUN_REFUSED
-        events.on_dispatched(context, run, EventType.WARNING, reason, withdrawn.refusal)
-        if run.request_key is not None and run.agent_name and run.agent_namespace:
-            ref = agent_ref(run.agent_name, run.agent_namespace, run.agent_uid)
-            refused = {"request": run.request_key, "message": withdrawn.refusal}
-            patched = context.resources.patch_status(ref, {"withdrawnRunRequest": refused})
-            metrics.count_status_patch("withdrawn-request", patched)
-    context.mark_dirty(run.agent_id for run in [*done.skipped, *(w.run for w in done.withdrawn)])
-    metrics.EXECUTING.set(done.executing)
-    metrics.QUEUE_DEPTH.set(done.waiting)
-    if done.rejected is not None:
-        log.warning("Job creation refused (%s); the runs stay queued", done.rejected)
-    return done
+            idle.set()
+            loop.woken.wait(wait)
+    idle.set()
