@@ -94,6 +94,14 @@ class StatusMarks:
         self.mark_dirty(ids)
 
 
+class MarkingHandles(Handles, Protocol):
+    """The journal, the API server and the status marks: what a run's Events use (its
+    Agent's status follows them; events.py)."""
+
+    @property
+    def marks(self) -> StatusMarks: ...
+
+
 @dataclass
 class RuntimeContext:
     config: OperatorConfig

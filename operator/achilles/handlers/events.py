@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import agent_ref
-from achilles.handlers.context import Handles, RuntimeContext
+from achilles.handlers.context import Handles, MarkingHandles
 from achilles.services import dispatch, outcomes, status
 
 
@@ -34,17 +34,17 @@ def on_dispatched(
 
 
 def on_run(
-    context: RuntimeContext, run_id: int, kind: EventType, reason: EventReason, message: str
+    context: MarkingHandles, run_id: int, kind: EventType, reason: EventReason, message: str
 ) -> None:
     """On the Agent of a run that ended: its status follows."""
     owner = status.run_owner(context.database, run_id)
     if owner is not None and owner.namespace and owner.cr_name:
         ref = agent_ref(owner.cr_name, owner.namespace, owner.uid)
         context.resources.post_event(ref, kind, reason, message)
-        context.mark_dirty([owner.agent_id])
+        context.marks.mark_dirty([owner.agent_id])
 
 
-def run_failures(context: RuntimeContext, failed: Iterable[outcomes.FailedRun]) -> None:
+def run_failures(context: MarkingHandles, failed: Iterable[outcomes.FailedRun]) -> None:
     """Runs the operator failed (their pod or Job said so, or their Job vanished)."""
     for run in failed:
         metrics.RUNS_FINISHED.labels(run.reason).inc()

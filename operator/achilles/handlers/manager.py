@@ -115,6 +115,23 @@ def dispatcher_loop(context: RuntimeContext) -> None:
     dispatcher.run(reconciler, _loop(context, dispatcher.NAME))
 
 
+def watchers_of(context: RuntimeContext) -> watchers.Watchers:
+    """The pod and Job watchers on what they use: the run objects they fold into, the
+    database, the API server and the status marks (a failed run's Event and status),
+    and the signals they emit (a pod gone)."""
+    return watchers.Watchers(
+        context.run_objects, context.database, context.resources, context.marks, context.wakes.emit
+    )
+
+
+def pod_watch_loop(context: RuntimeContext) -> None:
+    watchers.run_pods(watchers_of(context), _loop(context, "pod-watch"))
+
+
+def job_watch_loop(context: RuntimeContext) -> None:
+    watchers.run_jobs(watchers_of(context), _loop(context, "job-watch"))
+
+
 def status_loop(context: RuntimeContext) -> None:
     """The status writer on what it uses: the journal's database, the API server, the
     status queue and the statuses written (the context's in-memory state, which the
@@ -191,16 +208,16 @@ CONTROLLERS: tuple[Declared, ...] = (
         "pod-watch",
         sources=(ListWatch("Pod"),),
         queue="none: each watch event folded in (services/run_objects.py)",
-        reconcile="watchers.follow_pods",
-        run=watchers.run_pods,
+        reconcile="watchers.Watchers.follow_pods",
+        run=pod_watch_loop,
         joined=False,
     ),
     Controller(
         "job-watch",
         sources=(ListWatch("Job"),),
         queue="none: each watch event folded in (services/run_objects.py)",
-        reconcile="watchers.follow_jobs",
-        run=watchers.run_jobs,
+        reconcile="watchers.Watchers.follow_jobs",
+        run=job_watch_loop,
         joined=False,
     ),
     Controller(

@@ -6,38 +6,57 @@ at its deadline. Each lists once, then watches; a watch that ends resumes where 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from achilles.db.database import Database
 from achilles.handlers import events
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import StatusMarks
 from achilles.handlers.signals import Happened
+from achilles.k8s.objects import Resources
+from achilles.runtime.manager import LoopHandle
+from achilles.services.run_objects import RunObjects
 
 RESTART_AFTER_ERROR = 2.0
 
 
-def run_pods(context: RuntimeContext) -> None:
-    while not context.stop.is_set():
-        if context.run_pass("pod-watch", lambda: follow_pods(context)) is None:
-            context.stop.wait(RESTART_AFTER_ERROR)
+@dataclass(frozen=True)
+class Watchers:
+    """The pod and Job watchers' reconciler, with exactly what they use (handlers/
+    manager.py builds it): the run objects they fold into (the journal through it), the
+    journal's database and the API server (a failed run's Event on its Agent), the
+    status marks (that Agent's status follows), and `emit` (a pod gone wakes the
+    dispatcher)."""
+
+    run_objects: RunObjects
+    database: Database
+    resources: Resources
+    marks: StatusMarks
+    emit: Callable[[Happened], None]
+
+    def follow_pods(self, stop: threading.Event) -> bool:
+        """One pass: list if nothing is known yet, then watch until the watch ends. A
+        run's pod gone wakes the dispatcher: its agent's next run may have waited for it."""
+        self.run_objects.follow_pods(
+            stop,
+            lambda failed: events.run_failures(self, failed),
+            gone=lambda: self.emit(Happened.DISPATCHABLE),
+        )
+        return True
+
+    def follow_jobs(self, stop: threading.Event) -> bool:
+        self.run_objects.follow_jobs(stop, lambda failed: events.run_failures(self, failed))
+        return True
 
 
-def run_jobs(context: RuntimeContext) -> None:
-    while not context.stop.is_set():
-        if context.run_pass("job-watch", lambda: follow_jobs(context)) is None:
-            context.stop.wait(RESTART_AFTER_ERROR)
+def run_pods(reconciler: Watchers, loop: LoopHandle) -> None:
+    while not loop.stop.is_set():
+        if loop.run_pass(lambda: reconciler.follow_pods(loop.stop)) is None:
+            loop.stop.wait(RESTART_AFTER_ERROR)
 
 
-def follow_pods(context: RuntimeContext) -> bool:
-    """One pass: list if nothing is known yet, then watch until the watch ends. A run's
-    pod gone wakes the dispatcher: its agent's next run may have waited for it."""
-    context.run_objects.follow_pods(
-        context.stop,
-        lambda failed: events.run_failures(context, failed),
-        gone=lambda: context.wakes.emit(Happened.DISPATCHABLE),
-    )
-    return True
-
-
-def follow_jobs(context: RuntimeContext) -> bool:
-    context.run_objects.follow_jobs(
-        context.stop, lambda failed: events.run_failures(context, failed)
-    )
-    return True
+def run_jobs(reconciler: Watchers, loop: LoopHandle) -> None:
+    while not loop.stop.is_set():
+        if loop.run_pass(lambda: reconciler.follow_jobs(loop.stop)) is None:
+            loop.stop.wait(RESTART_AFTER_ERROR)
