@@ -29,10 +29,10 @@ from achilles.db.outbox.models import BudgetWarning
 from achilles.db.roles import Component
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.context import RuntimeContext
-from achilles.handlers.controllers import listener, sweeper
+from achilles.handlers.controllers import sweeper
 from achilles.handlers.controllers.budget_warnings import BUDGET_WARNINGS_EVERY
 from achilles.handlers.controllers.sweeper import OWNERS_EVERY, SWEEP_TICK, PassSchedule
-from achilles.handlers.manager import Runtime
+from achilles.handlers.manager import Runtime, listener_loop
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.objects import Resources
 from achilles.runtime.wake import Wake
@@ -87,7 +87,7 @@ def operator_sweeper(db: Engine, database_url: str) -> Iterator[Sweeper]:
     schedule = PassSchedule(
         {name: every for name, (every, _) in periods.items()}, sweeper.wakes(context)
     )
-    thread = threading.Thread(target=listener.run, args=(context,), daemon=True)
+    thread = threading.Thread(target=listener_loop, args=(context,), daemon=True)
     thread.start()
     try:
         # LISTENing: the listener wakes every loop when it connects, these two among

@@ -86,6 +86,13 @@ def notifier_loop(context: RuntimeContext) -> None:
     notifier.run(reconciler, _loop(context, notifier.NAME))
 
 
+def listener_loop(context: RuntimeContext) -> None:
+    """The listener on what it uses: the journal's database (its URL), the signals it
+    emits and the status marks."""
+    reconciler = listener.Listener(context.database, context.wakes.emit, context.marks)
+    listener.run(reconciler, _loop(context, listener.NAME))
+
+
 def scheduler_of(context: RuntimeContext) -> scheduler.Scheduler:
     """The scheduler on what it uses: the journal's database, the API server, the spans,
     the signals it emits (runs to dispatch) and the status marks."""
@@ -176,8 +183,8 @@ CONTROLLERS: tuple[Declared, ...] = (
         listener.NAME,
         sources=tuple(Channel(channel) for channel in listener.CHANNELS),
         queue="none: each NOTIFY emitted as its signal",
-        reconcile="listener.run",
-        run=listener.run,
+        reconcile="listener.Listener.on_notify",
+        run=listener_loop,
     ),
     Controller(
         scheduler.NAME,

@@ -11,9 +11,14 @@ loses it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from achilles.db.database import Database
 from achilles.db.notifications import RUNS_CHANNEL, listen
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import StatusMarks
 from achilles.handlers.signals import Happened
+from achilles.runtime.manager import LoopHandle
 
 NAME = "listener"
 # The channels it LISTENs on, each emitted as the signal of the same name.
@@ -25,14 +30,25 @@ CHANNELS = (
 )
 
 
-def run(context: RuntimeContext) -> None:
-    def on_notify(channel: str, payload: str) -> None:
+@dataclass(frozen=True)
+class Listener:
+    """The listener's handles (handlers/manager.py builds them): the journal's database
+    (its URL: it holds a LISTEN connection of its own, outside the pool), `emit` for
+    what it hears, and the status marks (a run's NOTIFY moves its Agent's status)."""
+
+    database: Database
+    emit: Callable[[Happened], None]
+    marks: StatusMarks
+
+    def on_notify(self, channel: str, payload: str) -> None:
         if channel in CHANNELS:
-            context.wakes.emit(Happened(channel))
+            self.emit(Happened(channel))
         if channel == RUNS_CHANNEL and payload.isdigit():
-            context.mark_dirty([int(payload)])
+            self.marks.mark_dirty([int(payload)])
 
-    def on_connected() -> None:
-        context.wakes.emit(Happened.RECONNECTED)
+    def on_connected(self) -> None:
+        self.emit(Happened.RECONNECTED)
 
-    listen(context.database.url, on_notify, context.stop, on_connected=on_connected)
+
+def run(listener: Listener, loop: LoopHandle) -> None:
+    listen(listener.database.url, listener.on_notify, loop.stop, on_connected=listener.on_connected)
