@@ -219,6 +219,10 @@ def test_a_server_started_after_its_agenttool_is_listed_by_the_retries(
                 what="the listing's Event",
             )
             assert listed_events[0][0] == "Normal"
+            # Tried while down as often as the backoff allowed, warned once (same error).
+            tries = late.log_path.read_text().count(f"AgentTool {name}: its MCP server did not")
+            warned = [e for e in _events(cluster, name) if e[1] == "McpServerUnreachable"]
+            assert (tries >= 1, len(warned)) == (True, 1), late.log()
             # The queue's retry listed it (the operator's start listed before the tool).
             assert "did not answer; listed again in" in late.log_path.read_text()
     finally:
