@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import re
 import threading
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
+from kubernetes import client
+
 from achilles.db import notifications
+from achilles.db.database import Database
 from achilles.handlers import manager
+from achilles.handlers.config import OperatorConfig
 from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers import listener, sweeper
 from achilles.handlers.signals import EMITTED_BY, Happened
+from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
+from achilles.k8s.objects import Resources
 from achilles.runtime.manager import Manager, On
 from achilles.runtime.wake import Wake, Wakes
 
@@ -116,3 +123,44 @@ def test_docs_show_the_table_row_for_row() -> None:
 
 def test_the_listener_declares_the_channels_it_listens_on() -> None:
     assert set(listener.CHANNELS) == set(notifications.CHANNELS)
+
+
+def _context() -> RuntimeContext:
+    """A context as the operator makes one; nothing here reaches the database or the API
+    server (the reconcilers are built, not run)."""
+    template = JobTemplate(
+        namespace="achilles-runs", image="achilles:test", database_secret=SecretKey("db", "url")
+    )
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+    return RuntimeContext(
+        config=OperatorConfig("postgresql://nowhere/achilles", template, 0, timedelta(minutes=5)),
+        database=cast(Database, object()),
+        resources=cast(Resources, object()),
+        jobs=RunJobs(api, template.namespace),
+    )
+
+
+def test_the_reconcilers_share_the_processs_handles() -> None:
+    """Each reconciler the table builds holds the process's own handles, not copies: the
+    status writer waits on the very event the dispatcher clears while it makes Jobs, and
+    a mark from any loop lands on the queue the status writer drains and wakes it."""
+    context = _context()
+    writer = manager.status_writer_of(context)
+    dispatching = manager.dispatcher_of(context)
+    assert writer.dispatch_idle is dispatching.dispatch_idle is context.dispatch_idle
+    assert writer.statuses is context.statuses
+    assert writer.written is context.written_statuses
+    Manager(manager.CONTROLLERS, context, context.wakes, context.stop)  # the routes
+    status_wake = context.wakes.target("status")
+    marking = (
+        manager.scheduler_of(context).marks,
+        dispatching.marks,
+        manager.watchers_of(context).marks,
+        manager.listener_of(context).marks,
+    )
+    for agent_id, marks in enumerate(marking):
+        marks.mark_dirty([agent_id])
+        assert status_wake.take()
+        assert writer.statuses.take() == ({agent_id}, set())
+    assert manager.notifier_of(context).namespace == "achilles-runs"
+    assert dispatching.job_template is context.config.job_template

@@ -77,20 +77,26 @@ def _loop(context: RuntimeContext, name: str) -> LoopHandle:
     return LoopHandle(name, context.stop, context.wakes.target(name), context.passes)
 
 
-def notifier_loop(context: RuntimeContext) -> None:
+def notifier_of(context: RuntimeContext) -> notifier.Notifier:
     """The notifier on what it uses: the outbox's database, the API server (the signing
     Secret, the dead notifications' Events) and the runs' namespace, where the Secret is."""
-    reconciler = notifier.Notifier(
+    return notifier.Notifier(
         context.database, context.resources, context.config.job_template.namespace
     )
-    notifier.run(reconciler, _loop(context, notifier.NAME))
+
+
+def notifier_loop(context: RuntimeContext) -> None:
+    notifier.run(notifier_of(context), _loop(context, notifier.NAME))
+
+
+def listener_of(context: RuntimeContext) -> listener.Listener:
+    """The listener on what it uses: the journal's database (its URL), the signals it
+    emits and the status marks."""
+    return listener.Listener(context.database, context.wakes.emit, context.marks)
 
 
 def listener_loop(context: RuntimeContext) -> None:
-    """The listener on what it uses: the journal's database (its URL), the signals it
-    emits and the status marks."""
-    reconciler = listener.Listener(context.database, context.wakes.emit, context.marks)
-    listener.run(reconciler, _loop(context, listener.NAME))
+    listener.run(listener_of(context), _loop(context, listener.NAME))
 
 
 def scheduler_of(context: RuntimeContext) -> scheduler.Scheduler:
@@ -105,11 +111,11 @@ def scheduler_loop(context: RuntimeContext) -> None:
     scheduler.run(scheduler_of(context), _loop(context, scheduler.NAME))
 
 
-def dispatcher_loop(context: RuntimeContext) -> None:
+def dispatcher_of(context: RuntimeContext) -> dispatcher.Dispatcher:
     """The dispatcher on what it uses: the journal's database, the Jobs client and
     template, the API server, the spans, the pod watcher's view of the runs' pods, the
     status marks, and `dispatch_idle`, which the status writer waits on."""
-    reconciler = dispatcher.Dispatcher(
+    return dispatcher.Dispatcher(
         context.database,
         context.jobs,
         context.config.job_template,
@@ -119,7 +125,10 @@ def dispatcher_loop(context: RuntimeContext) -> None:
         context.marks,
         context.dispatch_idle,
     )
-    dispatcher.run(reconciler, _loop(context, dispatcher.NAME))
+
+
+def dispatcher_loop(context: RuntimeContext) -> None:
+    dispatcher.run(dispatcher_of(context), _loop(context, dispatcher.NAME))
 
 
 def watchers_of(context: RuntimeContext) -> watchers.Watchers:
@@ -139,18 +148,21 @@ def job_watch_loop(context: RuntimeContext) -> None:
     watchers.run_jobs(watchers_of(context), _loop(context, "job-watch"))
 
 
-def status_loop(context: RuntimeContext) -> None:
+def status_writer_of(context: RuntimeContext) -> status_writer.StatusWriter:
     """The status writer on what it uses: the journal's database, the API server, the
     status queue and the statuses written (the context's in-memory state, which the
     other parts mark), and the dispatcher's `dispatch_idle`, which it waits on."""
-    reconciler = status_writer.StatusWriter(
+    return status_writer.StatusWriter(
         context.database,
         context.resources,
         context.statuses,
         context.written_statuses,
         context.dispatch_idle,
     )
-    status_writer.run(reconciler, _loop(context, status_writer.NAME))
+
+
+def status_loop(context: RuntimeContext) -> None:
+    status_writer.run(status_writer_of(context), _loop(context, status_writer.NAME))
 
 
 CONTROLLERS: tuple[Declared, ...] = (
