@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -21,9 +20,8 @@ from achilles.db.journal.models import Agent
 from achilles.db.outbox.models import BudgetWarning, NotificationOutbox
 from achilles.db.roles import Component
 from achilles.domain.vocabulary import ConditionReason, ConditionType, EventReason, EventType
-from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers.budget_warnings import BudgetWarningsPass
-from achilles.k8s.objects import ObjectRef
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.services.budget_condition import budget_condition
 from achilles.services.budget_warnings import WarningPass, warn_crossed_thresholds
 from tests.db.factories import make_agent, make_owner, set_settings
@@ -154,10 +152,9 @@ def test_the_pass_warns_on_each_of_the_owners_agents_once(
     resources = _Resources(
         {name: {"conditions": [ready]} for name in ("digest", "triage", "someone-elses")}
     )
-    context = cast(RuntimeContext, SimpleNamespace(database=operator_db, resources=resources))
     _spend(db, agents["digest"], 990)  # past both thresholds in one run
 
-    warnings = BudgetWarningsPass(context)
+    warnings = BudgetWarningsPass(operator_db, cast(Resources, resources))
     warnings()
     warned = sorted((name, kind, reason) for name, kind, reason, _ in resources.events)
     assert warned == [
@@ -175,7 +172,7 @@ def test_the_pass_warns_on_each_of_the_owners_agents_once(
 
     # Once a week: the next pass, and a restarted operator's first, warn nobody again.
     warnings()
-    BudgetWarningsPass(context)()
+    BudgetWarningsPass(operator_db, cast(Resources, resources))()
     assert len(resources.events) == 4
     assert len(resources.patches) == 2
 

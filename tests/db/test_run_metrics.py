@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
-from types import SimpleNamespace
-from typing import cast
 
 import pytest
 from prometheus_client import REGISTRY
@@ -18,7 +16,6 @@ from sqlalchemy import Engine, text
 from achilles.db.database import Database
 from achilles.db.journal.run_metrics import EndedRuns
 from achilles.db.roles import Component
-from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers.run_metrics import RunMetricsPass
 from achilles.services.run_metrics import SETTLE, read_run_figures
 from tests.db.factories import make_agent, set_settings
@@ -124,8 +121,7 @@ def test_the_sweepers_pass_exports_the_figures_and_counts_each_run_once(
 ) -> None:
     """The pass (handlers/controllers/run_metrics.py) on the operator's login: gauges set,
     each ended run counted and each claim observed once, the window moved on."""
-    context = cast(RuntimeContext, SimpleNamespace(database=operator_db))
-    metrics_pass = RunMetricsPass(context)
+    metrics_pass = RunMetricsPass(operator_db)
     first = metrics_pass()
     assert metrics_pass.since == first.until
     metrics_pass.since = first.until - timedelta(seconds=60)  # as if the last pass were then

@@ -32,7 +32,7 @@ from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers import sweeper
 from achilles.handlers.controllers.budget_warnings import BUDGET_WARNINGS_EVERY
 from achilles.handlers.controllers.sweeper import OWNERS_EVERY, SWEEP_TICK, PassSchedule
-from achilles.handlers.manager import Runtime, listener_loop
+from achilles.handlers.manager import Runtime, listener_loop, sweeper_of
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.objects import Resources
 from achilles.runtime.wake import Wake
@@ -59,7 +59,7 @@ class Sweeper:
 
     def tick_at(self, now: float) -> list[str]:
         self.now = now
-        return sweeper.tick(self.context, self.passes, self.schedule, clock=lambda: self.now)
+        return sweeper.tick(self.context.passes, self.passes, self.schedule, clock=lambda: self.now)
 
 
 def _heard(wake: Wake) -> None:
@@ -79,20 +79,20 @@ def operator_sweeper(db: Engine, database_url: str) -> Iterator[Sweeper]:
         jobs=RunJobs(client.ApiClient(client.Configuration(host=NOWHERE)), TEMPLATE.namespace),
     )
     Runtime(context)  # routes the listener's signals as the operator does (not started)
-    periods = sweeper.periods(context)
+    periods = sweeper_of(context).periods(context.passes)
     passes: Passes = {
         name: (every, work if name in REAL else lambda: None)
         for name, (every, work) in periods.items()
     }
     schedule = PassSchedule(
-        {name: every for name, (every, _) in periods.items()}, sweeper.wakes(context)
+        {name: every for name, (every, _) in periods.items()}, sweeper.wakes(context.wakes)
     )
     thread = threading.Thread(target=listener_loop, args=(context,), daemon=True)
     thread.start()
     try:
         # LISTENing: the listener wakes every loop when it connects, these two among
         # them; taken here, so that each test hears its own NOTIFYs.
-        for wake in sweeper.wakes(context).values():
+        for wake in sweeper.wakes(context.wakes).values():
             _heard(wake)
             assert wake.take()
         yield Sweeper(context, passes, schedule)
@@ -112,7 +112,7 @@ def test_a_deactivated_owners_agent_goes_off_at_the_next_tick(
 ) -> None:
     owner = make_owner(db)
     agent_id = make_agent(db, owner)
-    wake = sweeper.wakes(operator_sweeper.context)["owners"]
+    wake = sweeper.wakes(operator_sweeper.context.wakes)["owners"]
     assert "owners" in operator_sweeper.tick_at(0.0)  # every pass at the first tick
     assert "owners" not in operator_sweeper.tick_at(SWEEP_TICK)
     assert _enabled(db, agent_id)
@@ -133,13 +133,13 @@ def test_a_reactivation_wakes_nothing(db: Engine, operator_sweeper: Sweeper) -> 
     owner = make_owner(db)
     with db.begin() as conn:
         conn.execute(text("UPDATE users SET active = false WHERE key = :k"), {"k": owner})
-    _heard(sweeper.wakes(operator_sweeper.context)["owners"])
+    _heard(sweeper.wakes(operator_sweeper.context.wakes)["owners"])
     operator_sweeper.tick_at(0.0)  # takes it
     with db.begin() as conn:
         conn.execute(text("UPDATE users SET active = true WHERE key = :k"), {"k": owner})
         # A run's NOTIFY after it, on the same connection: heard once the other was.
         conn.execute(text("SELECT pg_notify('achilles_runs', '')"))
-    _heard(sweeper.wakes(operator_sweeper.context)["budget-warnings"])
+    _heard(sweeper.wakes(operator_sweeper.context.wakes)["budget-warnings"])
     assert "owners" not in operator_sweeper.tick_at(SWEEP_TICK)
 
 
@@ -148,7 +148,7 @@ def test_a_run_past_a_threshold_is_warned_at_the_next_tick(
 ) -> None:
     set_settings(db, agent_weekly_token_budget=1000)
     agent_id = make_agent(db, make_owner(db))
-    wake = sweeper.wakes(operator_sweeper.context)["budget-warnings"]
+    wake = sweeper.wakes(operator_sweeper.context.wakes)["budget-warnings"]
     assert "budget-warnings" in operator_sweeper.tick_at(0.0)
     assert "budget-warnings" not in operator_sweeper.tick_at(SWEEP_TICK)
 

@@ -157,6 +157,7 @@ def test_the_reconcilers_share_the_processs_handles() -> None:
         dispatching.marks,
         manager.watchers_of(context).marks,
         manager.listener_of(context).marks,
+        manager.sweeper_of(context).marks,
     )
     for agent_id, marks in enumerate(marking):
         marks.mark_dirty([agent_id])

@@ -13,14 +13,14 @@ from typing import Any
 
 from achilles.domain.vocabulary import ConditionType
 from achilles.handlers import metrics
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import Handles
 from achilles.k8s.objects import ObjectRef
 from achilles.services import mcp_sources
 from achilles.services.status import condition, needs_patch
 
 
 def report_discovery(
-    context: RuntimeContext,
+    context: Handles,
     ref: ObjectRef,
     generation: int | None,
     previous: dict[str, Any],

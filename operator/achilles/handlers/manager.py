@@ -148,6 +148,30 @@ def job_watch_loop(context: RuntimeContext) -> None:
     watchers.run_jobs(watchers_of(context), _loop(context, "job-watch"))
 
 
+def sweeper_of(context: RuntimeContext) -> sweeper.Sweeper:
+    """The sweeper on what its passes use: the database, the Jobs client, the API server,
+    the watchers' run objects, the Agent workqueue, the status marks, the signals it
+    emits, the reaper's threshold and the MCP listings' namespace and period."""
+    config = context.config
+    return sweeper.Sweeper(
+        context.database,
+        context.jobs,
+        context.resources,
+        context.run_objects,
+        context.agent_queue,
+        context.marks,
+        context.wakes.emit,
+        config.stale_after,
+        config.job_template.namespace,
+        config.mcp_relist_every,
+    )
+
+
+def sweeper_loop(context: RuntimeContext) -> None:
+    loop = _loop(context, sweeper.NAME)
+    sweeper.run(sweeper_of(context), loop, sweeper.wakes(context.wakes))
+
+
 def status_writer_of(context: RuntimeContext) -> status_writer.StatusWriter:
     """The status writer on what it uses: the journal's database, the API server, the
     status queue and the statuses written (the context's in-memory state, which the
@@ -249,8 +273,8 @@ CONTROLLERS: tuple[Declared, ...] = (
             On(Happened.RECONNECTED, part="budget-warnings"),
         ),
         queue="none: each pass derives its work from the rows",
-        reconcile="sweeper.tick (the passes of sweeper.periods)",
-        run=sweeper.run,
+        reconcile="sweeper.tick (the passes of sweeper.Sweeper.periods)",
+        run=sweeper_loop,
     ),
     Controller(
         status_writer.NAME,

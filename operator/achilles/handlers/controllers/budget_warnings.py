@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from achilles.db.database import Database
 from achilles.domain.timestamps import iso_utc
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers.agent_queue import agent_ref
-from achilles.handlers.context import RuntimeContext
-from achilles.k8s.objects import ObjectRef
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.services import budget_warnings
 from achilles.services.budget_condition import budget_condition, with_condition
 
@@ -27,12 +27,13 @@ BUDGET_WARNINGS_EVERY = 60.0
 
 
 class BudgetWarningsPass:
-    def __init__(self, context: RuntimeContext) -> None:
-        self.context = context
+    def __init__(self, database: Database, resources: Resources) -> None:
+        self.database = database
+        self.resources = resources
         self.since: datetime | None = None
 
     def __call__(self) -> budget_warnings.WarningPass:
-        done = budget_warnings.warn_crossed_thresholds(self.context.database, self.since)
+        done = budget_warnings.warn_crossed_thresholds(self.database, self.since)
         # Ordered by threshold: each owner's highest is the last.
         highest = {crossed.user_id: crossed for crossed in done.crossed}
         for crossed in done.crossed:
@@ -44,7 +45,7 @@ class BudgetWarningsPass:
             for agent in done.agents.get(crossed.user_id, []):
                 if agent.name and agent.namespace:
                     ref = agent_ref(agent.name, agent.namespace, agent.uid)
-                    self.context.resources.post_event(
+                    self.resources.post_event(
                         ref, EventType.WARNING, EventReason.BUDGET_THRESHOLD_CROSSED, message
                     )
         for user_id, crossed in highest.items():
@@ -57,11 +58,11 @@ class BudgetWarningsPass:
 
     def _set_condition(self, ref: ObjectRef, used: int, budget: int) -> None:
         """The condition now, not at the Agent's next reconcile (which keeps it)."""
-        body = self.context.resources.read_object(ref)
+        body = self.resources.read_object(ref)
         if body is None:
             return
         conditions = (body.get("status") or {}).get("conditions")
         warning = budget_condition(used, budget, conditions, datetime.now(UTC))
         if warning is not None:
             status = {"conditions": with_condition(conditions, warning)}
-            self.context.resources.patch_status(ref, status)
+            self.resources.patch_status(ref, status)

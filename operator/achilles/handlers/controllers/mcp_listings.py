@@ -12,43 +12,30 @@ from __future__ import annotations
 import logging
 import threading
 
-from achilles.handlers.context import RuntimeContext
+from achilles.db.database import Database
 from achilles.handlers.discovery import report_discovery
-from achilles.k8s.objects import ObjectRef
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.kinds import AGENT_TOOL
+from achilles.runtime.loops import Passes
 from achilles.services import mcp_sources
 
 log = logging.getLogger(__name__)
 
 
-def relist_mcp_sources(context: RuntimeContext) -> int:
-    """List every MCP source's server again; how many were listed."""
-    secrets = mcp_sources.secret_reader(
-        context.resources.core, context.config.job_template.namespace
-    )
-    listed = 0
-    for name in mcp_sources.source_names(context.database):
-        ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name)
-        body = context.resources.read_object(ref)
-        if body is None:
-            continue  # deleted meanwhile: its delete event removes the row
-        discovery = mcp_sources.discover(context.database, secrets, name)
-        if discovery is None:
-            continue
-        status = body.get("status") or {}
-        generation = body.get("metadata", {}).get("generation")
-        report_discovery(context, ref, generation, status, discovery, status.get("databaseId"))
-        listed += 1
-    return listed
-
-
 class McpListingsPass:
     """The sweeper's pass: the listings on a thread of their own (a slow server may take
     its timeout per source, and the sweeper's other passes, the reaper's above all, must
-    not wait for it); a pass that finds the previous one still listing does nothing."""
+    not wait for it); a pass that finds the previous one still listing does nothing.
+    Holds what the listings use: the database, the API server, the namespace of the
+    sources' Secrets (the runs'), and the passes it counts its own in."""
 
-    def __init__(self, context: RuntimeContext) -> None:
-        self._context = context
+    def __init__(
+        self, database: Database, resources: Resources, namespace: str, passes: Passes
+    ) -> None:
+        self.database = database
+        self.resources = resources
+        self.namespace = namespace
+        self._passes = passes
         self._thread: threading.Thread | None = None
 
     def __call__(self) -> None:
@@ -58,6 +45,25 @@ class McpListingsPass:
         self._thread.start()
 
     def _list(self) -> None:
-        listed = self._context.run_pass("mcp-listings", lambda: relist_mcp_sources(self._context))
+        listed = self._passes.run("mcp-listings", self.relist_mcp_sources)
         if listed:
             log.info("listed the tools of %d MCP source(s) again", listed)
+
+    def relist_mcp_sources(self) -> int:
+        """List every MCP source's server again; how many were listed."""
+        secrets = mcp_sources.secret_reader(self.resources.core, self.namespace)
+        listed = 0
+        for name in mcp_sources.source_names(self.database):
+            ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name)
+            body = self.resources.read_object(ref)
+            if body is None:
+                continue  # deleted meanwhile: its delete event removes the row
+            discovery = mcp_sources.discover(self.database, secrets, name)
+            if discovery is None:
+                continue
+            status = body.get("status") or {}
+            generation = body.get("metadata", {}).get("generation")
+            database_id = status.get("databaseId")
+            report_discovery(self, ref, generation, status, discovery, database_id)
+            listed += 1
+        return listed

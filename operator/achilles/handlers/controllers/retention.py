@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from achilles.handlers.context import RuntimeContext
+from achilles.db.database import Database
 from achilles.services import retention
 
 log = logging.getLogger("achilles.operator")
@@ -21,14 +21,14 @@ RETENTION_BUSY_EVERY = 30.0
 
 
 class RetentionPass:
-    def __init__(self, context: RuntimeContext) -> None:
-        self.context = context
+    def __init__(self, database: Database) -> None:
+        self.database = database
         self.next_at = 0.0  # the first offer works
 
     def __call__(self) -> retention.RetentionPass | None:
         if time.monotonic() < self.next_at:
             return None
-        done = retention.apply_retention(self.context.database)
+        done = retention.apply_retention(self.database)
         if done.runs_deleted or done.notifications_deleted:
             log.info(
                 "retention: %d run(s) finished before %s and %d sent notification(s) deleted",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from achilles.db.database import Database
 from achilles.handlers import metrics
-from achilles.handlers.context import RuntimeContext
 from achilles.services import run_metrics
 
 # Prometheus scrapes every 15 to 60 s (its default: 60); a pass every 30 s keeps the
@@ -20,12 +20,12 @@ RUN_METRICS_EVERY = 30.0
 
 
 class RunMetricsPass:
-    def __init__(self, context: RuntimeContext) -> None:
-        self.context = context
+    def __init__(self, database: Database) -> None:
+        self.database = database
         self.since: datetime | None = None
 
     def __call__(self) -> run_metrics.RunFigures:
-        figures = run_metrics.read_run_figures(self.context.database, self.since)
+        figures = run_metrics.read_run_figures(self.database, self.since)
         active = figures.active
         metrics.RUNS_ACTIVE.labels("waiting").set(active.waiting)
         metrics.RUNS_ACTIVE.labels("starting").set(active.starting)

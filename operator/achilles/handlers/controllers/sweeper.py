@@ -33,21 +33,30 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 
+from achilles.db.database import Database
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import events, metrics
-from achilles.handlers.agent_queue import agent_ref, requeue_agents
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.agent_queue import QueuedAgent, agent_ref, requeue_agents
+from achilles.handlers.context import StatusMarks
 from achilles.handlers.controllers.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
 from achilles.handlers.controllers.mcp_listings import McpListingsPass
 from achilles.handlers.controllers.retention import RETENTION_BUSY_EVERY, RetentionPass
 from achilles.handlers.controllers.run_metrics import RUN_METRICS_EVERY, RunMetricsPass
 from achilles.handlers.owed_specs import deliver_owed_specs
 from achilles.handlers.signals import Happened
+from achilles.k8s.jobs import RunJobs
+from achilles.k8s.objects import Resources
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_TOOL
+from achilles.runtime.loops import Passes
+from achilles.runtime.manager import LoopHandle
 from achilles.runtime.memory import TRIM_EVERY, MemoryPass
-from achilles.runtime.wake import Wake
+from achilles.runtime.wake import Wake, Wakes
+from achilles.runtime.workqueue import WorkQueue
 from achilles.services import agents, catalogue, outcomes, reply_wakes
+from achilles.services.run_objects import RunObjects
 
 log = logging.getLogger("achilles.operator")
 
@@ -66,26 +75,142 @@ NAME = "sweeper"
 WOKEN_PASSES = ("owners", "budget-warnings")
 
 
-def periods(context: RuntimeContext) -> dict[str, tuple[float, Callable[[], object]]]:
-    """pass name -> (seconds between passes, the pass)."""
-    stale = context.config.stale_after.total_seconds()
-    return {
-        "sweeper": (max(SWEEP_TICK, stale / REAP_FRACTION), lambda: reap(context)),
-        "pending-pods": (PENDING_PODS_EVERY, lambda: judge_pending_pods(context)),
-        "owners": (OWNERS_EVERY, lambda: follow_owner_deactivation(context)),
-        "reply-wakes": (REPLY_WAKES_EVERY, lambda: wake_for_waiting_replies(context)),
-        "orphans": (ORPHANS_EVERY, lambda: forget_deleted_objects(context)),
-        "run-metrics": (RUN_METRICS_EVERY, RunMetricsPass(context)),
-        "memory": (TRIM_EVERY, MemoryPass()),
-        "budget-warnings": (BUDGET_WARNINGS_EVERY, BudgetWarningsPass(context)),
-        "retention": (RETENTION_BUSY_EVERY, RetentionPass(context)),
-        "mcp-listings": (context.config.mcp_relist_every, McpListingsPass(context)),
-    }
+@dataclass(frozen=True)
+class Sweeper:
+    """The sweeper's reconciler, with exactly what its passes use (handlers/manager.py
+    builds it): the journal's database, the Jobs client, the API server, what the
+    watchers keep of run pods and Jobs, the Agent workqueue (a deleted tool's Agents read
+    again), the status marks, `emit` (runs to dispatch), the reaper's threshold, and the
+    MCP listings' namespace and period."""
+
+    database: Database
+    jobs: RunJobs
+    resources: Resources
+    run_objects: RunObjects
+    agent_queue: WorkQueue[str, QueuedAgent]
+    marks: StatusMarks
+    emit: Callable[[Happened], None]
+    stale_after: timedelta
+    namespace: str
+    mcp_relist_every: float
+
+    def periods(self, counted: Passes) -> dict[str, tuple[float, Callable[[], object]]]:
+        """pass name -> (seconds between passes, the pass); `counted`: the passes the
+        MCP listings count theirs in, on their own thread."""
+        stale = self.stale_after.total_seconds()
+        return {
+            "sweeper": (max(SWEEP_TICK, stale / REAP_FRACTION), self.reap),
+            "pending-pods": (PENDING_PODS_EVERY, self.judge_pending_pods),
+            "owners": (OWNERS_EVERY, self.follow_owner_deactivation),
+            "reply-wakes": (REPLY_WAKES_EVERY, self.wake_for_waiting_replies),
+            "orphans": (ORPHANS_EVERY, self.forget_deleted_objects),
+            "run-metrics": (RUN_METRICS_EVERY, RunMetricsPass(self.database)),
+            "memory": (TRIM_EVERY, MemoryPass()),
+            "budget-warnings": (
+                BUDGET_WARNINGS_EVERY,
+                BudgetWarningsPass(self.database, self.resources),
+            ),
+            "retention": (RETENTION_BUSY_EVERY, RetentionPass(self.database)),
+            "mcp-listings": (
+                self.mcp_relist_every,
+                McpListingsPass(self.database, self.resources, self.namespace, counted),
+            ),
+        }
+
+    def reap(self) -> outcomes.SweepResult:
+        swept = outcomes.sweep(
+            self.database,
+            self.jobs,
+            self.run_objects.existing_run_ids(),
+            stale_after=self.stale_after,
+        )
+        silence = int(self.stale_after.total_seconds())
+        for run_id in swept.reaped:
+            metrics.RUNS_REAPED.inc()
+            message = f"run {run_id} reaped: no heartbeat for {silence} s; its Job was deleted"
+            events.on_run(self, run_id, EventType.WARNING, EventReason.RUN_REAPED, message)
+        events.run_failures(self, swept.failed)
+        if swept.requeued:
+            self.emit(Happened.DISPATCHABLE)
+        return swept
+
+    def judge_pending_pods(self) -> bool:
+        """Pods stuck before starting fail their run at the start deadline, event or not."""
+        events.run_failures(self, self.run_objects.judge_pending_pods())
+        return True
+
+    def follow_owner_deactivation(self) -> bool:
+        """Owner deactivated (`users.active`): switch their agents off. Read from the rows
+        on every pass, never remembered here, so a second deactivation is followed too."""
+        agents.switch_off_agents_of_inactive_owners(self.database)
+        return deliver_owed_specs(self)
+
+    def wake_for_waiting_replies(self) -> bool:
+        """A reply whose wake was lost (it came during a run, or never reached the
+        cluster) gets its run now: derived from the rows, so nothing is lost to a
+        restart."""
+        for wake in reply_wakes.wake_for_waiting_replies(self.database):
+            owed, result = wake.owed, wake.result
+            if result is None:
+                continue  # a lock closed meanwhile: owed again once it opens
+            metrics.count_enqueued("manual", result.state, result.reason or "")
+            if owed.namespace and owed.name:
+                message = (
+                    f"run {result.run_id} {result.state}"
+                    f"{': ' + result.reason if result.reason else ''}"
+                    f" for the reply to inbox item {owed.item_id} that no run has taken yet"
+                )
+                reason = EventReason.RUN_QUEUED if result.is_queued else EventReason.RUN_SKIPPED
+                ref = agent_ref(owed.name, owed.namespace, owed.uid)
+                self.resources.post_event(ref, EventType.NORMAL, reason, message)
+            self.marks.mark_dirty([owed.agent_id])
+            self.emit(Happened.DISPATCHABLE)
+        return True
+
+    def forget_deleted_objects(self) -> bool:
+        """Whatever was deleted while no operator watched: Agents (their rows and runs),
+        AgentModels (withdrawn from their agents) and AgentTools (their links; the agents
+        that had them are read again)."""
+        database, resources = self.database, self.resources
+        listed_at = agents.database_clock(database)  # before the listings begin
+        live = resources.agent_uids()
+        if live is not None:
+            forgotten = agents.forget_agents_not_in(database, live, listed_at=listed_at)
+            if forgotten:
+                jobs = self.jobs.delete_for_agents(forgotten)
+                log.info(
+                    "%d agent row(s) removed, their Agents no longer exist (%d Job(s) deleted): %s",
+                    len(forgotten),
+                    jobs,
+                    ", ".join(str(agent_id) for agent_id in forgotten),
+                )
+        converged = catalogue.forget_deleted_catalogue(
+            database,
+            live_models=resources.object_names(AGENT_MODEL.plural),
+            live_tools=resources.object_names(AGENT_TOOL.plural),
+            listed_at=listed_at,
+        )
+        for name, stopped in converged.withdrawn_models.items():
+            log.info(
+                "model %s withdrawn from %d agent(s): its AgentModel no longer exists",
+                name,
+                len(stopped),
+            )
+        for name, unlinked in converged.removed_tools.items():
+            # As its delete event: the agents linked to it still name it, read again they
+            # show it unknown and link to it if it is created again.
+            requeue_agents(self.agent_queue, unlinked)
+            log.info(
+                "tool %s removed (its AgentTool no longer exists): %d agent(s) read again",
+                name,
+                len(unlinked),
+            )
+        return deliver_owed_specs(self)
 
 
-def wakes(context: RuntimeContext) -> dict[str, Wake]:
+def wakes(targets: Wakes[Happened]) -> dict[str, Wake]:
     """pass name -> the wake that runs it at the next tick, before its period is up."""
-    return {name: context.wakes.target(f"{NAME}.{name}") for name in WOKEN_PASSES}
+    return {name: targets.target(f"{NAME}.{name}") for name in WOKEN_PASSES}
 
 
 class PassSchedule:
@@ -108,119 +233,27 @@ class PassSchedule:
         self.last[name] = now
 
 
-def run(context: RuntimeContext) -> None:
-    passes = periods(context)
-    schedule = PassSchedule({name: every for name, (every, _) in passes.items()}, wakes(context))
-    while not context.stop.is_set():
-        tick(context, passes, schedule)
-        context.stop.wait(SWEEP_TICK)
+def run(reconciler: Sweeper, loop: LoopHandle, woken_by: Mapping[str, Wake]) -> None:
+    """`woken_by`: the wakes of the passes also woken (`wakes`)."""
+    passes = reconciler.periods(loop.passes)
+    schedule = PassSchedule({name: every for name, (every, _) in passes.items()}, woken_by)
+    while not loop.stop.is_set():
+        tick(loop.passes, passes, schedule)
+        loop.stop.wait(SWEEP_TICK)
 
 
 def tick(
-    context: RuntimeContext,
+    counted: Passes,
     passes: Mapping[str, tuple[float, Callable[[], object]]],
     schedule: PassSchedule,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[str]:
-    """One tick: the passes due, in `periods` order; returns their names."""
+    """One tick: the passes due, in `periods` order, each counted under its own name;
+    returns their names."""
     done = []
     for name, (_, work) in passes.items():
         if schedule.is_due(name, clock()):
-            context.run_pass(name, work)
+            counted.run(name, work)
             schedule.ran(name, clock())
             done.append(name)
     return done
-
-
-def reap(context: RuntimeContext) -> outcomes.SweepResult:
-    swept = outcomes.sweep(
-        context.database,
-        context.jobs,
-        context.run_objects.existing_run_ids(),
-        stale_after=context.config.stale_after,
-    )
-    silence = int(context.config.stale_after.total_seconds())
-    for run_id in swept.reaped:
-        metrics.RUNS_REAPED.inc()
-        message = f"run {run_id} reaped: no heartbeat for {silence} s; its Job was deleted"
-        events.on_run(context, run_id, EventType.WARNING, EventReason.RUN_REAPED, message)
-    events.run_failures(context, swept.failed)
-    if swept.requeued:
-        context.wakes.emit(Happened.DISPATCHABLE)
-    return swept
-
-
-def judge_pending_pods(context: RuntimeContext) -> bool:
-    """Pods stuck before starting fail their run at the start deadline, event or not."""
-    events.run_failures(context, context.run_objects.judge_pending_pods())
-    return True
-
-
-def follow_owner_deactivation(context: RuntimeContext) -> bool:
-    """Owner deactivated (`users.active`): switch their agents off. Read from the rows
-    on every pass, never remembered here, so a second deactivation is followed too."""
-    agents.switch_off_agents_of_inactive_owners(context.database)
-    return deliver_owed_specs(context)
-
-
-def wake_for_waiting_replies(context: RuntimeContext) -> bool:
-    """A reply whose wake was lost (it came during a run, or never reached the cluster)
-    gets its run now: derived from the rows, so nothing is lost to a restart."""
-    for wake in reply_wakes.wake_for_waiting_replies(context.database):
-        owed, result = wake.owed, wake.result
-        if result is None:
-            continue  # a lock closed meanwhile: owed again once it opens
-        metrics.count_enqueued("manual", result.state, result.reason or "")
-        if owed.namespace and owed.name:
-            message = (
-                f"run {result.run_id} {result.state}"
-                f"{': ' + result.reason if result.reason else ''}"
-                f" for the reply to inbox item {owed.item_id} that no run has taken yet"
-            )
-            reason = EventReason.RUN_QUEUED if result.is_queued else EventReason.RUN_SKIPPED
-            ref = agent_ref(owed.name, owed.namespace, owed.uid)
-            context.resources.post_event(ref, EventType.NORMAL, reason, message)
-        context.mark_dirty([owed.agent_id])
-        context.wakes.emit(Happened.DISPATCHABLE)
-    return True
-
-
-def forget_deleted_objects(context: RuntimeContext) -> bool:
-    """Whatever was deleted while no operator watched: Agents (their rows and runs),
-    AgentModels (withdrawn from their agents) and AgentTools (their links; the agents
-    that had them are read again)."""
-    database, resources = context.database, context.resources
-    listed_at = agents.database_clock(database)  # before the listings begin
-    live = resources.agent_uids()
-    if live is not None:
-        forgotten = agents.forget_agents_not_in(database, live, listed_at=listed_at)
-        if forgotten:
-            jobs = context.jobs.delete_for_agents(forgotten)
-            log.info(
-                "%d agent row(s) removed, their Agents no longer exist (%d Job(s) deleted): %s",
-                len(forgotten),
-                jobs,
-                ", ".join(str(agent_id) for agent_id in forgotten),
-            )
-    converged = catalogue.forget_deleted_catalogue(
-        database,
-        live_models=resources.object_names(AGENT_MODEL.plural),
-        live_tools=resources.object_names(AGENT_TOOL.plural),
-        listed_at=listed_at,
-    )
-    for name, stopped in converged.withdrawn_models.items():
-        log.info(
-            "model %s withdrawn from %d agent(s): its AgentModel no longer exists",
-            name,
-            len(stopped),
-        )
-    for name, unlinked in converged.removed_tools.items():
-        # As its delete event: the agents linked to it still name it, read again they
-        # show it unknown and link to it if it is created again.
-        requeue_agents(context.agent_queue, unlinked)
-        log.info(
-            "tool %s removed (its AgentTool no longer exists): %d agent(s) read again",
-            name,
-            len(unlinked),
-        )
-    return deliver_owed_specs(context)
