@@ -78,8 +78,11 @@ def test_an_undeliverable_wake_is_reported_and_the_reply_stands(
 
     receipt = service.reply(database, item.id, "Use Postgres", requester=requester)
 
+    # The client's text (an address) stays in the log, not in the answer (issue 37).
     assert receipt.wake == service.WakeOutcome(
-        requested=True, agent_resource="team-a/waker", detail="run not requested: no cluster"
+        requested=True,
+        agent_resource="team-a/waker",
+        detail="run not requested: the cluster's API server cannot be reached right now",
     )
     stored, _ = box.read(db, item.id)
     assert stored.reply is not None
