@@ -200,10 +200,12 @@ def test_admin_groups_feed_the_policy_and_the_admin_binding() -> None:
     policy = one(documents, "ValidatingAdmissionPolicy", "admin-paused")
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert variables["adminGroups"] == '["platform-admins","sre"]'
-    (validation,) = policy["spec"]["validations"]
-    assert validation["message"] == (
-        "only members of platform-admins, sre may set or change spec.adminPaused"
-    )
+    # Setting or changing the lock, and deleting an Agent under it (issue 36 item 1).
+    assert [v["message"] for v in policy["spec"]["validations"]] == [
+        "only members of platform-admins, sre may set or change spec.adminPaused",
+        "an admin paused this Agent (spec.adminPaused: true): only members of"
+        " platform-admins, sre may delete it; ask one to lift the pause first",
+    ]
     binding = one(documents, "ClusterRoleBinding", "admin")
     assert [s["name"] for s in binding["subjects"]] == ["platform-admins", "sre"]
 
