@@ -39,7 +39,7 @@ PORT_MAX = 65535
 ANY_ADDRESS = "0.0.0.0"  # noqa: S104
 LEASE_DIR = Path(tempfile.gettempdir()) / "achilles-ports"
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # free_ports releases under it
 _handed_out: set[int] = set()
 
 
@@ -78,7 +78,12 @@ def free_ports(
     chosen: list[int] = []
     with _lock:
         for port in candidates:
-            if port in _handed_out or not _bindable(host, port) or not lease(port):
+            # The lease first: a port another process leased (a stack's, its component
+            # down for a restart) is never bound here, not even for a probe.
+            if port in _handed_out or not lease(port):
+                continue
+            if not _bindable(host, port):
+                release([port])
                 continue
             _handed_out.add(port)
             chosen.append(port)

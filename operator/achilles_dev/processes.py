@@ -47,8 +47,23 @@ def reference(pid: int) -> ProcessRef | None:
 
 
 def is_alive(ref: ProcessRef) -> bool:
+    """Running, or still exiting: a SIGKILLed multi-threaded process (kube-apiserver, Go)
+    shows its leader as a zombie while its other threads still exit and still hold its
+    files, a listening socket among them, so a restart on its port fails with "address
+    already in use" (`achilles chaos apiserver-restart`, issue 41)."""
     _reap(ref.pid)
-    return reference(ref.pid) == ref
+    return reference(ref.pid) == ref or _threads_exiting(ref)
+
+
+def _threads_exiting(ref: ProcessRef) -> bool:
+    fields = _stat_fields(ref.pid)
+    if fields is None or fields[0] != "Z" or int(fields[19]) != ref.start_ticks:
+        return False
+    try:
+        tasks = os.listdir(f"/proc/{ref.pid}/task")
+    except OSError:
+        return False
+    return tasks != [str(ref.pid)]
 
 
 def _reap(pid: int) -> None:

@@ -86,3 +86,41 @@ def test_one_process_never_gets_a_port_twice() -> None:
         ports.free_ports(1, pool=chosen)
     ports.release(chosen)
     assert ports.free_ports(1, pool=chosen[:1]) == chosen[:1]
+
+
+def test_a_port_another_process_leased_is_never_bound_even_for_a_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stack's component down for a restart (`achilles chaos apiserver-restart`) must
+    find its port free: another process choosing ports never binds a leased one, not even
+    for the instant of a probe (a probe on 0.0.0.0 refuses the restart's bind)."""
+    leased, spare = ports.free_ports(2)
+    ports.release([leased, spare])
+    probe = (
+        "import sys; from achilles_dev import ports;"
+        f" assert ports.free_port(pool=[{leased}]) == {leased};"
+        " print('leased', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    # Nothing listens on the leased port (its component is down), so only the lease
+    # keeps the chooser from binding it: a bind from this process would be a probe.
+    probed: list[int] = []
+    real_bindable = ports._bindable
+
+    def bindable(host: str, port: int) -> bool:
+        probed.append(port)
+        return real_bindable(host, port)
+
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "leased"
+        monkeypatch.setattr(ports, "_bindable", bindable)
+        assert ports.free_ports(1, pool=[leased, spare]) == [spare]
+    finally:
+        ports.release([spare])
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert probed == [spare]
