@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
-from achilles.db.journal.cancel import end_overdue_stops, end_stopped_runs, stopping_among
+from achilles.db.journal.cancel import end_stopped_runs, stopping_among
 from achilles.db.journal.runs import ReapedRun, fail_run, fail_unclaimed_run, reap_stale_runs
 from achilles.db.journal.settings import database_now, database_started_at
 from achilles.domain.pod_outcome import (
@@ -244,7 +244,7 @@ def sweep(
             reaped = reap_stale_runs(
                 session, now=now, stale_after=stale_after, with_job=existing_run_ids
             )
-        result.overdue = end_overdue_stops(session, asked_before=now - stale_after - STOP_GRACE)
+        result.overdue = end_stopped_runs(session, asked_before=now - stale_after - STOP_GRACE)
         if existing_run_ids is not None:
             result.cancelled = end_stopped_runs(
                 session,

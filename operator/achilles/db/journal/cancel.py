@@ -11,8 +11,8 @@ that has or may have a pod (running, or queued and dispatched) is only asked to 
 while the operator deletes its Job with the pods; whatever end is written then (the
 runner's SIGTERM, the pod seen gone, the stop deadline) is `failed/<stop_reason>` with the
 stop's error (a trigger, `achilles_end_as_asked`), and the tokens reported until then
-stay. A stop whose pod is never seen gone (a lost node) ends at `end_overdue_stops`: a
-zombie does not lock its agent for ever (seed 002).
+stay. A stop whose pod is never seen gone (a lost node) ends at its deadline
+(`end_stopped_runs(asked_before=...)`): a zombie does not lock its agent for ever (seed 002).
 """
 
 from __future__ import annotations
@@ -130,11 +130,16 @@ def end_stopped_runs(
     run_ids: set[int] | None = None,
     without_job: set[int] | None = None,
     dispatched_before: datetime | None = None,
+    asked_before: datetime | None = None,
 ) -> list[int]:
     """End `failed/<stop_reason>` the runs asked to stop whose pod is gone: those in `run_ids`
     (their Job was deleted, with its pods: foreground propagation), or, with
     `without_job` (the runs whose Job exists), those not in it that are running or were
-    dispatched before `dispatched_before` (a Job being made is not missing yet)."""
+    dispatched before `dispatched_before` (a Job being made is not missing yet); or, with
+    `asked_before`, those asked before it whose pod was never seen gone (a node that no
+    longer answers keeps it `Terminating`): a zombie does not lock its agent for ever
+    (seed 002), and its runner, if it ever runs again, finds its row ended. The caller
+    chooses that deadline past the pods' termination grace."""
     active = [s.value for s in in_definition_order(ACTIVE_STATES)]
     query = update(AgentRun).where(
         AgentRun.stop_requested_at.is_not(None), AgentRun.state.in_(active)
@@ -148,29 +153,12 @@ def end_stopped_runs(
         if dispatched_before is not None:
             not_made_now = or_(not_made_now, AgentRun.dispatched_at < dispatched_before)
         query = query.where(AgentRun.id.not_in(sorted(without_job)), not_made_now)
+    if asked_before is not None:
+        query = query.where(AgentRun.stop_requested_at < asked_before)
     # The trigger (0021) makes any end of such a run the stop's, with its error.
     ended = session.execute(
         query.values(
             state=RunState.FAILED, reason=AgentRun.stop_reason, finished_at=func.now()
         ).returning(AgentRun.id)
-    )
-    return list(ended.scalars())
-
-
-def end_overdue_stops(session: Session, *, asked_before: datetime) -> list[int]:
-    """End the runs asked to stop before `asked_before` whose pod was never seen gone (a
-    node that no longer answers keeps it `Terminating`): a zombie does not lock its agent
-    for ever (seed 002). Its runner, if it ever runs again, finds its row ended and can
-    write nothing. The caller chooses the deadline past the pods' termination grace."""
-    active = [s.value for s in in_definition_order(ACTIVE_STATES)]
-    ended = session.execute(
-        update(AgentRun)
-        .where(
-            AgentRun.stop_requested_at.is_not(None),
-            AgentRun.stop_requested_at < asked_before,
-            AgentRun.state.in_(active),
-        )
-        .values(state=RunState.FAILED, reason=AgentRun.stop_reason, finished_at=func.now())
-        .returning(AgentRun.id)
     )
     return list(ended.scalars())
