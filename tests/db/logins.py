@@ -7,6 +7,7 @@ import functools
 
 from achilles.db.database import Database
 from achilles.db.roles import Component
+from achilles.domain.run_secret import session_settings
 from achilles.services.db_roles import grant_login_url
 
 # The test server trusts 127.0.0.1, so these passwords are never checked here; the
@@ -25,3 +26,12 @@ def login_url(database_url: str, component: Component) -> str:
     """`database_url` with `component`'s login (`achilles_test_<component>`) in its place."""
     name = f"achilles_test_{component}"
     return grant_login_url(admin(database_url), component, name, PASSWORD)
+
+
+def run_pod(database_url: str, run_id: int, secret: str) -> Database:
+    """A run's pod as the database sees it: the runner's login with the run's id and secret."""
+    return Database(
+        login_url(database_url, Component.RUNNER),
+        pool_size=1,
+        session_settings=session_settings(run_id, secret),
+    )

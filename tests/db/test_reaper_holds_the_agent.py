@@ -25,13 +25,12 @@ from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import AgentRun
 from achilles.db.journal.settings import database_now, database_started_at
-from achilles.db.roles import Component
-from achilles.domain.run_secret import RunSecret, session_settings
+from achilles.domain.run_secret import RunSecret
 from achilles.domain.runs import STOP_GRACE, FailReason, RunState, RunTrigger
 from achilles.k8s.jobs import RunJobs
 from achilles.services import outcomes, run_cancel
 from tests.db.factories import make_agent
-from tests.db.logins import admin, login_url
+from tests.db.logins import admin, run_pod
 
 RACES = 12
 SILENT = timedelta(minutes=10)
@@ -82,15 +81,6 @@ def _silent_running_run(db: Engine, agent_id: int) -> tuple[int, str]:
     return run_id, secret.value
 
 
-def _runner(database_url: str, run_id: int, secret: str) -> Database:
-    """The run's pod: the runner's login with the run's id and secret."""
-    return Database(
-        login_url(database_url, Component.RUNNER),
-        pool_size=1,
-        session_settings=session_settings(run_id, secret),
-    )
-
-
 def _parallel_requests(database_url: str, agent_id: int) -> list[str]:
     """RACES manual requests for the agent at once, each on a connection of its own."""
     barrier = threading.Barrier(RACES)
@@ -115,7 +105,7 @@ def test_a_silent_run_with_a_pod_holds_its_agent_until_the_pod_is_gone(
     agent = make_agent(db)
     run_id, secret = _silent_running_run(db, agent)
     operator = Database(database_url, pool_size=2)
-    pod = _runner(database_url, run_id, secret)
+    pod = run_pod(database_url, run_id, secret)
     jobs = _Jobs()
     try:
         swept = outcomes.sweep(operator, cast(RunJobs, jobs), {run_id}, stale_after=_threshold(db))

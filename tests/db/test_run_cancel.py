@@ -22,8 +22,7 @@ from sqlalchemy.orm import Session
 from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import AgentRun
-from achilles.db.roles import Component
-from achilles.domain.run_secret import RunSecret, session_settings
+from achilles.domain.run_secret import RunSecret
 from achilles.domain.runs import FailReason, RunState, RunTrigger
 from achilles.errors import NotFound
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
@@ -31,7 +30,7 @@ from achilles.k8s.run_metadata import RUN_ID_LABEL
 from achilles.services import outcomes, run_cancel
 from achilles.services.dispatch import dispatch_queued_runs
 from tests.db.factories import make_agent, set_settings
-from tests.db.logins import admin, login_url
+from tests.db.logins import admin, run_pod
 
 RACES = 15
 TEMPLATE = JobTemplate(
@@ -71,15 +70,6 @@ def _with_secret(db: Engine, run_id: int) -> str:
             update(AgentRun).where(AgentRun.id == run_id).values(runner_secret_hash=secret.digest)
         )
     return secret.value
-
-
-def _runner(database_url: str, run_id: int, secret: str) -> Database:
-    """Run `run_id`'s pod: the runner's login with the run's id and secret."""
-    return Database(
-        login_url(database_url, Component.RUNNER),
-        pool_size=1,
-        session_settings=session_settings(run_id, secret),
-    )
 
 
 def test_a_queued_run_ends_cancelled_and_frees_the_agent(db: Engine, database_url: str) -> None:
@@ -139,7 +129,7 @@ def test_a_cancelled_running_run_holds_its_agent_until_its_pod_is_gone(
     runner reports meanwhile count. Its end, whatever the runner writes, is the cancel's."""
     agent = make_agent(db)
     run_id = _enqueue(db, agent)
-    pod = _runner(database_url, run_id, _with_secret(db, run_id))
+    pod = run_pod(database_url, run_id, _with_secret(db, run_id))
     try:
         with pod.transaction() as session:
             assert journal.claim_run(session, run_id)
@@ -258,7 +248,7 @@ def test_a_cancel_racing_the_runners_outcome_ends_the_run_once(
     ended = {"succeeded": 0, "cancelled": 0}
     for _ in range(RACES):
         run_id = _enqueue(db, agent)
-        pod = _runner(database_url, run_id, _with_secret(db, run_id))
+        pod = run_pod(database_url, run_id, _with_secret(db, run_id))
         try:
             with pod.transaction() as session:
                 assert journal.claim_run(session, run_id)
