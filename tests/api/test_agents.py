@@ -10,6 +10,8 @@ from sqlalchemy import Engine, func, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent
+from achilles.db.journal.settings import database_now, load_settings
+from achilles.domain.budget import week_window
 from tests.api.conftest import ServedApi, Tokens
 from tests.api.support import add_runs, assert_problem, bearer, database_snapshot, make_cr_agent
 from tests.db.factories import set_settings
@@ -21,6 +23,12 @@ def test_me_is_the_token_subject(api: ServedApi, tokens: Tokens) -> None:
     assert response.json() == {"user_key": "alice", "is_admin": False, "via": "oidc"}
 
 
+def _week(engine: Engine) -> datetime:
+    """The first instant of the budget week the database is in."""
+    with Session(engine) as session:
+        return week_window(database_now(session), load_settings(session).zone).start
+
+
 def test_my_agents_with_their_status_columns(api: ServedApi, tokens: Tokens, db: Engine) -> None:
     set_settings(db, agent_weekly_token_budget=1000)
     helper = make_cr_agent(
@@ -28,7 +36,8 @@ def test_my_agents_with_their_status_columns(api: ServedApi, tokens: Tokens, db:
     )
     make_cr_agent(db, "alice", namespace="home", name="off", enabled=False, model_name=None)
     make_cr_agent(db, "bob", name="bobs")
-    runs = add_runs(db, helper, 3, start=datetime.now(UTC) - timedelta(hours=1))
+    # Inside this budget week whatever the hour: an hour ago is last week early on Sunday.
+    runs = add_runs(db, helper, 3, start=max(datetime.now(UTC) - timedelta(hours=1), _week(db)))
 
     response = httpx.get(f"{api.url}/v1/agents", headers=bearer(tokens("alice")), timeout=10)
 
