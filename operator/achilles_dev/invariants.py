@@ -17,10 +17,13 @@ fails its run if there is one. It is the oracle any later feature is held to:
   000: a closed lock leaves no trace);
 - `tokens went down`: an owner's tokens of the budget week lower than at an earlier
   sample of the same week (seed 000: every token spent in the week counts);
-- `reply woke twice`: two runs that answered the same reply's wake (seed 003, DESIGN §5).
-
-Whether a reply is woken at all is left out: where no operator runs (between test
-modules, a fault suite's operator stopped on purpose) an owed wake waits, rightly.
+- `reply woke twice`: two runs that answered the same reply's wake (seed 003, DESIGN §5);
+- `reply never woken`: a reply owed its wake (answered, untaken, its agent free to run)
+  for more than `WAKE_WITHIN` while an operator of this journal was live at every look.
+  Where no operator runs (between test modules, a fault suite's operator stopped or
+  frozen on purpose) an owed wake waits, rightly: the clock runs only while one does. An
+  operator counts as live while one of its logins ended a transaction within
+  `OPERATOR_LIVE_WITHIN` (its sweeper's reply-wakes pass alone makes one every 30 s).
 
 Plain psycopg and the Kubernetes client, as the rest of `achilles_dev` (SQLAlchemy is the
 product's `db` layer's alone). A sample is one read-only REPEATABLE READ transaction on
@@ -46,10 +49,12 @@ from typing import Any
 import psycopg
 from psycopg.rows import namedtuple_row
 
+from achilles.db.roles import GROUP_ROLES, Component
 from achilles.k8s.annotations import format_run_request
 from achilles.k8s.run_metadata import AGENT_ID_LABEL, RUN_SELECTOR
 
 SAMPLE_EVERY = 0.5  # seconds
+OPERATOR_GROUP_ROLE = GROUP_ROLES[Component.OPERATOR]
 # A monitor that could sample less often than this share of its tries watched nothing
 # worth the name: it says so rather than pass. A fault that stops PostgreSQL or the API
 # server for a while (the fault suite does) leaves it well above.
@@ -63,6 +68,11 @@ SLOW_CHECK_SPACING = 50
 # (pod name, agent id label, phase): the run pods running now.
 Pods = list[tuple[str, str | None, str]]
 PodLister = Callable[[], Pods]
+
+# Two of the sweeper's reply-wakes passes (`REPLY_WAKES_EVERY`, 30 s) and a margin for a
+# loaded host: an owed wake that outlives this with an operator live was never asked for.
+WAKE_WITHIN = 75.0  # seconds
+OPERATOR_LIVE_WITHIN = 40.0  # seconds since an operator's login last ended a transaction
 
 # Agents whose durable lock is closed, as the claim reads it (0017 `achilles_claim_run`).
 _CLOSED = b"""
@@ -108,6 +118,32 @@ _WAKE_RUNS = b"""
       AND NOT (r.state = 'skipped' AND r.reason = 'already_running')
       AND NOT (r.state = 'failed' AND r.reason = 'cancelled' AND r.started_at IS NULL)
 """
+# The oracle's own reading of seed 003 (not the product's query, `db/inbox/wakes.py`, so a
+# mistake there shows here): an answered reply nobody took, to a blocked item, the owner's
+# consent on, every durable lock open, no run of the agent active, and no run that
+# answered this reply (the trigger's record, `inbox_reply_wakes`).
+_OWED_WAKES = b"""
+    SELECT i.id AS item, i.reply_serial
+    FROM agent_inbox_items i
+    JOIN agents a ON a.id = i.agent_id
+    JOIN users u ON u.id = a.user_id
+    LEFT JOIN inbox_reply_wakes w ON w.item_id = i.id AND w.reply_serial = i.reply_serial
+    WHERE i.handled_at IS NOT NULL AND i.outcome IS NULL AND i.reply_seen_at IS NULL
+      AND i.state = 'blocked'
+      AND (a.meta -> 'inbox' ->> 'wake_on_reply')::boolean IS TRUE
+      AND a.enabled AND NOT a.admin_paused AND a.model_id IS NOT NULL AND u.active
+      AND w.answered_at IS NULL
+      AND NOT EXISTS (SELECT FROM agent_runs r WHERE r.agent_id = a.id
+                      AND r.state IN ('queued', 'dispatched', 'running'))
+"""
+# Is an operator of this journal live: one of its logins (a member of its group role, not
+# a superuser, who is a member of every role) ended a transaction lately.
+_OPERATOR_LIVE = b"""
+    SELECT coalesce(bool_or(s.state_change >= now() - make_interval(secs => %(within)s)), false)
+    FROM pg_stat_activity s JOIN pg_roles r ON r.rolname = s.usename
+    WHERE s.datname = current_database() AND s.pid <> pg_backend_pid()
+      AND NOT r.rolsuper AND pg_has_role(s.usename, %(role)s, 'MEMBER')
+"""
 
 
 def libpq_url(url: str) -> str:
@@ -149,6 +185,8 @@ class InvariantMonitor:
     database_url: str  # any login that reads the journal (the suites use the superuser)
     list_pods: PodLister
     every: float = SAMPLE_EVERY
+    wake_within: float = WAKE_WITHIN
+    operator_live_within: float = OPERATOR_LIVE_WITHIN
     violations: list[str] = field(default_factory=list)
     samples: int = 0  # taken whole (a sample that failed is not counted)
     failures: list[str] = field(default_factory=list)  # samples that failed, why
@@ -168,6 +206,9 @@ class InvariantMonitor:
     _tokens: dict[int, tuple[datetime, int]] = field(default_factory=dict)
     _seen: set[str] = field(default_factory=set)
     _slow_at: float | None = None  # time.monotonic() of the last slow check
+    # Owed wakes (item, reply serial) first seen owed while an operator was live, when (the
+    # journal's clock); emptied whenever a look finds no operator live.
+    _owed_since: dict[tuple[int, int], datetime] = field(default_factory=dict)
 
     def start(self) -> InvariantMonitor:
         self._thread = threading.Thread(target=self._run, name="invariants", daemon=True)
@@ -286,11 +327,17 @@ class InvariantMonitor:
                 started = time.perf_counter()
                 owners = conn.execute(_TOKENS).fetchall()
                 wakes = conn.execute(_WAKE_RUNS).fetchall()
+                live = conn.execute(
+                    _OPERATOR_LIVE,
+                    {"within": self.operator_live_within, "role": OPERATOR_GROUP_ROLE},
+                ).fetchone()[0]  # type: ignore[index]
+                owed = conn.execute(_OWED_WAKES).fetchall() if live else []
         if runs is not None:
             self._gates(runs)
         if slow:
             self._budget(owners)
             self._wakes(wakes)
+            self._owed(owed, now, live=bool(live))
             self.slow_checks += 1
             self.slow_seconds.append(time.perf_counter() - started)
             self._slow_at = time.monotonic()
@@ -345,6 +392,21 @@ class InvariantMonitor:
         for (item, serial), runs in answered.items():
             if len(runs) > 1:
                 self._note(f"reply woke twice: item {item} reply {serial}: runs {sorted(runs)}")
+
+    def _owed(self, rows: Sequence[Any], now: datetime, *, live: bool) -> None:
+        """Replies owed their wake at every look since the first one that saw them owed,
+        with an operator live at each: past `wake_within`, never woken."""
+        if not live:
+            self._owed_since.clear()
+            return
+        owed = {(int(row.item), int(row.reply_serial)) for row in rows}
+        self._owed_since = {key: self._owed_since.get(key, now) for key in owed}
+        for (item, serial), since in self._owed_since.items():
+            if (now - since).total_seconds() > self.wake_within:
+                self._note(
+                    f"reply never woken: item {item} reply {serial} owed its wake past"
+                    f" {self.wake_within:g} s with an operator live"
+                )
 
 
 def pod_lister(core: Any, namespace: str) -> PodLister:

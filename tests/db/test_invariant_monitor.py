@@ -5,17 +5,26 @@ journal, as the superuser), since the product's own paths no longer can."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
+from achilles.db.database import Database
+from achilles.db.inbox.settings import set_wake_on_reply
+from achilles.db.inbox.wakes import owed_wakes
 from achilles.db.journal import runs as journal
+from achilles.db.roles import Component
 from achilles.domain.runs import RunTrigger
 from achilles.errors import StartRefused
 from achilles.k8s.annotations import format_run_request
+from achilles.services.reply_wakes import wake_for_waiting_replies
 from achilles_dev.invariants import InvariantMonitor
 from tests.db import inbox_support as box
 from tests.db.factories import make_agent, make_owner
+from tests.db.logins import login_url
 
 Pods = list[tuple[str, str | None, str]]
 
@@ -123,3 +132,79 @@ def test_a_monitor_that_cannot_sample_says_so(db: Engine) -> None:
         " ConnectionRefusedError: the API server does not answer"
     ]
     assert not verdict.passed
+
+
+def _owed_reply(db: Engine) -> tuple[int, int]:
+    """An agent whose owner lets replies wake it, and a reply to its blocked question: a
+    wake owed (as the product's own query finds it too); (agent, item)."""
+    agent = make_agent(db, make_owner(db))
+    with Session(db) as session, session.begin():
+        set_wake_on_reply(session, agent, True)
+    item = box.ask(db, agent).item
+    box.reply(db, item.id)
+    with Session(db) as session:
+        assert [wake.item_id for wake in owed_wakes(session)] == [item.id]
+    return agent, item.id
+
+
+def _sample_for(db: Engine, monitor: InvariantMonitor, seconds: float) -> None:
+    """Sample until the journal's clock moved `seconds` on, or a violation was seen."""
+    with db.connect() as conn:
+        until = conn.execute(text("SELECT now() + make_interval(secs => :s)"), {"s": seconds})
+        deadline = until.scalar_one()
+    pace = threading.Event()
+    while not monitor.violations:
+        monitor.sample(last=True)
+        with db.connect() as conn:
+            if conn.execute(text("SELECT now() >= :d"), {"d": deadline}).scalar_one():
+                return
+        pace.wait(0.05)
+
+
+def _operator_transaction(database: Database) -> None:
+    with database.transaction() as session:
+        session.execute(text("SELECT 1"))
+
+
+@pytest.fixture
+def operator_db(db: Engine, database_url: str) -> Iterator[Database]:
+    database = Database(login_url(database_url, Component.OPERATOR), pool_size=1)
+    yield database
+    database.dispose()
+
+
+def test_a_reply_never_woken_counts_only_while_an_operator_is_live(
+    db: Engine, operator_db: Database
+) -> None:
+    _, item = _owed_reply(db)
+    monitor = _monitor(db)
+    monitor.wake_within = 0.5
+    # No operator: the wake waits, rightly, however long.
+    _sample_for(db, monitor, 1.5)
+    assert monitor.violations == []
+    # An operator's login is live (it ended a transaction just now) and never asks.
+    _operator_transaction(operator_db)
+    _sample_for(db, monitor, 5)
+    assert monitor.stop().violations == [
+        f"reply never woken: item {item} reply 1 owed its wake past 0.5 s with an operator live"
+    ]
+
+
+def test_a_reply_the_sweeper_wakes_is_no_violation(db: Engine, operator_db: Database) -> None:
+    agent, _ = _owed_reply(db)
+    monitor = _monitor(db)
+    monitor.wake_within = 0.5
+    monitor.sample(last=True)
+    # The sweeper's reply-wakes pass, as the operator's login: the wake's run is queued.
+    woken = wake_for_waiting_replies(operator_db)
+    assert [wake.owed.agent_id for wake in woken] == [agent]
+    _sample_for(db, monitor, 1.5)
+    # The run takes the reply: answered, never owed again.
+    run_id = woken[0].result.run_id if woken[0].result else None
+    assert run_id is not None
+    with Session(db) as session, session.begin():
+        assert journal.claim_run(session, run_id)
+        assert journal.succeed_run(session, run_id, "done")
+    _operator_transaction(operator_db)
+    _sample_for(db, monitor, 1.5)
+    assert monitor.stop().violations == []
