@@ -78,7 +78,9 @@ def operator_sweeper(db: Engine, database_url: str) -> Iterator[Sweeper]:
         # A client that nothing here calls (the passes that would are not run).
         jobs=RunJobs(client.ApiClient(client.Configuration(host=NOWHERE)), TEMPLATE.namespace),
     )
-    Runtime(context)  # routes the listener's signals as the operator does (not started)
+    # Routes the listener's signals as the operator does, and builds its loops' handles
+    # (not started).
+    runtime = Runtime(context)
     periods = sweeper_of(context).periods(context.passes)
     passes: Passes = {
         name: (every, work if name in REAL else lambda: None)
@@ -87,7 +89,8 @@ def operator_sweeper(db: Engine, database_url: str) -> Iterator[Sweeper]:
     schedule = PassSchedule(
         {name: every for name, (every, _) in periods.items()}, sweeper.wakes(context.wakes)
     )
-    thread = threading.Thread(target=listener_loop, args=(context,), daemon=True)
+    handle = runtime.manager.handles["listener"]
+    thread = threading.Thread(target=listener_loop, args=(context, handle), daemon=True)
     thread.start()
     try:
         # LISTENing: the listener wakes every loop when it connects, these two among

@@ -18,11 +18,12 @@ from achilles.db import notifications
 from achilles.db.database import Database
 from achilles.handlers import manager
 from achilles.handlers.config import OperatorConfig
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import LoopMetrics, RuntimeContext
 from achilles.handlers.controllers import listener, sweeper
 from achilles.handlers.signals import EMITTED_BY, Happened
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.objects import Resources
+from achilles.runtime.loops import Passes
 from achilles.runtime.manager import Manager, On
 from achilles.runtime.wake import Wake, Wakes
 
@@ -52,7 +53,8 @@ WOKEN = {
 def _wired() -> tuple[Wakes[Happened], Manager[RuntimeContext, Happened]]:
     wakes: Wakes[Happened] = Wakes()
     context = cast(RuntimeContext, SimpleNamespace(wakes=wakes, stop=threading.Event()))
-    return wakes, Manager(manager.CONTROLLERS, context, wakes, threading.Event())
+    passes = Passes(LoopMetrics())
+    return wakes, Manager(manager.CONTROLLERS, context, wakes, threading.Event(), passes)
 
 
 def test_each_signal_wakes_the_loops_it_always_woke_and_no_other() -> None:
@@ -150,7 +152,7 @@ def test_the_reconcilers_share_the_processs_handles() -> None:
     assert writer.dispatch_idle is dispatching.dispatch_idle is context.dispatch_idle
     assert writer.statuses is context.statuses
     assert writer.written is context.written_statuses
-    Manager(manager.CONTROLLERS, context, context.wakes, context.stop)  # the routes
+    Manager(manager.CONTROLLERS, context, context.wakes, context.stop, context.passes)  # routes
     status_wake = context.wakes.target("status")
     marking = (
         manager.scheduler_of(context).marks,

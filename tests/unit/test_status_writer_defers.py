@@ -15,6 +15,7 @@ from achilles.handlers.controllers import dispatcher, status_writer
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.jobs import JobTemplate, RunJobs
 from achilles.k8s.objects import Resources
+from achilles.runtime.backoff import Backoff
 from achilles.runtime.loops import Passes
 from achilles.runtime.manager import LoopHandle
 from achilles.runtime.wake import Wake
@@ -75,26 +76,25 @@ def test_an_idle_dispatcher_holds_no_status_pass() -> None:
     assert statuses.taken.is_set()
 
 
-def test_the_dispatcher_is_busy_during_its_passes_and_a_burst_and_idle_while_it_waits() -> None:
-    dispatch_idle = threading.Event()
-    dispatch_idle.set()
-    stop = threading.Event()
-    seen: list[tuple[str, bool]] = []
-    burst = DispatchResult(created=[cast(DispatchableRun, object())], waiting=800)
-    results = [burst, burst, DispatchResult(created=[cast(DispatchableRun, object())])]
+class NoPasses:
+    def passed(self, loop: str, seconds: float) -> None:
+        pass
 
-    class RecordedPasses:
-        def run(self, loop: str, work: object) -> DispatchResult:
-            assert loop == dispatcher.NAME
-            seen.append(("pass", dispatch_idle.is_set()))
+    def failed(self, loop: str) -> None:
+        pass
+
+
+def _scripted_dispatcher(
+    dispatch_idle: threading.Event, results: list[DispatchResult], seen: list[tuple[str, bool]]
+) -> dispatcher.Dispatcher:
+    class Scripted(dispatcher.Dispatcher):
+        """Its passes' results scripted; whether the status writer may write, recorded."""
+
+        def dispatch_once(self) -> DispatchResult:
+            seen.append(("pass", self.dispatch_idle.is_set()))
             return results.pop(0)
 
-    class Woken:
-        def wait(self, timeout: float) -> None:
-            seen.append(("waits", dispatch_idle.is_set()))
-            stop.set()
-
-    reconciler = dispatcher.Dispatcher(
+    return Scripted(
         database=cast(Database, None),
         jobs=cast(RunJobs, None),
         job_template=cast(JobTemplate, None),
@@ -104,8 +104,54 @@ def test_the_dispatcher_is_busy_during_its_passes_and_a_burst_and_idle_while_it_
         marks=cast(StatusMarks, None),
         dispatch_idle=dispatch_idle,
     )
-    loop = LoopHandle(dispatcher.NAME, stop, cast(Wake, Woken()), cast(Passes, RecordedPasses()))
-    dispatcher.run(reconciler, loop)
+
+
+class Woken(Wake):
+    """The loop's wake: records each wait (its timeout and whether the dispatcher is
+    idle meanwhile) and stops the loop after `waits` of them."""
+
+    def __init__(self, stop: threading.Event, idle: threading.Event, waits: int) -> None:
+        super().__init__()
+        self.stop, self.idle, self.left = stop, idle, waits
+        self.seen: list[tuple[float, bool]] = []
+
+    def wait(self, timeout: float) -> None:
+        self.seen.append((timeout, self.idle.is_set()))
+        self.left -= 1
+        if self.left == 0:
+            self.stop.set()
+
+
+def test_the_dispatcher_is_busy_during_its_passes_and_a_burst_and_idle_while_it_waits() -> None:
+    dispatch_idle = threading.Event()
+    dispatch_idle.set()
+    stop = threading.Event()
+    seen: list[tuple[str, bool]] = []
+    burst = DispatchResult(created=[cast(DispatchableRun, object())], waiting=800)
+    results = [burst, burst, DispatchResult(created=[cast(DispatchableRun, object())])]
+    reconciler = _scripted_dispatcher(dispatch_idle, results, seen)
+    woken = Woken(stop, dispatch_idle, waits=1)
+    dispatcher.run(reconciler, LoopHandle(dispatcher.NAME, stop, woken, Passes(NoPasses())))
     # Three passes with no wait between the burst's, then a wait for the next wake.
-    assert seen == [("pass", False), ("pass", False), ("pass", False), ("waits", True)]
+    assert seen == [("pass", False), ("pass", False), ("pass", False)]
+    assert woken.seen == [(dispatcher.DISPATCH_TICK, True)]
     assert dispatch_idle.is_set()
+
+
+def test_a_refused_dispatch_backs_off_through_the_runtime_and_leaves_it_idle() -> None:
+    """The API server refused the Jobs (the runs stay queued): the next pass waits out
+    the loop's backoff, doubling while refusals go on, and the status writer is not held
+    meanwhile; a pass that worked forgets it."""
+    dispatch_idle = threading.Event()
+    dispatch_idle.set()
+    stop = threading.Event()
+    seen: list[tuple[str, bool]] = []
+    refused = DispatchResult(rejected="the API server refused: 503")
+    results = [refused, refused, DispatchResult(), refused]
+    reconciler = _scripted_dispatcher(dispatch_idle, results, seen)
+    woken = Woken(stop, dispatch_idle, waits=4)
+    retry = Backoff(1.0, dispatcher.MAX_BACKOFF)
+    loop = LoopHandle(dispatcher.NAME, stop, woken, Passes(NoPasses()), retry)
+    dispatcher.run(reconciler, loop)
+    assert [idle for _, idle in seen] == [False] * 4
+    assert woken.seen == [(1.0, True), (2.0, True), (dispatcher.DISPATCH_TICK, True), (1.0, True)]

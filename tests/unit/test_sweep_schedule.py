@@ -70,3 +70,21 @@ def test_a_wake_taken_by_a_pass_due_on_its_period_is_not_run_twice() -> None:
     wake.set()
     assert _tick(schedule, OWNERS_EVERY) == ["fast", "owners"]
     assert _tick(schedule, OWNERS_EVERY + SWEEP_TICK) == ["fast"]
+
+
+def test_a_failed_pass_is_due_again_after_its_backoff_never_later_than_its_period() -> None:
+    schedule, _ = _schedule()
+    _tick(schedule, 0.0)
+    schedule.ran("slow", 0.0, failed=True)  # 1 s, then 2, 4, ... to the loop's 30 s
+    assert schedule.wait("slow") == 1.0
+    assert schedule.is_due("slow", SWEEP_TICK)  # at the next tick, not 600 s later
+    for failures in range(2, 8):
+        schedule.ran("slow", SWEEP_TICK, failed=True)
+        assert schedule.wait("slow") == min(30.0, 2.0 ** (failures - 1))
+    assert not schedule.is_due("slow", SWEEP_TICK + 29.0)
+    assert schedule.is_due("slow", SWEEP_TICK + 30.0)
+    for _ in range(6):
+        schedule.ran("owners", 0.0, failed=True)
+    assert schedule.wait("owners") == OWNERS_EVERY  # 32 s of backoff: its period first
+    schedule.ran("slow", SWEEP_TICK)  # worked: its period again
+    assert schedule.wait("slow") == 600.0

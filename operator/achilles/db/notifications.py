@@ -5,14 +5,11 @@ still tick on their own, so a lost connection delays, never loses, work."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
 import psycopg
 from sqlalchemy.engine import URL
-
-log = logging.getLogger(__name__)
 
 RUNS_CHANNEL = "achilles_runs"
 SCHEDULE_CHANNEL = "achilles_schedule"
@@ -27,23 +24,20 @@ def libpq_dsn(url: URL) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def listen(
+def listen_once(
     url: URL,
     on_notify: Callable[[str, str], None],
     stop: threading.Event,
     *,
     on_connected: Callable[[], None] = lambda: None,
 ) -> None:
-    """Call `on_notify(channel, payload)` for every notification until `stop` is set."""
-    while not stop.is_set():
-        try:
-            with psycopg.connect(libpq_dsn(url), autocommit=True, connect_timeout=10) as conn:
-                for channel in CHANNELS:
-                    conn.execute(f"LISTEN {channel}")
-                on_connected()
-                while not stop.is_set():
-                    for note in conn.notifies(timeout=1.0):
-                        on_notify(note.channel, note.payload)
-        except psycopg.Error as exc:
-            log.warning("notification listener lost the database: %s; retrying", exc)
-            stop.wait(2.0)
+    """One connection: call `on_notify(channel, payload)` for every notification until
+    `stop` is set. A lost connection raises (psycopg.Error): its caller connects again
+    (the operator's listener, after the runtime's backoff)."""
+    with psycopg.connect(libpq_dsn(url), autocommit=True, connect_timeout=10) as conn:
+        for channel in CHANNELS:
+            conn.execute(f"LISTEN {channel}")
+        on_connected()
+        while not stop.is_set():
+            for note in conn.notifies(timeout=1.0):
+                on_notify(note.channel, note.payload)

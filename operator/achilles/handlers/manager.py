@@ -30,6 +30,7 @@ from achilles.handlers.controllers import (
     watchers,
 )
 from achilles.handlers.signals import EMITTED_BY, Happened
+from achilles.runtime.backoff import Backoff
 from achilles.runtime.manager import (
     Channel,
     Controller,
@@ -49,7 +50,7 @@ SHUTDOWN_SECONDS = 5.0
 Declared = Controller[RuntimeContext, Happened]
 
 
-def agent_worker(context: RuntimeContext) -> None:
+def agent_worker(context: RuntimeContext, loop: LoopHandle) -> None:
     """One of the Agent workqueue's threads: each takes an Agent's newest waiting event
     and reconciles it (`agents.handle_queued`, which logs and re-adds a failure), one
     thread per Agent at a time. Events still waiting when the operator stops are not
@@ -58,10 +59,10 @@ def agent_worker(context: RuntimeContext) -> None:
     def handle(queued: QueuedAgent) -> None:
         agents.handle_queued(context, queued)
 
-    process(context.agent_queue, handle, context.stop, agents.TAKE_SECONDS)
+    process(context.agent_queue, handle, loop.stop, agents.TAKE_SECONDS)
 
 
-def catalogue_worker(context: RuntimeContext) -> None:
+def catalogue_worker(context: RuntimeContext, loop: LoopHandle) -> None:
     """One of the catalogue workqueue's threads: an AgentModel's, AgentTool's or
     AgentPlatform's newest waiting event mirrored (`catalogue.handle_queued`, which logs
     and re-adds a failure), one thread per object at a time."""
@@ -69,12 +70,7 @@ def catalogue_worker(context: RuntimeContext) -> None:
     def handle(queued: QueuedCatalogue) -> None:
         catalogue.handle_queued(context, queued)
 
-    process(context.catalogue_queue, handle, context.stop, catalogue.TAKE_SECONDS)
-
-
-def _loop(context: RuntimeContext, name: str) -> LoopHandle:
-    """A loop's share of the manager: the stop, its wake, its passes (counted as `name`)."""
-    return LoopHandle(name, context.stop, context.wakes.target(name), context.passes)
+    process(context.catalogue_queue, handle, loop.stop, catalogue.TAKE_SECONDS)
 
 
 def notifier_of(context: RuntimeContext) -> notifier.Notifier:
@@ -85,8 +81,8 @@ def notifier_of(context: RuntimeContext) -> notifier.Notifier:
     )
 
 
-def notifier_loop(context: RuntimeContext) -> None:
-    notifier.run(notifier_of(context), _loop(context, notifier.NAME))
+def notifier_loop(context: RuntimeContext, loop: LoopHandle) -> None:
+    notifier.run(notifier_of(context), loop)
 
 
 def listener_of(context: RuntimeContext) -> listener.Listener:
@@ -95,8 +91,8 @@ def listener_of(context: RuntimeContext) -> listener.Listener:
     return listener.Listener(context.database, context.wakes.emit, context.marks)
 
 
-def listener_loop(context: RuntimeContext) -> None:
-    listener.run(listener_of(context), _loop(context, listener.NAME))
+def listener_loop(context: RuntimeContext, loop: LoopHandle) -> None:
+    listener.run(listener_of(context), loop)
 
 
 def scheduler_of(context: RuntimeContext) -> scheduler.Scheduler:
@@ -107,8 +103,8 @@ def scheduler_of(context: RuntimeContext) -> scheduler.Scheduler:
     )
 
 
-def scheduler_loop(context: RuntimeContext) -> None:
-    scheduler.run(scheduler_of(context), _loop(context, scheduler.NAME))
+def scheduler_loop(context: RuntimeContext, loop: LoopHandle) -> None:
+    scheduler.run(scheduler_of(context), loop)
 
 
 def dispatcher_of(context: RuntimeContext) -> dispatcher.Dispatcher:
@@ -127,8 +123,8 @@ def dispatcher_of(context: RuntimeContext) -> dispatcher.Dispatcher:
     )
 
 
-def dispatcher_loop(context: RuntimeContext) -> None:
-    dispatcher.run(dispatcher_of(context), _loop(context, dispatcher.NAME))
+def dispatcher_loop(context: RuntimeContext, loop: LoopHandle) -> None:
+    dispatcher.run(dispatcher_of(context), loop)
 
 
 def watchers_of(context: RuntimeContext) -> watchers.Watchers:
@@ -140,12 +136,12 @@ def watchers_of(context: RuntimeContext) -> watchers.Watchers:
     )
 
 
-def pod_watch_loop(context: RuntimeContext) -> None:
-    watchers.run_pods(watchers_of(context), _loop(context, "pod-watch"))
+def pod_watch_loop(context: RuntimeContext, loop: LoopHandle) -> None:
+    watchers.run_pods(watchers_of(context), loop)
 
 
-def job_watch_loop(context: RuntimeContext) -> None:
-    watchers.run_jobs(watchers_of(context), _loop(context, "job-watch"))
+def job_watch_loop(context: RuntimeContext, loop: LoopHandle) -> None:
+    watchers.run_jobs(watchers_of(context), loop)
 
 
 def sweeper_of(context: RuntimeContext) -> sweeper.Sweeper:
@@ -167,8 +163,7 @@ def sweeper_of(context: RuntimeContext) -> sweeper.Sweeper:
     )
 
 
-def sweeper_loop(context: RuntimeContext) -> None:
-    loop = _loop(context, sweeper.NAME)
+def sweeper_loop(context: RuntimeContext, loop: LoopHandle) -> None:
     sweeper.run(sweeper_of(context), loop, sweeper.wakes(context.wakes))
 
 
@@ -185,8 +180,8 @@ def status_writer_of(context: RuntimeContext) -> status_writer.StatusWriter:
     )
 
 
-def status_loop(context: RuntimeContext) -> None:
-    status_writer.run(status_writer_of(context), _loop(context, status_writer.NAME))
+def status_loop(context: RuntimeContext, loop: LoopHandle) -> None:
+    status_writer.run(status_writer_of(context), loop)
 
 
 CONTROLLERS: tuple[Declared, ...] = (
@@ -201,6 +196,7 @@ CONTROLLERS: tuple[Declared, ...] = (
         reconcile="agents.handle_queued",
         run=agent_worker,
         threads=agents.THREADS,
+        retry=None,
     ),
     Controller(
         "catalogue",
@@ -214,6 +210,7 @@ CONTROLLERS: tuple[Declared, ...] = (
         reconcile="catalogue.handle_queued",
         run=catalogue_worker,
         threads=catalogue.THREADS,
+        retry=None,
     ),
     Controller(
         listener.NAME,
@@ -221,6 +218,7 @@ CONTROLLERS: tuple[Declared, ...] = (
         queue="none: each NOTIFY emitted as its signal",
         reconcile="listener.Listener.on_notify",
         run=listener_loop,
+        retry=listener.RETRY,
     ),
     Controller(
         scheduler.NAME,
@@ -246,6 +244,7 @@ CONTROLLERS: tuple[Declared, ...] = (
         queue="queued runs in the journal, FIFO under the cap (dispatch lock)",
         reconcile="dispatcher.Dispatcher.dispatch_once",
         run=dispatcher_loop,
+        retry=Backoff(1.0, dispatcher.MAX_BACKOFF),
     ),
     Controller(
         "pod-watch",
@@ -254,6 +253,7 @@ CONTROLLERS: tuple[Declared, ...] = (
         reconcile="watchers.Watchers.follow_pods",
         run=pod_watch_loop,
         joined=False,
+        retry=watchers.RETRY,
     ),
     Controller(
         "job-watch",
@@ -262,6 +262,7 @@ CONTROLLERS: tuple[Declared, ...] = (
         reconcile="watchers.Watchers.follow_jobs",
         run=job_watch_loop,
         joined=False,
+        retry=watchers.RETRY,
     ),
     Controller(
         sweeper.NAME,
@@ -315,6 +316,12 @@ def _source(source: Source[Happened]) -> str:
     return f"`{source.signal}`{part}"
 
 
+def _retry(controller: Declared) -> str:
+    if controller.retry is None:
+        return ""  # its queue's, in its queue column
+    return f"; a failed pass again after {controller.retry}"
+
+
 def table() -> list[tuple[str, str, str, str, str]]:
     """The manager's table as docs/architecture.md shows it: controller (threads),
     sources, queue, reconcile, who wakes it (the emitters of its `On` signals)."""
@@ -330,7 +337,7 @@ def table() -> list[tuple[str, str, str, str, str]]:
                 f"{controller.name}{threads}",
                 "; ".join(_source(source) for source in controller.sources),
                 controller.queue,
-                f"`{controller.reconcile}`",
+                f"`{controller.reconcile}`{_retry(controller)}",
                 ", ".join(emitters) or "none (its sources only)",
             )
         )
@@ -342,7 +349,7 @@ class Runtime:
 
     def __init__(self, context: RuntimeContext) -> None:
         self.context = context
-        self.manager = Manager(CONTROLLERS, context, context.wakes, context.stop)
+        self.manager = Manager(CONTROLLERS, context, context.wakes, context.stop, context.passes)
 
     def start(self) -> None:
         self.manager.start()

@@ -2,10 +2,12 @@
 nothing here knows an Agent, a run, kopf or the database.
 
 - `manager`: the controllers declared with their sources, queue and reconcile, their
-  signals routed to their wakes, their loops started and stopped together;
+  signals routed to their wakes, their loops started and stopped together, a loop's
+  failed pass retried after its backoff (`LoopHandle.drive`, the one place);
 - `workqueue`: a keyed workqueue (the newest item of a key wins, one thread per key, a
   failed key re-added after its backoff) and the worker loop that drains it;
-- `backoff`: the per-object exponential backoff of a failed key (1 s doubling to 60 s);
+- `backoff`: the exponential backoff of a failed key (1 s doubling to 60 s) or of a
+  loop's failed pass (its controller's);
 - `wake`: a level-triggered wake-up one part sets and a loop waits on, and the routes
   from signals to wakes;
 - `loops`: named loop threads started and stopped together, and each loop's passes

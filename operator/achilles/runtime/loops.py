@@ -38,17 +38,22 @@ class Passes:
     def run(self, loop: str, work: Callable[[], T]) -> T | None:
         """One pass of a loop: its result, or None when it raised (logged and counted).
         An error ends the pass, never the loop."""
+        return self.attempt(loop, work)[1]
+
+    def attempt(self, loop: str, work: Callable[[], T]) -> tuple[bool, T | None]:
+        """One pass of a loop: whether it completed, and its result (None when it
+        raised: logged and counted). An error ends the pass, never the loop."""
         started = time.monotonic()
         try:
             result = work()
         except Exception:
             self._observer.failed(loop)
             log.exception("%s pass failed", loop)
-            return None
+            return False, None
         finally:
             self._observer.passed(loop, time.monotonic() - started)
         self.last_pass[loop] = time.monotonic()
-        return result
+        return True, result
 
     def health(self) -> dict[str, float]:
         """Seconds since each loop last completed a pass."""

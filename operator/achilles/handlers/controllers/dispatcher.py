@@ -2,7 +2,8 @@
 
 Wakes on what its sources say (handlers/manager.py: a run NOTIFY, runs to dispatch, the
 platform changed), after a pass that left more waiting, or every DISPATCH_TICK; backs
-off (to MAX_BACKOFF) while the API server or the database refuses. Owns nothing in memory;
+off (1 s doubling to MAX_BACKOFF, the runtime's `LoopHandle.drive`, declared in the
+manager's table) while the API server or the database refuses. Owns nothing in memory;
 says when it is making Jobs (`dispatch_idle`), for the status writer to wait.
 """
 
@@ -32,6 +33,7 @@ log = logging.getLogger("achilles.operator")
 # A run inserted or ending NOTIFYs the dispatcher, and the settings' handler wakes it: the
 # tick only bounds what a lost notification costs (each pass is a transaction, idle too).
 DISPATCH_TICK = 30.0
+# The longest wait after refused passes in a row (the manager's table declares it).
 MAX_BACKOFF = 30.0
 NAME = "dispatcher"
 
@@ -95,20 +97,22 @@ class Dispatcher:
 
 def run(reconciler: Dispatcher, loop: LoopHandle) -> None:
     idle = reconciler.dispatch_idle
-    backoff = 0.0
-    while not loop.stop.is_set():
+
+    def dispatch() -> float | None:
+        """One pass; the seconds to the next, or None when the API server or the
+        database refused (the runs stay queued; the runtime backs off)."""
         idle.clear()  # Jobs first: the status writer waits (status_writer.py)
-        done = loop.run_pass(reconciler.dispatch_once)
-        wait = DISPATCH_TICK
-        if done is None or done.rejected is not None:
-            # The API server or the database refused: back off, the runs stay queued.
-            backoff = min(MAX_BACKOFF, max(1.0, backoff * 2))
-            wait = backoff
-        else:
-            backoff = 0.0
-            if done.progressed and done.waiting:
-                wait = 0.0  # a full batch left the queue and more wait: go on at once
-        if wait > 0:
-            idle.set()
-            loop.woken.wait(wait)
+        busy = False
+        try:
+            done = reconciler.dispatch_once()
+            # A full batch left the queue and more wait: go on at once, still busy.
+            busy = done.rejected is None and done.progressed and done.waiting > 0
+        finally:
+            if not busy:
+                idle.set()
+        if done.rejected is not None:
+            return None
+        return 0.0 if busy else DISPATCH_TICK
+
+    loop.drive(dispatch)
     idle.set()

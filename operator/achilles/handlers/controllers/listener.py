@@ -6,7 +6,7 @@ A run inserted or changing state (payload: its agent id) also marks the agent's 
 owner deactivated are each a signal of their own. Connected again after an outage, it
 emits `RECONNECTED`: the NOTIFYs sent meanwhile are lost, so what they would have woken
 looks now. The loops tick on their own too, so a lost connection delays work, never
-loses it.
+loses it; the connection is made again after the runtime's backoff.
 """
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from achilles.db.database import Database
-from achilles.db.notifications import RUNS_CHANNEL, listen
+from achilles.db.notifications import RUNS_CHANNEL, listen_once
 from achilles.handlers.context import StatusMarks
 from achilles.handlers.signals import Happened
+from achilles.runtime.backoff import Backoff
 from achilles.runtime.manager import LoopHandle
 
 NAME = "listener"
+# A lost connection tried again after 1 s, then 2 s while the database stays away (the
+# manager's table): the NOTIFYs sent meanwhile are lost, each loop's tick covers them.
+RETRY = Backoff(1.0, 2.0)
 # The channels it LISTENs on, each emitted as the signal of the same name.
 CHANNELS = (
     Happened.RUNS_CHANGED,
@@ -51,4 +55,12 @@ class Listener:
 
 
 def run(listener: Listener, loop: LoopHandle) -> None:
-    listen(listener.database.url, listener.on_notify, loop.stop, on_connected=listener.on_connected)
+    """A connection LISTENing until the stop; a lost one is a failed pass, connected
+    again after the runtime's backoff (`LoopHandle.drive`)."""
+
+    def session() -> float:
+        url = listener.database.url
+        listen_once(url, listener.on_notify, loop.stop, on_connected=listener.on_connected)
+        return 0.0
+
+    loop.drive(session)

@@ -2,7 +2,9 @@
 once (services/notifications.py).
 
 Wakes on the outbox's NOTIFY (a notification written), when the earliest retry is due
-(its backoff timer), or every NOTIFIER_TICK; goes on at once while full batches come.
+(its backoff timer), or every NOTIFIER_TICK; goes on at once while full batches come. A
+failed pass (the database down) is retried with the runtime's backoff
+(`LoopHandle.drive`).
 A notification given up (dead) is logged and posted as a Warning Event on the
 AgentPlatform; `achilles notifications list --dead` shows each with its last error.
 Owns nothing in memory: the outbox's rows say what is due.
@@ -29,7 +31,6 @@ log = logging.getLogger("achilles.operator")
 # (NOTIFYs sent while it was away are lost); the tick is a last resort, long enough that
 # an idle operator's transactions stay few (achilles bench kept-jobs).
 NOTIFIER_TICK = 300.0
-AFTER_ERROR = 5.0
 NAME = "notifier"
 
 
@@ -67,18 +68,16 @@ class Notifier:
 
 def run(notifier: Notifier, loop: LoopHandle) -> None:
     sender = WebhookSender()
+
+    def deliver() -> float:
+        done = notifier.deliver_once(sender)
+        if done.full_batch:
+            return 0.0
+        if done.next_due_in is None:
+            return NOTIFIER_TICK
+        return min(NOTIFIER_TICK, done.next_due_in)
+
     try:
-        while not loop.stop.is_set():
-            done = loop.run_pass(lambda: notifier.deliver_once(sender))
-            if done is None:
-                wait = AFTER_ERROR
-            elif done.full_batch:
-                wait = 0.0
-            elif done.next_due_in is None:
-                wait = NOTIFIER_TICK
-            else:
-                wait = min(NOTIFIER_TICK, done.next_due_in)
-            if wait > 0:
-                loop.woken.wait(wait)
+        loop.drive(deliver)  # a failed pass: the runtime's backoff
     finally:
         sender.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from achilles.db.database import Database
 from achilles.domain.runs import RunState
@@ -78,14 +77,19 @@ class Scheduler:
 
 def run(reconciler: Scheduler, loop: LoopHandle) -> None:
     last_repair = float("-inf")
-    while not loop.stop.is_set():
+
+    def schedule() -> float:
+        """One pass; the seconds to the nearest slot (SCHEDULER_MAX_SLEEP at most). A
+        failed one is retried with the runtime's backoff (`LoopHandle.drive`)."""
+        nonlocal last_repair
         repair = time.monotonic() - last_repair >= SCHEDULE_REPAIR_EVERY
-        tick = loop.run_pass(partial(reconciler.schedule_once, repair=repair))
+        tick = reconciler.schedule_once(repair=repair)
+        if repair:
+            last_repair = time.monotonic()
         sleep = SCHEDULER_MAX_SLEEP
-        if tick is not None:
-            if repair:
-                last_repair = time.monotonic()
-            if tick.nearest_next_run is not None and tick.now is not None:
-                until = (tick.nearest_next_run - tick.now).total_seconds()
-                sleep = min(sleep, max(0.0, until))
-        loop.woken.wait(sleep)
+        if tick.nearest_next_run is not None and tick.now is not None:
+            until = (tick.nearest_next_run - tick.now).total_seconds()
+            sleep = min(sleep, max(0.0, until))
+        return sleep
+
+    loop.drive(schedule)

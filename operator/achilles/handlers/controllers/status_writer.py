@@ -24,7 +24,6 @@ from achilles.runtime.manager import LoopHandle
 from achilles.services.status import journal_fields, statuses_to_write
 
 TICK = 10.0
-AFTER_ERROR = 1.0
 DEFER_FOR_JOBS = 5.0
 NAME = "status"
 
@@ -84,7 +83,11 @@ class StatusWriter:
 
 
 def run(writer: StatusWriter, loop: LoopHandle) -> None:
-    while not loop.stop.is_set():
-        loop.woken.wait(TICK)
-        if loop.run_pass(writer.write_dirty_statuses) is None:
-            loop.stop.wait(AFTER_ERROR)
+    """A pass, then the next at a mark (`status-moved`) or TICK; a failed pass (its
+    Agents put back on the queue) is retried with the runtime's backoff."""
+
+    def write() -> float:
+        writer.write_dirty_statuses()
+        return TICK
+
+    loop.drive(write)

@@ -50,8 +50,9 @@ from achilles.handlers.signals import Happened
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_TOOL
+from achilles.runtime.backoff import Backoff
 from achilles.runtime.loops import Passes
-from achilles.runtime.manager import LoopHandle
+from achilles.runtime.manager import LOOP_RETRY, LoopHandle
 from achilles.runtime.memory import TRIM_EVERY, MemoryPass
 from achilles.runtime.wake import Wake, Wakes
 from achilles.runtime.workqueue import WorkQueue
@@ -215,28 +216,51 @@ def wakes(targets: Wakes[Happened]) -> dict[str, Wake]:
 
 class PassSchedule:
     """When each pass is due: its period after it last ran (every pass at the first
-    tick), or at the first tick after its wake was set."""
+    tick), or at the first tick after its wake was set. A pass that failed is due again
+    after the loop's backoff (`retry`, the runtime's: its first delay, doubling with each
+    failure in a row, never later than its period), as a workqueue re-adds a failed
+    key: the reaper's pass that met a database restart runs at the next tick, not a
+    third of `stale_after` later."""
 
-    def __init__(self, every: Mapping[str, float], woken_by: Mapping[str, Wake]) -> None:
+    def __init__(
+        self,
+        every: Mapping[str, float],
+        woken_by: Mapping[str, Wake],
+        retry: Backoff = LOOP_RETRY,
+    ) -> None:
         self.every = dict(every)
         self.woken_by = dict(woken_by)
+        self.retry = retry
         self.last: dict[str, float] = {}
+        self.failures: dict[str, int] = {}
 
     def is_due(self, name: str, now: float) -> bool:
         """Takes the pass's wake: a pass about to run answers what woke it (the rows it
         reads were committed before their NOTIFY came)."""
         wake = self.woken_by.get(name)
         woken = wake is not None and wake.take()
-        return woken or now - self.last.get(name, float("-inf")) >= self.every[name]
+        return woken or now - self.last.get(name, float("-inf")) >= self.wait(name)
 
-    def ran(self, name: str, now: float) -> None:
+    def wait(self, name: str) -> float:
+        """Seconds from its last pass to its next: its period, or its backoff."""
+        failures = self.failures.get(name, 0)
+        if failures == 0:
+            return self.every[name]
+        return min(self.every[name], self.retry.delay(failures))
+
+    def ran(self, name: str, now: float, *, failed: bool = False) -> None:
         self.last[name] = now
+        if failed:
+            self.failures[name] = self.failures.get(name, 0) + 1
+        else:
+            self.failures.pop(name, None)
 
 
 def run(reconciler: Sweeper, loop: LoopHandle, woken_by: Mapping[str, Wake]) -> None:
     """`woken_by`: the wakes of the passes also woken (`wakes`)."""
     passes = reconciler.periods(loop.passes)
-    schedule = PassSchedule({name: every for name, (every, _) in passes.items()}, woken_by)
+    every = {name: seconds for name, (seconds, _) in passes.items()}
+    schedule = PassSchedule(every, woken_by, loop.retry)
     while not loop.stop.is_set():
         tick(loop.passes, passes, schedule)
         loop.stop.wait(SWEEP_TICK)
@@ -248,12 +272,12 @@ def tick(
     schedule: PassSchedule,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[str]:
-    """One tick: the passes due, in `periods` order, each counted under its own name;
-    returns their names."""
+    """One tick: the passes due, in `periods` order, each counted under its own name (a
+    failed one is due again after its backoff); returns their names."""
     done = []
     for name, (_, work) in passes.items():
         if schedule.is_due(name, clock()):
-            counted.run(name, work)
-            schedule.ran(name, clock())
+            completed, _ = counted.attempt(name, work)
+            schedule.ran(name, clock(), failed=not completed)
             done.append(name)
     return done

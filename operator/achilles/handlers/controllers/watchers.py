@@ -1,7 +1,9 @@
 """The pod and Job watchers: what Kubernetes says about run pods and Jobs is folded into
 the journal (services/outcomes.py): a failed, evicted or OOM-killed pod, a Job stopped
 at its deadline. Each lists once, then watches; a watch that ends resumes where it was
-(services/run_objects.py keeps what they saw; the sweeper reads it).
+(services/run_objects.py keeps what they saw; the sweeper reads it); one that failed is
+resumed after the runtime's backoff (`LoopHandle.drive`; the manager's table declares
+it short: a watch's events wait for it, and a resume is one request).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from achilles.handlers import events
 from achilles.handlers.context import StatusMarks
 from achilles.handlers.signals import Happened
 from achilles.k8s.objects import Resources
+from achilles.runtime.backoff import Backoff
 from achilles.runtime.manager import LoopHandle
 from achilles.services.run_objects import RunObjects
 
-RESTART_AFTER_ERROR = 2.0
+# A failed watch resumed after 1 s, then 2 s while it keeps failing (the manager's table).
+RETRY = Backoff(1.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -51,12 +55,9 @@ class Watchers:
 
 
 def run_pods(reconciler: Watchers, loop: LoopHandle) -> None:
-    while not loop.stop.is_set():
-        if loop.run_pass(lambda: reconciler.follow_pods(loop.stop)) is None:
-            loop.stop.wait(RESTART_AFTER_ERROR)
+    """A watch ended is resumed at once; a failed one after the runtime's backoff."""
+    loop.drive(lambda: 0.0 if reconciler.follow_pods(loop.stop) else None)
 
 
 def run_jobs(reconciler: Watchers, loop: LoopHandle) -> None:
-    while not loop.stop.is_set():
-        if loop.run_pass(lambda: reconciler.follow_jobs(loop.stop)) is None:
-            loop.stop.wait(RESTART_AFTER_ERROR)
+    loop.drive(lambda: 0.0 if reconciler.follow_jobs(loop.stop) else None)
