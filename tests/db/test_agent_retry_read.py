@@ -12,10 +12,11 @@ from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
 from achilles.handlers.agent_queue import AgentToRead, QueuedAgent
-from achilles.handlers.agents import handle_queued
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.agents import AgentReconciler, handle_queued
+from achilles.handlers.context import StatusMarks
 from achilles.handlers.statuses import WrittenStatuses
-from achilles.k8s.objects import ObjectRef
+from achilles.k8s.jobs import RunJobs
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.runtime.workqueue import WorkQueue
 from tests.db.factories import make_owner
 from tests.db.reconciling import reconcile_event
@@ -49,20 +50,22 @@ def test_an_agent_gone_before_its_retry_is_read_is_handled_as_deleted(
 
     queue: WorkQueue[str, QueuedAgent] = WorkQueue()
     jobs = Jobs()
-    context = SimpleNamespace(
+    reconciler = AgentReconciler(
         database=database,
-        agent_queue=queue,
-        resources=SimpleNamespace(read_object=read_object),
-        jobs=jobs,
-        written_statuses=WrittenStatuses(),
+        resources=cast(Resources, SimpleNamespace(read_object=read_object)),
+        jobs=cast(RunJobs, jobs),
+        queue=queue,
         settled_agents=None,
+        written=WrittenStatuses(),
+        marks=cast(StatusMarks, None),  # a deletion marks nothing
+        emit=lambda signal: None,
     )
     queue.add_rate_limited("uid-gone", AgentToRead(ref))  # an earlier failure's re-add
     queue.put("uid-gone", AgentToRead(ref))  # ... and a requeue, ready now
     taken = queue.take(0)
     assert taken is not None
 
-    handle_queued(cast(RuntimeContext, context), taken[1])
+    handle_queued(reconciler, taken[1])
     queue.done("uid-gone")
 
     assert read == [ref]  # read afresh on its turn

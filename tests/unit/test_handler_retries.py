@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 
+from achilles.db.database import Database
 from achilles.db.journal.catalogue import AgentRef
 from achilles.domain.mcp_tools import listing_retried
 from achilles.domain.vocabulary import ConditionReason, EventReason, EventType
@@ -21,15 +22,19 @@ from achilles.handlers.agent_queue import (
     QueuedAgentEvent,
     requeue_agents,
 )
+from achilles.handlers.agents import AgentReconciler
+from achilles.handlers.catalogue import CatalogueReconciler
 from achilles.handlers.catalogue_queue import (
     CatalogueEvent,
     CatalogueKey,
     CatalogueToRead,
     QueuedCatalogue,
 )
-from achilles.handlers.context import RuntimeContext
+from achilles.handlers.context import Handles, StatusMarks
 from achilles.handlers.discovery import report_discovery
-from achilles.k8s.objects import ObjectRef
+from achilles.handlers.statuses import WrittenStatuses
+from achilles.k8s.jobs import RunJobs
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import AgentEvent
 from achilles.services.mcp_sources import Discovery, Notice
@@ -68,12 +73,22 @@ def _unreachable(ref: ObjectRef) -> None:
     raise ConnectionError("the API server is down")
 
 
-def _agent_context(clock: Clock) -> tuple[RuntimeContext, WorkQueue[str, QueuedAgent]]:
-    """The Agent's read from the API server fails (the handling's first step)."""
+def _agent_context(clock: Clock) -> tuple[AgentReconciler, WorkQueue[str, QueuedAgent]]:
+    """The Agent's read from the API server fails (the handling's first step); nothing
+    else it holds is reached."""
     queue: WorkQueue[str, QueuedAgent] = WorkQueue(clock)
     resources = SimpleNamespace(read_object=_unreachable)
-    context = SimpleNamespace(agent_queue=queue, resources=resources)
-    return cast(RuntimeContext, context), queue
+    reconciler = AgentReconciler(
+        database=cast(Database, None),
+        resources=cast(Resources, resources),
+        jobs=cast(RunJobs, None),
+        queue=queue,
+        settled_agents=None,
+        written=WrittenStatuses(),
+        marks=cast(StatusMarks, None),
+        emit=lambda signal: None,
+    )
+    return reconciler, queue
 
 
 def _listed(ref: ObjectRef, generation: int) -> QueuedAgentEvent:
@@ -116,11 +131,18 @@ def test_an_agent_re_add_replaces_an_older_event_still_waiting() -> None:
 
 def _catalogue_context(
     clock: Clock, read_object: Any
-) -> tuple[RuntimeContext, WorkQueue[CatalogueKey, QueuedCatalogue]]:
+) -> tuple[CatalogueReconciler, WorkQueue[CatalogueKey, QueuedCatalogue]]:
     queue: WorkQueue[CatalogueKey, QueuedCatalogue] = WorkQueue(clock)
     resources = SimpleNamespace(read_object=read_object)
-    context = SimpleNamespace(catalogue_queue=queue, resources=resources)
-    return cast(RuntimeContext, context), queue
+    reconciler = CatalogueReconciler(
+        database=cast(Database, None),
+        resources=cast(Resources, resources),
+        namespace="achilles-runs",
+        queue=queue,
+        agent_queue=WorkQueue(clock),
+        emit=lambda signal: None,
+    )
+    return reconciler, queue
 
 
 def test_a_failed_catalogue_handling_is_re_added_as_the_object_to_read() -> None:
@@ -142,7 +164,7 @@ def test_a_catalogue_object_gone_before_its_retry_is_handled_as_deleted(
 ) -> None:
     handled: list[CatalogueEvent] = []
 
-    def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
+    def model_changed(context: CatalogueReconciler, event: CatalogueEvent) -> None:
         handled.append(event)
 
     monkeypatch.setitem(catalogue.RECONCILERS, "AgentModel", model_changed)
@@ -188,7 +210,7 @@ def _tool_body(ready_reason: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _handle(context: RuntimeContext, queue: WorkQueue[CatalogueKey, QueuedCatalogue]) -> None:
+def _handle(context: CatalogueReconciler, queue: WorkQueue[CatalogueKey, QueuedCatalogue]) -> None:
     taken = queue.take(0)
     assert taken is not None
     catalogue.handle_queued(context, taken[1])
@@ -202,7 +224,7 @@ def test_an_unanswered_listing_is_retried_with_backoff_until_one_works(
     handled: list[CatalogueEvent] = []
     answers = iter([False, False, True])
 
-    def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> catalogue.Reconciled:
+    def tool_changed(context: CatalogueReconciler, event: CatalogueEvent) -> catalogue.Reconciled:
         handled.append(event)
         if event.relist or not handled[:-1]:  # a retry, or the spec's first listing
             up = next(answers)
@@ -265,7 +287,7 @@ def test_a_retried_listing_warns_once_per_verdict() -> None:
         post_event=lambda ref, type, reason, message: posted.append((reason, message)),
         patch_status=patch_status,
     )
-    context = cast(RuntimeContext, SimpleNamespace(resources=resources))
+    context = cast(Handles, SimpleNamespace(resources=resources))
 
     def report(message: str, ready: bool = False) -> None:
         reason = ConditionReason.TOOLS_LISTED if ready else ConditionReason.SERVER_UNREACHABLE

@@ -22,11 +22,13 @@ the Agent afresh when its turn comes, so the queue alone orders an Agent's handl
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
+from achilles.db.database import Database
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import (
     AgentToRead,
@@ -34,17 +36,21 @@ from achilles.handlers.agent_queue import (
     QueuedAgentEvent,
     agent_ref,
 )
-from achilles.handlers.context import RuntimeContext, context_of
+from achilles.handlers.context import RuntimeContext, StatusMarks, context_of
 from achilles.handlers.signals import Happened
-from achilles.k8s.objects import ObjectRef
+from achilles.handlers.statuses import StatusQueue, WrittenStatuses
+from achilles.k8s.jobs import RunJobs
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
+from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import (
     AgentEvent,
     AgentReconciliation,
     reconcile_agent_event,
     settled_from_memory,
 )
+from achilles.services.agent_intake import SettledAgents
 from achilles.services.status import is_own_status_echo, journal_view, needs_patch
 
 log = logging.getLogger("achilles.operator")
@@ -60,6 +66,38 @@ TAKE_SECONDS = 1.0
 RECONCILE = "agent_reconcile"
 
 
+@dataclass(frozen=True)
+class AgentReconciler:
+    """An Agent's reconcile, with exactly what it uses (`reconciler_of` builds it for the
+    workqueue's threads, handlers/manager.py, and for what the kopf handler settles from
+    memory): the journal's database, the API server (the Agent read afresh, its spec,
+    status and Events), the Jobs client (a removed Agent's Jobs, a cancelled run's), the
+    Agent workqueue (a failure's re-add), the rows' digests a listed Agent is checked
+    against, the statuses written, the status marks and `emit` (runs to dispatch)."""
+
+    database: Database
+    resources: Resources
+    jobs: RunJobs
+    queue: WorkQueue[str, QueuedAgent]
+    settled_agents: SettledAgents | None
+    written: WrittenStatuses
+    marks: StatusMarks
+    emit: Callable[[Happened], None]
+
+
+def reconciler_of(context: RuntimeContext) -> AgentReconciler:
+    return AgentReconciler(
+        context.database,
+        context.resources,
+        context.jobs,
+        context.agent_queue,
+        context.settled_agents,
+        context.written_statuses,
+        context.marks,
+        context.wakes.emit,
+    )
+
+
 @kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
 async def agent_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     context = context_of(memo)
@@ -68,7 +106,7 @@ async def agent_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, *
     # With an older event of this Agent still waiting, this one replaces it whatever it
     # is: settled here, it would be followed by the older one's handling.
     waiting = context.agent_queue.waiting(uid)
-    if not waiting and _is_echo(context, type, body):
+    if not waiting and _is_echo(context.statuses, type, body):
         metrics.AGENT_EVENTS.labels("modified", "echo").inc()
         return
     agent = _read_event(type, body)
@@ -77,33 +115,33 @@ async def agent_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, *
         if settled is not None:
             metrics.AGENT_EVENTS.labels("listed", "unchanged").inc()
             ref = agent_ref(agent.name, agent.namespace, agent.uid)
-            _apply(context, ref, dict(agent.status), settled)
+            _apply(reconciler_of(context), ref, dict(agent.status), settled)
             return
     context.agent_queue.put(uid, QueuedAgentEvent(type, agent))
 
 
-def handle_queued(context: RuntimeContext, queued: QueuedAgent) -> None:
+def handle_queued(reconciler: AgentReconciler, queued: QueuedAgent) -> None:
     """Reconcile what was taken from the workqueue, on a workqueue thread: an event, or
     the Agent read afresh for a retry or a requeue. A failure is the queue's rate-limited
     re-add of the Agent, read afresh when its backoff is over; a success forgets it."""
     ref = queued.ref
     assert ref.uid is not None  # the queue is keyed by uid
     try:
-        _reconcile(context, _event_of(context, queued))
+        _reconcile(reconciler, _event_of(reconciler, queued))
     except Exception as exc:
-        delay = context.agent_queue.add_rate_limited(ref.uid, AgentToRead(ref))
+        delay = reconciler.queue.add_rate_limited(ref.uid, AgentToRead(ref))
         log.warning(
             "%s of %s %s failed (%s); retried in %.0f s", RECONCILE, ref.kind, ref.name, exc, delay
         )
     else:
-        context.agent_queue.forget(ref.uid)
+        reconciler.queue.forget(ref.uid)
 
 
-def _event_of(context: RuntimeContext, queued: QueuedAgent) -> QueuedAgentEvent:
+def _event_of(reconciler: AgentReconciler, queued: QueuedAgent) -> QueuedAgentEvent:
     if isinstance(queued, QueuedAgentEvent):
         return queued
     ref = queued.ref
-    body = context.resources.read_object(ref)
+    body = reconciler.resources.read_object(ref)
     if body is not None:  # handled as kopf hands over a listed object: in full
         return QueuedAgentEvent(None, _read_event(None, body))
     # Gone meanwhile: handled as its deletion.
@@ -111,28 +149,28 @@ def _event_of(context: RuntimeContext, queued: QueuedAgent) -> QueuedAgentEvent:
     return QueuedAgentEvent("DELETED", _read_event("DELETED", {"metadata": meta}))
 
 
-def _reconcile(context: RuntimeContext, queued: QueuedAgentEvent) -> None:
+def _reconcile(reconciler: AgentReconciler, queued: QueuedAgentEvent) -> None:
     event = queued.event
     kind = "listed" if queued.type is None else queued.type.lower()
     # A listed Agent (kopf's listing at start, or a retry's fresh read) may already agree.
-    settled = context.settled_agents if queued.type is None else None
-    reconciliation = reconcile_agent_event(context.database, event, settled)
+    settled = reconciler.settled_agents if queued.type is None else None
+    reconciliation = reconcile_agent_event(reconciler.database, event, settled)
     metrics.AGENT_EVENTS.labels(
         kind, "unchanged" if reconciliation.unchanged else "reconciled"
     ).inc()
     if reconciliation.removed:
-        _remove(context, event, reconciliation.agent_id)
+        _remove(reconciler, event, reconciliation.agent_id)
     else:
-        _apply(context, queued.ref, dict(event.status), reconciliation)
+        _apply(reconciler, queued.ref, dict(event.status), reconciliation)
 
 
-def _is_echo(context: RuntimeContext, type: str | None, body: Mapping[str, Any]) -> bool:
+def _is_echo(statuses: StatusQueue, type: str | None, body: Mapping[str, Any]) -> bool:
     """The operator's own status write coming back, unless the status writer asked for
     a reconcile of the agent: told in kopf's event loop, from the raw body, with no
     thread hop (most events, once the operator runs, are these)."""
     status = body.get("status") or {}
     return is_own_status_echo(type, body["metadata"], status) and not (
-        context.statuses.take_reconcile(status["databaseId"])
+        statuses.take_reconcile(status["databaseId"])
     )
 
 
@@ -155,23 +193,23 @@ def _read_event(type: str | None, body: Mapping[str, Any]) -> AgentEvent:
     )
 
 
-def _remove(context: RuntimeContext, event: AgentEvent, agent_id: int | None) -> None:
+def _remove(reconciler: AgentReconciler, event: AgentEvent, agent_id: int | None) -> None:
     if agent_id is None:
         return
-    context.written_statuses.forget(agent_id)
-    context.jobs.delete_for_agents([agent_id])
+    reconciler.written.forget(agent_id)
+    reconciler.jobs.delete_for_agents([agent_id])
     log.info(
         "agent %s/%s removed (row %s, its runs and Jobs)", event.namespace, event.name, agent_id
     )
 
 
 def _apply(
-    context: RuntimeContext,
+    reconciler: AgentReconciler,
     ref: ObjectRef,
     previous: dict[str, Any],
     reconciliation: AgentReconciliation,
 ) -> None:
-    resources = context.resources
+    resources = reconciler.resources
     if reconciliation.spec_patch:
         assert ref.namespace is not None  # Agents are namespaced
         resources.patch_agent_spec(ref.namespace, ref.name, reconciliation.spec_patch)
@@ -187,16 +225,16 @@ def _apply(
     if reconciliation.delete_job_of is not None:
         # A cancelled run's Job, after its pods (foreground propagation): the run holds
         # its agent until the Job is gone, and then ends (the Job watcher).
-        context.jobs.delete(reconciliation.delete_job_of, foreground=True)
+        reconciler.jobs.delete(reconciliation.delete_job_of, foreground=True)
     if reconciliation.wake_dispatcher:
-        context.wakes.emit(Happened.DISPATCHABLE)
+        reconciler.emit(Happened.DISPATCHABLE)
     agent_id = reconciliation.agent_id
     if reconciliation.journal_moved and agent_id is not None:
-        context.mark_dirty([agent_id])
+        reconciler.marks.mark_dirty([agent_id])
     desired = reconciliation.status
     if desired is None:
         return
     if needs_patch(previous, desired):
         metrics.count_status_patch("reconcile", resources.patch_status(ref, desired))
     if agent_id is not None:  # the status writer patches from here on
-        context.written_statuses.record(agent_id, journal_view(desired))
+        reconciler.written.record(agent_id, journal_view(desired))

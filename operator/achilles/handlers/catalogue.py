@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, TypeVar
@@ -26,26 +27,29 @@ from typing import Any, TypeVar
 import kopf
 from pydantic import BaseModel, ValidationError
 
+from achilles.db.database import Database
 from achilles.domain.mcp_tools import listing_retried
 from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
-from achilles.handlers.agent_queue import requeue_agents
+from achilles.handlers.agent_queue import QueuedAgent, requeue_agents
 from achilles.handlers.catalogue_queue import (
     CatalogueEvent,
+    CatalogueKey,
     CatalogueToRead,
     QueuedCatalogue,
     catalogue_key,
 )
-from achilles.handlers.context import RuntimeContext, context_of
+from achilles.handlers.context import context_of
 from achilles.handlers.discovery import report_discovery
 from achilles.handlers.owed_specs import deliver_owed_specs
 from achilles.handlers.signals import Happened
-from achilles.k8s.objects import ObjectRef
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL, CustomResourceKind
+from achilles.runtime.workqueue import WorkQueue
 from achilles.services import catalogue, mcp_sources
 from achilles.services.status import condition, invalid_spec_message, needs_patch
 
@@ -69,17 +73,34 @@ class Reconciled(Enum):
     LISTING_OWED = "listing owed"
 
 
+@dataclass(frozen=True)
+class CatalogueReconciler:
+    """The catalogue's reconcile, with exactly what it uses (handlers/manager.py builds
+    it for the workqueue's threads): the journal's database, the API server (the object
+    read afresh, its status and Events, an MCP source's Secret), the namespace of the
+    MCP sources' Secrets (the runs'), its own workqueue (a failure's re-add, a listing
+    owed), the Agent workqueue (the Agents a model or tool changed, read again) and
+    `emit` (the platform changed)."""
+
+    database: Database
+    resources: Resources
+    namespace: str
+    queue: WorkQueue[CatalogueKey, QueuedCatalogue]
+    agent_queue: WorkQueue[str, QueuedAgent]
+    emit: Callable[[Happened], None]
+
+
 class Mirror:
     """One event of a cluster-scoped kind: parse the spec, then report how mirroring went."""
 
     def __init__(
         self,
-        context: RuntimeContext,
+        resources: Resources,
         ref: ObjectRef,
         meta: Mapping[str, Any],
         status: Mapping[str, Any],
     ):
-        self.context = context
+        self.resources = resources
         self.ref = ref
         self.generation = meta.get("generation")
         self.previous = dict(status)
@@ -110,7 +131,7 @@ class Mirror:
     def write(self, conditions: list[dict[str, Any]], **fields: Any) -> None:
         desired = {"observedGeneration": self.generation, "conditions": conditions, **fields}
         if needs_patch(self.previous, desired):
-            patched = self.context.resources.patch_status(self.ref, desired)
+            patched = self.resources.patch_status(self.ref, desired)
             metrics.count_status_patch("catalogue", patched)
 
 
@@ -149,16 +170,16 @@ async def platform_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo
     _queue(AGENT_PLATFORM, type, event, memo)
 
 
-def handle_queued(context: RuntimeContext, queued: QueuedCatalogue) -> None:
+def handle_queued(reconciler: CatalogueReconciler, queued: QueuedCatalogue) -> None:
     """Reconcile what was taken from the catalogue's workqueue, on one of its threads. A
     failure is the queue's rate-limited re-add of the object, read afresh when its
     backoff is over; a success forgets it, unless it owes an MCP listing."""
     ref = queued.ref
     key = catalogue_key(ref)
-    queue = context.catalogue_queue
+    queue = reconciler.queue
     try:
-        event = _event_of(context, queued)
-        reconciled = RECONCILERS[ref.kind](context, event)
+        event = _event_of(reconciler, queued)
+        reconciled = RECONCILERS[ref.kind](reconciler, event)
     except Exception as exc:
         delay = queue.add_rate_limited(key, CatalogueToRead(ref, relist=queued.relist))
         log.warning(
@@ -176,11 +197,11 @@ def handle_queued(context: RuntimeContext, queued: QueuedCatalogue) -> None:
                  ref.name, delay)  # fmt: skip
 
 
-def _event_of(context: RuntimeContext, queued: QueuedCatalogue) -> CatalogueEvent:
+def _event_of(reconciler: CatalogueReconciler, queued: QueuedCatalogue) -> CatalogueEvent:
     if isinstance(queued, CatalogueEvent):
         return queued
     ref = queued.ref
-    body = context.resources.read_object(ref)
+    body = reconciler.resources.read_object(ref)
     if body is None:  # gone meanwhile: handled as its deletion
         return CatalogueEvent(ref, "DELETED", {"name": ref.name, "uid": ref.uid}, {}, {})
     # As kopf hands over a listed object: reconciled in full.
@@ -189,21 +210,22 @@ def _event_of(context: RuntimeContext, queued: QueuedCatalogue) -> CatalogueEven
     return CatalogueEvent(ref, None, dict(meta), spec, status, relist=queued.relist)
 
 
-def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
+def model_changed(reconciler: CatalogueReconciler, event: CatalogueEvent) -> None:
     type, meta, spec, status, logger = event.type, event.meta, event.spec, event.status, log
     name = meta["name"]
     if _deleted(type, meta):
-        stopped = catalogue.withdraw_model(context.database, name, uid=meta.get("uid"))
+        stopped = catalogue.withdraw_model(reconciler.database, name, uid=meta.get("uid"))
         logger.info("model %s withdrawn from %d agent(s)", name, len(stopped))
         # Clear their spec.model (the owner must choose again); what a failure leaves
         # undelivered stays owed in the database and the sweeper finishes it.
-        deliver_owed_specs(context)
+        deliver_owed_specs(reconciler)
         return
-    mirror = Mirror(context, ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, name), meta, status)
+    ref = ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, name)
+    mirror = Mirror(reconciler.resources, ref, meta, status)
     parsed = mirror.parse(AgentModelSpec, spec)
     if parsed is None:
         return
-    mirrored = catalogue.mirror_model(context.database, name, parsed, uid=meta.get("uid"))
+    mirrored = catalogue.mirror_model(reconciler.database, name, parsed, uid=meta.get("uid"))
     if mirrored.withdrawn:
         # The model of this name was deleted while no operator watched, and this is a new
         # one: its agents were withdrawn from the old (seed 000: nobody revives).
@@ -212,10 +234,10 @@ def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
             name,
             len(mirrored.withdrawn),
         )
-        deliver_owed_specs(context)
+        deliver_owed_specs(reconciler)
     # Reconciled before this model existed: read again through the Agent workqueue,
     # which links the ones that name it.
-    requeue_agents(context.agent_queue, mirrored.awaiting)
+    requeue_agents(reconciler.agent_queue, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "model %s created: %d agent(s) without a model read again", name, len(mirrored.awaiting)
@@ -235,7 +257,7 @@ def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
                 " set spec.default: false on one of them",
             )
         )
-        patched = context.resources.patch_status(
+        patched = reconciler.resources.patch_status(
             ObjectRef(AGENT_MODEL.kind, AGENT_MODEL.plural, other),
             {
                 "conditions": [
@@ -255,27 +277,27 @@ def model_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
     mirror.write(conditions, databaseId=mirrored.model_id)
 
 
-def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> Reconciled:
+def tool_changed(reconciler: CatalogueReconciler, event: CatalogueEvent) -> Reconciled:
     type, meta, spec, status, logger = event.type, event.meta, event.spec, event.status, log
     name = meta["name"]
     if _deleted(type, meta):
         # Its links go; the agents that had them still name it: read again, they show
         # it unknown (ToolsResolved False) and link to it if it is created again.
-        unlinked = catalogue.remove_tool(context.database, name, uid=meta.get("uid"))
-        requeue_agents(context.agent_queue, unlinked)
+        unlinked = catalogue.remove_tool(reconciler.database, name, uid=meta.get("uid"))
+        requeue_agents(reconciler.agent_queue, unlinked)
         logger.info("tool %s removed: %d agent(s) linked to it read again", name, len(unlinked))
         return Reconciled.DONE
     ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name)
-    mirror = Mirror(context, ref, meta, status)
+    mirror = Mirror(reconciler.resources, ref, meta, status)
     parsed = mirror.parse(AgentToolSpec, spec)
     if parsed is None:
         return Reconciled.DONE
-    mirrored = catalogue.mirror_tool(context.database, name, parsed, uid=meta.get("uid"))
+    mirrored = catalogue.mirror_tool(reconciler.database, name, parsed, uid=meta.get("uid"))
     # Linked to an older object of this name, deleted unseen: read again, they link to
     # this one as to any new tool.
-    requeue_agents(context.agent_queue, mirrored.unlinked)
+    requeue_agents(reconciler.agent_queue, mirrored.unlinked)
     # Reconciled while no tool of this name existed: read again, they link to it.
-    requeue_agents(context.agent_queue, mirrored.awaiting)
+    requeue_agents(reconciler.agent_queue, mirrored.awaiting)
     if mirrored.awaiting:
         logger.info(
             "tool %s created: %d agent(s) naming it read again", name, len(mirrored.awaiting)
@@ -286,14 +308,12 @@ def tool_changed(context: RuntimeContext, event: CatalogueEvent) -> Reconciled:
         # but while the status says the server did not answer, a retry stays owed).
         if not event.relist and mirror.previous.get("observedGeneration") == mirror.generation:
             return _owed(_ready_reason(mirror.previous))
-        secrets = mcp_sources.secret_reader(
-            context.resources.core, context.config.job_template.namespace
-        )
-        discovery = mcp_sources.discover(context.database, secrets, name)
+        secrets = mcp_sources.secret_reader(reconciler.resources.core, reconciler.namespace)
+        discovery = mcp_sources.discover(reconciler.database, secrets, name)
         if discovery is None:
             return Reconciled.DONE
         report_discovery(
-            context, ref, mirror.generation, mirror.previous, discovery, mirrored.tool_id
+            reconciler, ref, mirror.generation, mirror.previous, discovery, mirrored.tool_id
         )
         return _owed(discovery.reason)
     mirror.write(
@@ -323,17 +343,17 @@ def _owed(reason: str | None) -> Reconciled:
     return Reconciled.LISTING_OWED if listing_retried(reason) else Reconciled.DONE
 
 
-def platform_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
+def platform_changed(reconciler: CatalogueReconciler, event: CatalogueEvent) -> None:
     type, meta, spec, status = event.type, event.meta, event.spec, event.status
     if meta["name"] != SINGLETON_NAME or _deleted(type, meta):
         return  # deleting the settings keeps the last ones; admission refuses other names
     ref = ObjectRef(AGENT_PLATFORM.kind, AGENT_PLATFORM.plural, SINGLETON_NAME)
-    mirror = Mirror(context, ref, meta, status)
+    mirror = Mirror(reconciler.resources, ref, meta, status)
     parsed = mirror.parse(AgentPlatformSpec, spec)
     if parsed is None:
         return
-    catalogue.mirror_platform(context.database, parsed)
-    context.wakes.emit(Happened.PLATFORM_CHANGED)  # the zone may move slots, the cap grow
+    catalogue.mirror_platform(reconciler.database, parsed)
+    reconciler.emit(Happened.PLATFORM_CHANGED)  # the zone may move slots, the cap grow
     mirror.write(
         [
             mirror.condition(
@@ -344,7 +364,7 @@ def platform_changed(context: RuntimeContext, event: CatalogueEvent) -> None:
 
 
 # Each kind's reconcile.
-RECONCILERS: dict[str, Callable[[RuntimeContext, CatalogueEvent], Reconciled | None]] = {
+RECONCILERS: dict[str, Callable[[CatalogueReconciler, CatalogueEvent], Reconciled | None]] = {
     AGENT_MODEL.kind: model_changed,
     AGENT_TOOL.kind: tool_changed,
     AGENT_PLATFORM.kind: platform_changed,

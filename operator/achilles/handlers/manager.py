@@ -53,24 +53,41 @@ Declared = Controller[RuntimeContext, Happened]
 def agent_worker(context: RuntimeContext, loop: LoopHandle) -> None:
     """One of the Agent workqueue's threads: each takes an Agent's newest waiting event
     and reconciles it (`agents.handle_queued`, which logs and re-adds a failure), one
-    thread per Agent at a time. Events still waiting when the operator stops are not
-    lost: the next start lists every Agent again."""
+    thread per Agent at a time, on `agents.AgentReconciler` (its own handles, built by
+    `agents.reconciler_of`, which the kopf handler uses too). Events still waiting when
+    the operator stops are not lost: the next start lists every Agent again."""
+    reconciler = agents.reconciler_of(context)
 
     def handle(queued: QueuedAgent) -> None:
-        agents.handle_queued(context, queued)
+        agents.handle_queued(reconciler, queued)
 
-    process(context.agent_queue, handle, loop.stop, agents.TAKE_SECONDS)
+    process(reconciler.queue, handle, loop.stop, agents.TAKE_SECONDS)
+
+
+def catalogue_of(context: RuntimeContext) -> catalogue.CatalogueReconciler:
+    """The catalogue's reconciler on what it uses: the database, the API server, the
+    runs' namespace (the MCP sources' Secrets), its workqueue, the Agent workqueue (the
+    Agents a model or tool changed) and the signals it emits (the platform changed)."""
+    return catalogue.CatalogueReconciler(
+        context.database,
+        context.resources,
+        context.config.job_template.namespace,
+        context.catalogue_queue,
+        context.agent_queue,
+        context.wakes.emit,
+    )
 
 
 def catalogue_worker(context: RuntimeContext, loop: LoopHandle) -> None:
     """One of the catalogue workqueue's threads: an AgentModel's, AgentTool's or
     AgentPlatform's newest waiting event mirrored (`catalogue.handle_queued`, which logs
     and re-adds a failure), one thread per object at a time."""
+    reconciler = catalogue_of(context)
 
     def handle(queued: QueuedCatalogue) -> None:
-        catalogue.handle_queued(context, queued)
+        catalogue.handle_queued(reconciler, queued)
 
-    process(context.catalogue_queue, handle, loop.stop, catalogue.TAKE_SECONDS)
+    process(reconciler.queue, handle, loop.stop, catalogue.TAKE_SECONDS)
 
 
 def notifier_of(context: RuntimeContext) -> notifier.Notifier:

@@ -1,4 +1,6 @@
-"""The operator's controllers beside kopf: one module per loop, sharing a `RuntimeContext`.
+"""The operator's controllers beside kopf: one module per loop, each on a reconciler that
+holds exactly the handles it uses (handlers/manager.py builds it from the process's
+`RuntimeContext`) and the `LoopHandle` the manager gives it.
 
     kopf (event loop)                    loop threads (handlers/manager.py)
     ---------------------------          -----------------------------------------------
