@@ -31,7 +31,7 @@ import yaml
 from achilles.db.database import Database
 from achilles.errors import LocalStackError
 from achilles.services.users import upsert_user
-from achilles_dev.demo_tools import start_demo_servers, tool_manifests
+from achilles_dev.demo_tools import service_manifests, start_demo_servers, tool_manifests
 from achilles_dev.stack import LocalStack
 from achilles_dev.versions import bin_dir
 from achilles_dev.waiting import wait_until
@@ -98,7 +98,13 @@ def install_demo(stack: LocalStack) -> None:
     start_demo_servers(stack.config, stack.report)
     tools = tool_manifests(stack.config)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="achilles-demo-") as file:
-        yaml.safe_dump_all(demo_manifests(stack.config.model_server_url, tools), file)
+        yaml.safe_dump_all(
+            [
+                *service_manifests(stack.config),
+                *demo_manifests(stack.config.model_server_url, tools),
+            ],
+            file,
+        )
         file.flush()
         _kubectl(
             stack,

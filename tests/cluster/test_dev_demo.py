@@ -45,12 +45,20 @@ from achilles_dev.demo import (
     install_demo,
     run_demo,
 )
+from achilles_dev.demo_tools import (
+    MEMORY_TOOL,
+    SERVICE_HOST,
+    SERVICE_PORT,
+    TIME_TOOL,
+    TOOLS_NAMESPACE,
+)
 from achilles_dev.health import stack_checks
 from achilles_dev.invariants import InvariantMonitor, pod_lister
 from achilles_dev.jaeger import RunningJaeger, Span, start_jaeger
 from achilles_dev.mcp_servers import memory_entities
 from achilles_dev.postgres import default_data_root
 from achilles_dev.stack import LocalStack
+from achilles_dev.stack_components import MCP_MEMORY, MCP_TIME
 from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import EXTERNAL_KUBECONFIG, external_kubeconfig, fail_on_violations
 from tests.waiting import wait_for
@@ -130,6 +138,7 @@ def test_the_demo_agent_runs_through_the_operator_deployment(
         assert agent["status"]["lastRun"]["state"] == "succeeded"
         assert agent["status"]["phase"] == "Ready"
         _assert_demo_run_shows_its_steps(dev_stack, int(agent["status"]["lastRun"]["id"]))
+        _assert_tools_are_in_cluster_services(api)
         operator_ns, operator_name = OPERATOR_DEPLOYMENT
         deployment: Any = client.AppsV1Api(api).read_namespaced_deployment(
             operator_name, operator_ns
@@ -166,6 +175,28 @@ def test_the_demo_agent_runs_through_the_operator_deployment(
 
     ended = wait_for(runner_exit_code, 60, what="the run pod's container to end")
     assert ended == ("exit code", 0)
+
+
+def _assert_tools_are_in_cluster_services(api: client.ApiClient) -> None:
+    """The run above called both servers through their Services (issue 38 item 5): each
+    AgentTool names its Service's cluster IP, and the Service's EndpointSlice names the
+    stack's process behind it."""
+    core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    tools: Any = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "achilles.io", "v1alpha1", "agenttools"
+    )
+    urls = {
+        tool["metadata"]["name"]: tool["spec"].get("mcp", {}).get("url") for tool in tools["items"]
+    }
+    for component, tool in ((MCP_TIME, TIME_TOOL), (MCP_MEMORY, MEMORY_TOOL)):
+        service: Any = core.read_namespaced_service(component, TOOLS_NAMESPACE)
+        assert service.spec.cluster_ip == SERVICE_HOST[component]
+        assert urls[tool] == f"http://{service.spec.cluster_ip}:{SERVICE_PORT}/mcp"
+        slices: Any = discovery.list_namespaced_endpoint_slice(
+            TOOLS_NAMESPACE, label_selector=f"kubernetes.io/service-name={component}"
+        )
+        (endpoints,) = slices.items
+        assert [port.name for port in endpoints.ports] == ["http"]
 
 
 def _assert_demo_run_shows_its_steps(dev_stack: LocalStack, run_id: int) -> None:
