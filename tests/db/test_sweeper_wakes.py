@@ -81,7 +81,7 @@ def operator_sweeper(db: Engine, database_url: str) -> Iterator[Sweeper]:
     # Routes the listener's signals as the operator does, and builds its loops' handles
     # (not started).
     runtime = Runtime(context)
-    periods = sweeper_of(context).periods(context.passes)
+    periods = sweeper_of(context).periods()
     passes: Passes = {
         name: (every, work if name in REAL else lambda: None)
         for name, (every, work) in periods.items()

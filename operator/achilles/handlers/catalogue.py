@@ -8,11 +8,14 @@ server down: kopf does not retry `on.event` handlers) is the queue's rate-limite
 of the object, read afresh from the API server when its backoff is over and handled as
 kopf hands over a listed object (as deleted when it is gone).
 
-An MCP AgentTool whose server did not answer (Ready False/ServerUnreachable, whoever
-listed it: this handler at a new spec, or the sweeper's relist pass) is listed again the
-same way, through the queue's rate-limited re-add (1 s doubling to 60 s), until a listing
-works and the key is forgotten: a server started a moment after its AgentTool shows its
-tools within about as long as it was down (a minute at most), not at the next relist.
+Every MCP listing is this handler's, on the queue's threads: at a new spec, at a retry,
+and when the sweeper's relist pass puts each source on the queue to be listed again
+(controllers/mcp_listings.py); keyed, a source is listed by one thread at a time, each
+listing reading the status the one before wrote. An MCP AgentTool whose server did not
+answer (Ready False/ServerUnreachable) is listed again through the queue's rate-limited
+re-add (1 s doubling to 60 s), until a listing works and the key is forgotten: a server
+started a moment after its AgentTool shows its tools within about as long as it was
+down (a minute at most), not at the next relist.
 """
 
 from __future__ import annotations

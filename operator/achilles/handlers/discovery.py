@@ -1,10 +1,11 @@
-"""An MCP AgentTool's listing reported on the object: the catalogue handler's (a spec new
-to the status) and the MCP listings pass's (every source again, controllers/
-mcp_listings.py) alike. Its Event is `McpToolsChanged` only when the digest moved, so two
-replicas listing the same server announce a change once (services/mcp_sources.py locks
-the listing's row while it is recorded); a failure's Warning only when the status did not
-already say it (a server that stays down is listed again with the catalogue workqueue's
-backoff: one Warning, not one a try)."""
+"""An MCP AgentTool's listing reported on the object, by the catalogue handler (a spec new
+to the status, a retry, or the MCP listings pass's relist through the catalogue
+workqueue, controllers/mcp_listings.py). Its Event is `McpToolsChanged` only when the
+digest moved, so two replicas listing the same server announce a change once
+(services/mcp_sources.py locks the listing's row while it is recorded); a failure's
+Warning only when the status did not already say it (a server that stays down is listed
+again with the catalogue workqueue's backoff, one listing per source at a time: one
+Warning, not one a try)."""
 
 from __future__ import annotations
 

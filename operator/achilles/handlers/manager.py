@@ -163,8 +163,9 @@ def job_watch_loop(context: RuntimeContext, loop: LoopHandle) -> None:
 
 def sweeper_of(context: RuntimeContext) -> sweeper.Sweeper:
     """The sweeper on what its passes use: the database, the Jobs client, the API server,
-    the watchers' run objects, the Agent workqueue, the status marks, the signals it
-    emits, the reaper's threshold and the MCP listings' namespace and period."""
+    the watchers' run objects, the Agent workqueue, the catalogue workqueue (the MCP
+    sources listed again), the status marks, the signals it emits, the reaper's threshold
+    and the MCP listings' period."""
     config = context.config
     return sweeper.Sweeper(
         context.database,
@@ -172,10 +173,10 @@ def sweeper_of(context: RuntimeContext) -> sweeper.Sweeper:
         context.resources,
         context.run_objects,
         context.agent_queue,
+        context.catalogue_queue,
         context.marks,
         context.wakes.emit,
         config.stale_after,
-        config.job_template.namespace,
         config.mcp_relist_every,
     )
 
@@ -221,6 +222,7 @@ CONTROLLERS: tuple[Declared, ...] = (
             Stream("AgentModel", via="kopf"),
             Stream("AgentTool", via="kopf"),
             Stream("AgentPlatform", via="kopf"),
+            Requeue("sweeper: each MCP AgentTool to list again (its MCP listings pass)"),
         ),
         queue="catalogue workqueue keyed by kind and name, newest event wins; a failure"
         " re-added rate-limited, 1 s doubling to 60 s (runtime/workqueue.py)",

@@ -2,68 +2,48 @@
 `mcp_relist_every` seconds (issue 38), so a server's tools changing, or the server going
 away, shows in the AgentTool's status and Events without an edit of the spec.
 
-The catalogue handler lists a source when its spec is new; this pass lists them all
-again later. Both report through `handlers/discovery.py` (Ready, the status fields, the
-Event of the listing). Everything else is `services/mcp_sources.py`'s.
+The pass lists nothing itself: it puts each source on the catalogue workqueue as an
+AgentTool to read afresh and list again (`CatalogueToRead(relist=True)`), and the
+catalogue's threads list it (handlers/catalogue.py). The queue is keyed by kind and
+name, so a source is listed by one thread at a time whoever asked (its spec's event, a
+retry of a server that did not answer, this pass): each listing reads the status the one
+before it wrote, and a server that stays down is warned of once (handlers/discovery.py),
+not once per path that happened to list it at the same moment.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 
 from achilles.db.database import Database
-from achilles.handlers.discovery import report_discovery
-from achilles.k8s.objects import ObjectRef, Resources
+from achilles.handlers.catalogue_queue import (
+    CatalogueKey,
+    CatalogueToRead,
+    QueuedCatalogue,
+    catalogue_key,
+)
+from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.kinds import AGENT_TOOL
-from achilles.runtime.loops import Passes
+from achilles.runtime.workqueue import WorkQueue
 from achilles.services import mcp_sources
 
 log = logging.getLogger(__name__)
 
 
 class McpListingsPass:
-    """The sweeper's pass: the listings on a thread of their own (a slow server may take
-    its timeout per source, and the sweeper's other passes, the reaper's above all, must
-    not wait for it); a pass that finds the previous one still listing does nothing.
-    Holds what the listings use: the database, the API server, the namespace of the
-    sources' Secrets (the runs'), and the passes it counts its own in."""
+    """The sweeper's pass: every MCP source put on the catalogue workqueue to be listed
+    again. Holds what it uses: the database (the sources' names) and that queue."""
 
-    def __init__(
-        self, database: Database, resources: Resources, namespace: str, passes: Passes
-    ) -> None:
+    def __init__(self, database: Database, queue: WorkQueue[CatalogueKey, QueuedCatalogue]) -> None:
         self.database = database
-        self.resources = resources
-        self.namespace = namespace
-        self._passes = passes
-        self._thread: threading.Thread | None = None
+        self.queue = queue
 
-    def __call__(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._thread = threading.Thread(target=self._list, name="mcp-listings", daemon=True)
-        self._thread.start()
-
-    def _list(self) -> None:
-        listed = self._passes.run("mcp-listings", self.relist_mcp_sources)
-        if listed:
-            log.info("listed the tools of %d MCP source(s) again", listed)
-
-    def relist_mcp_sources(self) -> int:
-        """List every MCP source's server again; how many were listed."""
-        secrets = mcp_sources.secret_reader(self.resources.core, self.namespace)
-        listed = 0
-        for name in mcp_sources.source_names(self.database):
+    def __call__(self) -> int:
+        """How many sources were put on the queue."""
+        names = mcp_sources.source_names(self.database)
+        for name in names:
             ref = ObjectRef(AGENT_TOOL.kind, AGENT_TOOL.plural, name)
-            body = self.resources.read_object(ref)
-            if body is None:
-                continue  # deleted meanwhile: its delete event removes the row
-            discovery = mcp_sources.discover(self.database, secrets, name)
-            if discovery is None:
-                continue
-            status = body.get("status") or {}
-            generation = body.get("metadata", {}).get("generation")
-            database_id = status.get("databaseId")
-            report_discovery(self, ref, generation, status, discovery, database_id)
-            listed += 1
-        return listed
+            self.queue.put(catalogue_key(ref), CatalogueToRead(ref, relist=True))
+        if names:
+            log.info("%d MCP source(s) put on the catalogue queue to be listed again", len(names))
+        return len(names)

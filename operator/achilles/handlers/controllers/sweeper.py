@@ -19,6 +19,8 @@ they cost no transaction more than their period.
   threshold per week (budget_warnings.py);
 - retention: finished runs older than `runRetentionDays` deleted in small batches
   (retention.py);
+- MCP listings: every MCP AgentTool put on the catalogue workqueue to be listed again
+  (mcp_listings.py; the catalogue's threads list it, one listing per source at a time);
 - orphans (at start, then every ORPHANS_EVERY): rows of Agents, AgentModels and
   AgentTools deleted while no operator watched (kopf's watch sees every deletion after
   that, so the listing of every Agent is rare).
@@ -40,6 +42,7 @@ from achilles.db.database import Database
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.handlers import events, metrics
 from achilles.handlers.agent_queue import QueuedAgent, agent_ref, requeue_agents
+from achilles.handlers.catalogue_queue import CatalogueKey, QueuedCatalogue
 from achilles.handlers.context import StatusMarks
 from achilles.handlers.controllers.budget_warnings import BUDGET_WARNINGS_EVERY, BudgetWarningsPass
 from achilles.handlers.controllers.mcp_listings import McpListingsPass
@@ -81,23 +84,22 @@ class Sweeper:
     """The sweeper's reconciler, with exactly what its passes use (handlers/manager.py
     builds it): the journal's database, the Jobs client, the API server, what the
     watchers keep of run pods and Jobs, the Agent workqueue (a deleted tool's Agents read
-    again), the status marks, `emit` (runs to dispatch), the reaper's threshold, and the
-    MCP listings' namespace and period."""
+    again), the catalogue workqueue (the MCP sources to list again), the status marks,
+    `emit` (runs to dispatch), the reaper's threshold, and the MCP listings' period."""
 
     database: Database
     jobs: RunJobs
     resources: Resources
     run_objects: RunObjects
     agent_queue: WorkQueue[str, QueuedAgent]
+    catalogue_queue: WorkQueue[CatalogueKey, QueuedCatalogue]
     marks: StatusMarks
     emit: Callable[[Happened], None]
     stale_after: timedelta
-    namespace: str
     mcp_relist_every: float
 
-    def periods(self, counted: Passes) -> dict[str, tuple[float, Callable[[], object]]]:
-        """pass name -> (seconds between passes, the pass); `counted`: the passes the
-        MCP listings count theirs in, on their own thread."""
+    def periods(self) -> dict[str, tuple[float, Callable[[], object]]]:
+        """pass name -> (seconds between passes, the pass)."""
         stale = self.stale_after.total_seconds()
         return {
             "sweeper": (max(SWEEP_TICK, stale / REAP_FRACTION), self.reap),
@@ -114,7 +116,7 @@ class Sweeper:
             "retention": (RETENTION_BUSY_EVERY, RetentionPass(self.database)),
             "mcp-listings": (
                 self.mcp_relist_every,
-                McpListingsPass(self.database, self.resources, self.namespace, counted),
+                McpListingsPass(self.database, self.catalogue_queue),
             ),
         }
 
@@ -258,7 +260,7 @@ class PassSchedule:
 
 def run(reconciler: Sweeper, loop: LoopHandle, woken_by: Mapping[str, Wake]) -> None:
     """`woken_by`: the wakes of the passes also woken (`wakes`)."""
-    passes = reconciler.periods(loop.passes)
+    passes = reconciler.periods()
     every = {name: seconds for name, (seconds, _) in passes.items()}
     schedule = PassSchedule(every, woken_by, loop.retry)
     while not loop.stop.is_set():
