@@ -3,7 +3,8 @@ database: a run's row ends before its pod is gone (the runner writes its end, th
 exits; a cancelled or reaped run's pod is being stopped), so an agent's next run waits
 until the pod watcher no longer sees its last run's pod, while other agents' runs go
 on; a pod seen `STOP_GRACE` after its run ended is a zombie that holds nothing; while
-the pod watcher knows nothing yet, nothing is held. The fault suite's invariant monitor
+the pod watcher knows nothing yet (an operator just started), every agent whose run ended
+within the grace waits. The fault suite's invariant monitor
 found the gap: two runner pods of one agent at once in `postgres-outage` (runs that
 ended at the database's return, their next runs started before the pods were gone)."""
 
@@ -100,14 +101,24 @@ def test_a_pod_seen_past_the_grace_after_its_run_ended_holds_nothing(
     assert (jobs.created, done.held_agents) == ([waiting], set())
 
 
-def test_nothing_is_held_while_the_pod_watcher_knows_nothing(db: Engine, database_url: str) -> None:
-    agent = make_agent(db)
-    _ended_run(db, agent)
-    waiting = _run(db, agent)
+def test_while_the_pod_watcher_knows_nothing_an_agent_whose_run_just_ended_waits(
+    db: Engine, database_url: str
+) -> None:
+    """After an operator's restart, before its pod watcher's first listing: the pod of a
+    run that just ended may still be there, so its agent's next run waits (at most the
+    grace); an agent whose run ended before the grace, or that has none, goes on."""
+    recent, old, fresh = make_agent(db), make_agent(db), make_agent(db)
+    _ended_run(db, recent)
+    _ended_run(db, old, ago=STOP_GRACE + timedelta(seconds=1))
+    held = _run(db, recent)
+    go = [_run(db, old), _run(db, fresh)]
     dispatcher = Database(database_url, pool_size=2)
     jobs = _Jobs()
     try:
         done = dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_run_ids=None)
+        assert (sorted(jobs.created), done.held_agents) == (go, {recent})
+        # The listing came and the pod is not in it: the run starts.
+        done = dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_run_ids=set())
     finally:
         dispatcher.dispose()
-    assert (jobs.created, done.held_agents) == ([waiting], set())
+    assert (sorted(jobs.created), done.held_agents) == (sorted([*go, held]), set())

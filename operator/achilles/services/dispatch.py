@@ -188,10 +188,12 @@ def dispatch_queued_runs(
 
     `pod_run_ids`: the runs whose pod is still there, as the pod watcher knows them (None
     while it does not know yet): an agent one of them ended recently waits for that pod
-    (seed 002 counts runner pods, not rows: `queue.agents_with_lingering_pods`)."""
+    (seed 002 counts runner pods, not rows: `queue.agents_with_lingering_pods`); while
+    it does not know, every agent whose run ended within the grace waits (until the
+    watcher's listing, which wakes the dispatcher)."""
     began = time.monotonic()
     result = DispatchResult()
-    marked, timeout = _choose(database, batch, result, pod_run_ids or set())
+    marked, timeout = _choose(database, batch, result, pod_run_ids)
     for run_id in result.refused_at_claim:
         jobs.delete(run_id)  # its pod exits without running: nothing else may start it
     if not marked:
@@ -247,7 +249,7 @@ def _span_attributes(run: queue.DispatchableRun) -> dict[str, str | int]:
 
 
 def _choose(
-    database: Database, batch: int, result: DispatchResult, pod_run_ids: Set[int]
+    database: Database, batch: int, result: DispatchResult, pod_run_ids: Set[int] | None
 ) -> tuple[list[_Marked], int]:
     """Step 1, in one transaction under the dispatch lock: the runs marked dispatched
     (withdrawn and skipped ones into `result`), and the run timeout of their Jobs."""

@@ -115,7 +115,15 @@ class RunObjects:
     def follow_pods(
         self, stop: threading.Event, report: Report, gone: Callable[[], None] = lambda: None
     ) -> None:
-        """`gone`: told when a run's pod is no longer there (an agent may be waiting)."""
+        """`gone`: told when a run's pod is no longer there, and when a listing ends (the
+        pods it did not bring are gone; before the first one the dispatcher held every
+        agent whose run just ended): an agent may be waiting."""
+
+        def page(page: Page[PodObservation]) -> list[outcomes.FailedRun]:
+            failed = self._pod_page(page)
+            if page.last:
+                gone()
+            return failed
 
         def change(change: Change[PodObservation]) -> list[outcomes.FailedRun]:
             with self._lock:
@@ -127,7 +135,7 @@ class RunObjects:
                 gone()
             return failed
 
-        self._follow(self.pod_watch, stop, report, self._pod_page, change)
+        self._follow(self.pod_watch, stop, report, page, change)
 
     def follow_jobs(self, stop: threading.Event, report: Report) -> None:
         self._follow(self.job_watch, stop, report, self._job_page, self._job_change)

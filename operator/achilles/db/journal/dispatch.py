@@ -114,24 +114,24 @@ def take_dispatchable_runs(
 
 
 def agents_with_lingering_pods(
-    session: Session, pod_run_ids: Collection[int], *, ended_after: datetime
+    session: Session, pod_run_ids: Collection[int] | None, *, ended_after: datetime
 ) -> set[int]:
     """The agents of the runs in `pod_run_ids` (their pod is still there) that ended
     after `ended_after`. Seed 002: one active run is one runner alive per agent, and a
     run's row ends before its pod does (the runner writes its end, then exits; the
     kubelet then reports it), so the agent's next run waits for that pod; a pod that
-    outlives its run's end by more than the grace is a zombie, which locks nothing."""
-    if not pod_run_ids:
+    outlives its run's end by more than the grace is a zombie, which locks nothing.
+    `pod_run_ids` None (the pod watcher has not listed the pods yet, as after a restart):
+    any run that ended after `ended_after` may still have its pod, so its agent waits."""
+    if pod_run_ids is not None and not pod_run_ids:
         return set()
     terminal = [state.value for state in RunState if state not in ACTIVE_STATES]
-    agents = session.execute(
-        select(AgentRun.agent_id).where(
-            AgentRun.id.in_(sorted(pod_run_ids)),
-            AgentRun.state.in_(terminal),
-            AgentRun.finished_at > ended_after,
-        )
+    query = select(AgentRun.agent_id).where(
+        AgentRun.state.in_(terminal), AgentRun.finished_at > ended_after
     )
-    return set(agents.scalars())
+    if pod_run_ids is not None:
+        query = query.where(AgentRun.id.in_(sorted(pod_run_ids)))
+    return set(session.execute(query.distinct()).scalars())
 
 
 def take_locked_waiting_runs(
