@@ -15,7 +15,6 @@ from achilles.k8s.jobs import (
     RunJobSpec,
     SecretKey,
     build_run_job,
-    build_run_secret,
 )
 from achilles.k8s.run_metadata import (
     AGENT_ID_LABEL,
@@ -26,6 +25,7 @@ from achilles.k8s.run_metadata import (
     run_id_of,
 )
 from achilles.k8s.run_observations import pod_from_json
+from achilles.k8s.run_secrets import build_run_secret
 
 TEMPLATE = JobTemplate(
     namespace="achilles-runs",

@@ -9,15 +9,12 @@ watches only what carries `MANAGED_BY_LABEL` in the runs namespace (k8s/run_watc
 what it reads of a run's Job and pods is k8s/run_observations.py.
 
 The run secret (domain/run_secret.py) is never in the Job: its pod reads it from the
-run's Secret (`secretKeyRef`), which the operator makes right after the Job, owned by
-it, so the garbage collector deletes it with the Job. `get` on Jobs and pods (the
-built-in `view` role) shows no secret; the Job carries only its SHA-256, as the run's
-row does (issue 37, item 2; docs/security.md).
+run's Secret, which `RunJobs.create` makes right after the Job (k8s/run_secrets.py).
+What a refused or failed create says is k8s/refusals.py's.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -27,12 +24,17 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3 import HTTPResponse
-from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError
+from urllib3.exceptions import HTTPError
 
 from achilles.domain.pod_outcome import PodObservation
 from achilles.domain.run_secret import RUN_SECRET_ENV, RunSecret
 from achilles.domain.timestamps import iso_utc
 from achilles.domain.trace_context import TRACEPARENT_ENV
+
+# CREATE_TIMEOUT and JobRejected re-exported: the dispatcher and the sweeper name them here.
+from achilles.k8s.refusals import CREATE_TIMEOUT as CREATE_TIMEOUT
+from achilles.k8s.refusals import JobRejected as JobRejected
+from achilles.k8s.refusals import not_sent, rejected
 from achilles.k8s.rest import CoreApi, each_metadata
 from achilles.k8s.run_metadata import (
     AGENT_ANNOTATION,
@@ -52,6 +54,7 @@ from achilles.k8s.run_metadata import (
     run_secret_name,
 )
 from achilles.k8s.run_observations import pod_from_json
+from achilles.k8s.run_secrets import RunSecrets
 
 # Agents whose Jobs one list selects (`agent-id in (...)`): a query string of ~1 KB.
 AGENTS_PER_LIST = 100
@@ -217,74 +220,6 @@ def build_run_job(run: RunJobSpec, template: JobTemplate) -> dict[str, Any]:
     }
 
 
-def build_run_secret(
-    run_id: int, namespace: str, secret: RunSecret, job_uid: str
-) -> dict[str, Any]:
-    """The run's Secret, as the API's JSON: owned by its Job (uid `job_uid`), so the
-    garbage collector deletes it with the Job; immutable (the kubelet then does not
-    watch it, and nothing may change what the pod read)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": run_secret_name(run_id),
-            "namespace": namespace,
-            "labels": {
-                MANAGED_BY_LABEL: MANAGED_BY,
-                "app.kubernetes.io/name": "achilles",
-                "app.kubernetes.io/component": "run",
-                RUN_ID_LABEL: str(run_id),
-            },
-            # Not blockOwnerDeletion: a Job deleted in the foreground (a cancel) waits
-            # for its pods only.
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": job_name(run_id),
-                    "uid": job_uid,
-                }
-            ],
-        },
-        "type": "Opaque",
-        "immutable": True,
-        "data": {RUN_SECRET_KEY: base64.b64encode(secret.value.encode()).decode()},
-    }
-
-
-# A Job create gives up after this (connect, read) in seconds: the dispatcher bounds how
-# long after it marked a run the run's Job can still appear (services/dispatch.py).
-CREATE_TIMEOUT = (3.0, 10.0)
-
-
-class JobRejected(Exception):
-    """The API server refused a Job (quota, admission, overload); retry later.
-
-    `maybe_created`: the call failed after the request may have reached the API server
-    (a read timeout, a dropped connection, a server-side timeout), so the Job may exist."""
-
-    def __init__(self, status: int | None, message: str, *, maybe_created: bool = False) -> None:
-        self.status = status
-        self.maybe_created = maybe_created
-        super().__init__(message)
-
-
-def _rejected(exc: ApiException) -> JobRejected:
-    # 500 and 504 may come after the write reached storage (the API server's own
-    # timeouts); a 0 is the client's TLS failure, phase unknown. Other statuses refuse.
-    return JobRejected(
-        exc.status,
-        f"{exc.status} {exc.reason}: {_body_message(exc)}",
-        maybe_created=exc.status in (0, 500, 504),
-    )
-
-
-def _not_sent(exc: Exception) -> bool:
-    """The request never reached the API server: no connection was made."""
-    reason = exc.reason if isinstance(exc, MaxRetryError) else exc
-    return isinstance(reason, (ConnectTimeoutError, ConnectionRefusedError))
-
-
 class RunJobs:
     """The operator's calls on run Jobs and pods, in the runs namespace only."""
 
@@ -293,6 +228,7 @@ class RunJobs:
         self.namespace = namespace
         self.batch = client.BatchV1Api(api)
         self.core = CoreApi(api)
+        self.secrets = RunSecrets(self.batch, self.core, namespace)
 
     def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
         """Make the run's Job, then its run Secret owned by it. True when made now,
@@ -312,7 +248,7 @@ class RunJobs:
         run_id = run_id_of(manifest["metadata"]["name"])
         assert run_id is not None, "a run Job is named from its run"
         try:
-            made = self._create_secret(build_run_secret(run_id, self.namespace, secret, uid))
+            made = self.secrets.create(run_id, secret, uid)
             if made:
                 return True
             # A Secret of that name is there already: an earlier Job's, which the garbage
@@ -354,68 +290,20 @@ class RunJobs:
         except ApiException as exc:
             if exc.status == 409:
                 return None
-            raise _rejected(exc) from exc
+            raise rejected(exc) from exc
         except (HTTPError, OSError) as exc:
-            raise JobRejected(None, str(exc), maybe_created=not _not_sent(exc)) from exc
+            raise JobRejected(None, str(exc), maybe_created=not not_sent(exc)) from exc
         return str(json.loads(body)["metadata"]["uid"])
 
-    def _create_secret(self, manifest: dict[str, Any]) -> bool:
-        """True when made now, False when one of its name exists (409). Its answer, which
-        holds the value, is dropped unread; no error text carries the request."""
-        try:
-            self.core.create_namespaced_secret(
-                self.namespace, manifest, _request_timeout=CREATE_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise _rejected(exc) from exc
-        except (HTTPError, OSError) as exc:
-            raise JobRejected(None, str(exc), maybe_created=not _not_sent(exc)) from exc
-        return True
-
     def give_run_secret(self, run_id: int, secret: RunSecret) -> bool:
-        """Make the run Secret of an existing Job whose pod waits for it (its dispatcher
-        died between the two creates, or could not make it). False when the Job is gone
-        or a Secret of that name exists; raises `JobRejected` as `create` does."""
-        try:
-            job = self.batch.read_namespaced_job(
-                job_name(run_id), self.namespace, _request_timeout=CREATE_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise _rejected(exc) from exc
-        except (HTTPError, OSError) as exc:
-            raise JobRejected(None, str(exc)) from exc
-        uid = job.metadata.uid if job.metadata else None
-        if not uid:
-            return False
-        return self._create_secret(build_run_secret(run_id, self.namespace, secret, uid))
+        """Make the run Secret of an existing Job whose pod waits for it
+        (`RunSecrets.give`)."""
+        return self.secrets.give(run_id, secret)
 
     def run_secret_digest(self, run_id: int) -> bytes | None:
-        """The SHA-256 of the run secret the run's existing Job's pod reads (None: no Job,
-        or a Job without one), from the Job's annotation: the Secret is not read.
-
-        A Job made by a dispatch whose mark is gone (undone, or released by the sweeper)
-        is found by the next dispatch (AlreadyExists), which stores this hash in the row,
-        so that its pod can claim."""
-        try:
-            job = self.batch.read_namespaced_job(
-                job_name(run_id), self.namespace, _request_timeout=CREATE_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _rejected(exc) from exc
-        except (HTTPError, OSError) as exc:
-            raise JobRejected(None, str(exc)) from exc
-        annotations = (job.metadata.annotations if job.metadata else None) or {}
-        digest = annotations.get(RUN_SECRET_DIGEST_ANNOTATION)
-        try:
-            return bytes.fromhex(digest) if digest else None
-        except ValueError:
-            return None
+        """The SHA-256 of the run secret the run's existing Job's pod reads
+        (`RunSecrets.digest`)."""
+        return self.secrets.digest(run_id)
 
     def delete(self, run_id: int, *, foreground: bool = False) -> bool:
         """Delete the run's Job and its pods (a reaped or removed run); False if absent.
@@ -464,10 +352,3 @@ class RunJobs:
         )
         items = pods.get("items") or []
         return [obs for pod in items if (obs := pod_from_json(pod)) is not None]
-
-
-def _body_message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message", exc.body))
-    except ValueError:
-        return str(exc.body)
