@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
+from achilles.db.journal import dispatched
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import AgentRun
 from achilles.db.roles import Component
@@ -363,10 +364,10 @@ def test_the_sweep_leaves_a_run_marked_again_since_it_looked(db: Engine) -> None
         now = session.execute(text("SELECT now()")).scalar_one()
         queue.mark_dispatched(session, {run_id: secret.digest}, now)
     with Session(db) as session, session.begin():
-        queue.release_dispatch(session, [run_id], dispatched_before=now - timedelta(seconds=1))
+        dispatched.release_dispatch(session, [run_id], dispatched_before=now - timedelta(seconds=1))
     assert _row(db, run_id).runner_secret_hash == secret.digest
     with Session(db) as session, session.begin():
-        queue.release_dispatch(session, [run_id], dispatched_before=now + timedelta(seconds=1))
+        dispatched.release_dispatch(session, [run_id], dispatched_before=now + timedelta(seconds=1))
     assert _row(db, run_id).dispatched_at is None
 
 
@@ -385,7 +386,7 @@ def test_a_job_from_an_earlier_dispatch_lends_its_secret_to_the_row(
     def released_meanwhile(run_id: int) -> None:
         if run_id == second:
             with Session(db) as session, session.begin():
-                queue.release_dispatch(session, [run_id])
+                dispatched.release_dispatch(session, [run_id])
 
     done = _dispatch(database, _Client(namespace, on_found=released_meanwhile))
     assert [run.run_id for run in done.created] == [first]

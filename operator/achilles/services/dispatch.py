@@ -61,6 +61,7 @@ from enum import Enum
 
 from achilles.db.database import Database
 from achilles.db.journal import dispatch as queue
+from achilles.db.journal import dispatched
 from achilles.db.journal.dispatch import DispatchableRun as DispatchableRun
 from achilles.db.journal.runs import skip_queued_run
 from achilles.db.journal.settings import database_now, load_settings
@@ -228,7 +229,7 @@ def dispatch_queued_runs(
             result.rejected = why
     if undo:
         with database.transaction() as session:
-            undone = len(queue.undo_dispatch(session, undo))
+            undone = len(dispatched.undo_dispatch(session, undo))
         result.executing -= undone
         result.waiting += undone
     return result
@@ -297,7 +298,7 @@ def _adopt_existing_job(database: Database, jobs: RunJobs, mark: _Marked) -> _Ou
     if found is None or found == mark.secret.digest:
         return _Outcome.CREATED  # a Job with no secret: nothing its pod could claim with
     with database.transaction() as session:
-        adopted = queue.adopt_job_secret(session, mark.run.run_id, mark.secret.digest, found)
+        adopted = dispatched.adopt_job_secret(session, mark.run.run_id, mark.secret.digest, found)
     # Not adopted: the row moved on (the sweeper released it); the next pass finds the
     # Job again.
     return _Outcome.CREATED if adopted else _Outcome.REFUSED

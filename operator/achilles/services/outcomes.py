@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from achilles.db.database import Database
-from achilles.db.journal import dispatch as queue
+from achilles.db.journal import dispatched
 from achilles.db.journal.cancel import end_stopped_runs, stopping_among
 from achilles.db.journal.runs import ReapedRun, fail_run, fail_unclaimed_run, reap_stale_runs
 from achilles.db.journal.settings import database_now, database_started_at
@@ -91,7 +91,7 @@ def fold_pods(
     stuck: list[int] = []
     with database.transaction() as session:
         now = database_now(session)
-        states = queue.run_states(session, {pod.run_id for pod in judged})
+        states = dispatched.run_states(session, {pod.run_id for pod in judged})
         for pod in judged:
             verdict = pod_verdict(pod, now, start_deadline)
             if verdict is None:
@@ -143,7 +143,9 @@ def give_missing_run_secrets(
     for run_id in sorted({pod.run_id for pod in pods if pod.waiting_for_run_secret}):
         secret = RunSecret.new()
         with database.transaction() as session:
-            old = queue.replace_run_secret(session, run_id, secret.digest, dispatched_for=grace)
+            old = dispatched.replace_run_secret(
+                session, run_id, secret.digest, dispatched_for=grace
+            )
             if old is None:
                 continue
             try:
@@ -153,7 +155,7 @@ def give_missing_run_secrets(
             if made:
                 given.append(run_id)
             else:
-                queue.adopt_job_secret(session, run_id, secret.digest, old)  # as it was
+                dispatched.adopt_job_secret(session, run_id, secret.digest, old)  # as it was
     return given
 
 
@@ -205,7 +207,7 @@ def fold_jobs(
     if not judged:
         return folded
     with database.transaction() as session:
-        states = queue.run_states(session, {job.run_id for job in judged})
+        states = dispatched.run_states(session, {job.run_id for job in judged})
     for job in judged:
         folded.settled.add(job.name)
         if states.get(job.run_id) in ACTIVE:
@@ -252,10 +254,10 @@ def sweep(
                 dispatched_before=now - MISSING_JOB_GRACE,
             )
             lost_queued: list[int] = []
-            for active in queue.active_runs(session):
+            for active in dispatched.active_runs(session):
                 if active.run_id in existing_run_ids or active.dispatched_at is None:
                     continue
-                if not queue.older_than(active.dispatched_at, now, MISSING_JOB_GRACE):
+                if not dispatched.older_than(active.dispatched_at, now, MISSING_JOB_GRACE):
                     continue
                 if active.state is RunState.QUEUED:
                     lost_queued.append(active.run_id)  # never created, or deleted before it ran
@@ -265,7 +267,9 @@ def sweep(
                     result.failed.append(FailedRun(active.run_id, error))
             # Only marks older than the grace: a run undone and marked again since this
             # read (its Job perhaps being made now) keeps its new mark and secret.
-            queue.release_dispatch(session, lost_queued, dispatched_before=now - MISSING_JOB_GRACE)
+            dispatched.release_dispatch(
+                session, lost_queued, dispatched_before=now - MISSING_JOB_GRACE
+            )
             result.requeued = lost_queued
             result.cancelled_jobs = stopping_among(session, set(existing_run_ids))
     result.reaped = [run.run_id for run in reaped]
