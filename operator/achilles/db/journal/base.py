@@ -1,0 +1,31 @@
+"""The journal's declarative base: one metadata, with the naming convention the
+migrations' constraint names follow, for every table the engine maps (db/journal,
+db/api, db/outbox, db/tools), and the `created_at`/`updated_at` column they share."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    DateTime,
+    MetaData,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def timestamp_column() -> Mapped[datetime]:
+    """`timestamptz NOT NULL DEFAULT now()`: every table's created_at and updated_at."""
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
