@@ -26,13 +26,9 @@ RSS and CPU over the idle window after.
 from __future__ import annotations
 
 import math
-import random
 import time
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
 
-from kubernetes.client.exceptions import ApiException
 from sqlalchemy import text
 
 from achilles.db.database import Database
@@ -44,16 +40,11 @@ from bench.apiserver_counts import (
     request_rates,
 )
 from bench.cluster import (
-    GROUP,
     RUNS_NAMESPACE,
-    VERSION,
     BenchCluster,
     bench_cluster,
-    ensure_namespace,
 )
 from bench.intake_checks import (
-    NEW_PROMPT,
-    TOUCHED_LABEL,
     ListingTimeline,
     Population,
     agent_events,
@@ -63,13 +54,18 @@ from bench.intake_checks import (
     touched_reconciled,
 )
 from bench.intake_memory import memory_figures, probe_env
+from bench.intake_population import (
+    ADDED_FRACTION,
+    CHANGED_FRACTION,
+    DELETED_FRACTION,
+    create_agents,
+    move_on,
+)
 from bench.intake_usage import IDLE_CORES, IDLE_PROBE_S, cpu_between, idle_since, listing_alone
 from bench.operator_process import OperatorUnderTest, running_operator
 from bench.report import Progress, Report, at_most
-from bench.steady import AGENTS_PER_OWNER, MODEL, _namespace, _schedule
+from bench.steady import AGENTS_PER_OWNER, MODEL
 from bench.workload import (
-    agent_manifest,
-    create_all,
     create_model,
     insert_owners,
     scheduled_agent_ids,
@@ -79,50 +75,7 @@ from bench.workload import (
 NAME = "intake"
 DEFAULT_SIZE = 10_000
 IDLE_WINDOW_S = 60.0
-CHANGED_FRACTION = 0.05
-DELETED_FRACTION = 0.01
-ADDED_FRACTION = 0.01
 INTAKE_TIMEOUT_S = 3 * 3600.0
-
-
-def _create(cluster: BenchCluster, item: tuple[str, dict[str, Any]]) -> tuple[str, str]:
-    namespace, manifest = item
-    created = cast(
-        dict[str, Any],
-        cluster.custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, "agents", manifest
-        ),
-    )
-    return manifest["metadata"]["name"], str(created["metadata"]["uid"])
-
-
-def _create_agents(
-    cluster: BenchCluster,
-    population: Population,
-    indexes: range,
-    owners: int,
-    progress: Progress,
-    labels: dict[str, str] | None = None,
-) -> float:
-    """Create Agents `indexes`; the seconds it took."""
-    now = datetime.now(UTC)
-    for namespace in sorted({_namespace(i) for i in indexes}):
-        ensure_namespace(cluster, namespace)
-    items = []
-    for i in indexes:
-        manifest = agent_manifest(f"agent-{i}", f"owner-{1 + i % owners}", MODEL, _schedule(i, now))
-        if labels:
-            manifest["metadata"]["labels"] = labels
-        items.append((_namespace(i), manifest))
-    made: list[tuple[str, str]] = []
-
-    def create(item: tuple[str, dict[str, Any]]) -> None:
-        made.append(_create(cluster, item))
-
-    took = create_all(items, create, progress, "Agents")
-    for name, uid in made:
-        population.agents[name] = (_namespace(int(name.removeprefix("agent-"))), uid)
-    return took
 
 
 def _database_counters(cluster: BenchCluster, database: Database) -> dict[str, int]:
@@ -151,42 +104,6 @@ def _wait_idle(operator: OperatorUnderTest, since: float, what: str, progress: P
 
     at: float = wait_until(idle, INTAKE_TIMEOUT_S, what, progress, every=1)
     return at
-
-
-def _move_on(
-    cluster: BenchCluster, population: Population, size: int, owners: int, progress: Progress
-) -> None:
-    """What happens while no operator runs: prompts changed, Agents deleted and added."""
-    rng = random.Random(20)
-    names = sorted(population.agents)
-    picked = rng.sample(names, math.ceil(size * (CHANGED_FRACTION + DELETED_FRACTION)))
-    split = math.ceil(size * CHANGED_FRACTION)
-    population.changed, deleted = sorted(picked[:split]), sorted(picked[split:])
-    patch = {"metadata": {"labels": {TOUCHED_LABEL: "yes"}}, "spec": {"prompt": NEW_PROMPT}}
-
-    def change(name: str) -> None:
-        namespace, _ = population.agents[name]
-        cluster.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, "agents", name, patch
-        )
-
-    def delete(name: str) -> None:
-        namespace, _ = population.agents[name]
-        try:
-            cluster.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, "agents", name
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    create_all(population.changed, change, progress, "Agents changed")
-    create_all(deleted, delete, progress, "Agents deleted")
-    for name in deleted:
-        population.deleted[name] = population.agents.pop(name)[1]
-    added = range(size, size + math.ceil(size * ADDED_FRACTION))
-    _create_agents(cluster, population, added, owners, progress, {TOUCHED_LABEL: "yes"})
-    population.added = [f"agent-{i}" for i in added]
 
 
 def run(
@@ -241,7 +158,7 @@ def run(
             with running_operator(cluster, progress, runner_command="/bin/true", **env) as op:
                 create_model(cluster, MODEL, "http://127.0.0.1:9/v1")
                 started = time.monotonic()
-                took = _create_agents(cluster, population, range(size), owners, progress)
+                took = create_agents(cluster, population, range(size), owners, progress)
                 report.add_value(
                     f"create {size:,} Agents (8 clients)",
                     size / took,
@@ -273,7 +190,7 @@ def run(
                 **etcd_sizes(cluster),
                 "agent_json_bytes": round(mean_object_bytes(cluster, "agents")),
             }
-            _move_on(cluster, population, size, owners, progress)
+            move_on(cluster, population, size, owners, progress)
             listed, seconds = listing_alone(cluster)
             report.add_value(
                 f"the API server alone: list {listed:,} Agents in pages of {LISTING_PAGE}, decoded",
