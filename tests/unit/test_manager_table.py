@@ -16,7 +16,7 @@ from kubernetes import client
 
 from achilles.db import notifications
 from achilles.db.database import Database
-from achilles.handlers import manager
+from achilles.handlers import agents, manager
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.context import LoopMetrics, RuntimeContext
 from achilles.handlers.controllers import listener, sweeper
@@ -167,3 +167,19 @@ def test_the_reconcilers_share_the_processs_handles() -> None:
         assert writer.statuses.take() == ({agent_id}, set())
     assert manager.notifier_of(context).namespace == "achilles-runs"
     assert dispatching.job_template is context.config.job_template
+
+
+def test_the_workqueues_threads_reconcile_on_the_processs_queues() -> None:
+    """The Agent and catalogue workers' reconcilers hold the very queues the kopf
+    handlers put on and the sweeper requeues to, and the statuses written that the
+    status writer reads."""
+    context = _context()
+    agent = agents.reconciler_of(context)
+    assert agent.queue is context.agent_queue
+    assert agent.written is context.written_statuses
+    assert agent.marks.statuses is context.statuses
+    mirror = manager.catalogue_of(context)
+    assert mirror.queue is context.catalogue_queue
+    assert mirror.agent_queue is context.agent_queue is manager.sweeper_of(context).agent_queue
+    assert manager.sweeper_of(context).catalogue_queue is context.catalogue_queue
+    assert mirror.namespace == context.config.job_template.namespace
