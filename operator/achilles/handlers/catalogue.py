@@ -62,6 +62,9 @@ log = logging.getLogger("achilles.operator")
 
 # The catalogue's threads: its kinds are few and their events rare, but an MCP tool's
 # listing may take its server's timeout, and a model's event should not wait for it.
+# The relist pass puts every MCP source on this queue at once: with several servers down,
+# both threads may list for their timeouts in turn and a model's event waits behind them
+# (a relist every 300 s by default; each listing's timeout is its AgentTool's).
 THREADS = 2
 TAKE_SECONDS = 1.0
 RECONCILE = "catalogue_reconcile"
