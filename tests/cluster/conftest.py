@@ -1,33 +1,31 @@
-"""Cluster tier: a real control plane (etcd, kube-apiserver, kube-controller-manager), started
-once per session by the same code as `achilles dev up`, with one of two nodes:
+"""Cluster tier: a real control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler) and a real node (containerd + runc, kubelet, kube-proxy) running the
+locally built images, started once per session by the same code as `make dev`
+(`achilles dev up`). Both `cluster` and `node_cluster` are that one stack: pods are
+containers of the project's images, reaching this machine (the tier's PostgreSQL, model
+and MCP servers) at the host's end of the node's veth (`Cluster.host_address`).
 
-* `cluster`: the kubelet stand-in, pods as host processes (the tests that drive the
-  stand-in itself, and those that run the project's commands from the checkout);
-* `node_cluster`: a real node (containerd + runc, kubelet, kube-proxy) running the
-  locally built images: what only a real runtime can show (users, read-only root
-  filesystems, memory limits, image errors, Service networking).
-
-Each session stack has its own state directory, free loopback ports and, for the real
-node, its own network namespace and cgroup subtree, so it never collides with a
-developer's running `achilles dev up`. Each test gets a namespace of its own. On a fresh
-machine the binaries (and for `node_cluster` the images) are built first, during
-collection, so the build does not count against any test's timeout.
+The session stack has its own state directory, free loopback ports, network namespace
+and cgroup subtree, so it never collides with a developer's running `achilles dev up`.
+Each test gets a namespace of its own. The tier's PostgreSQL (`postgres_server`) also
+listens on the node's network and takes a password (SCRAM) from the pods' networks, so
+pods log in with their logins' passwords while the tests on loopback stay trusted. On a
+fresh machine the binaries and images are built first, during collection, so the build
+does not count against any test's timeout. The real node needs root: without it the
+tier is skipped.
 
 Any cluster, not only ours: with `ACHILLES_TEST_KUBECONFIG=<kubeconfig>` the
 `node_cluster` tests run against that cluster instead (a running `achilles dev up`, a
 kind cluster, ...). What they need from it is checked before the first test: the API
 answers, a Ready schedulable node, and the runner image (`ACHILLES_TEST_RUNNER_IMAGE`,
-default the local build's name) present on that node. The stand-in's tests are skipped
-there: they need host processes.
+default the local build's name) present on that node. The `cluster` tests are skipped
+there: their pods reach the tier's own PostgreSQL.
 
 kind: with `ACHILLES_TEST_CLUSTER=kind` both `cluster` and `node_cluster` are one kind
 cluster the session creates and deletes through pytest-kind, on a node image built here
 (`tests/cluster/kind.py`, `achilles dev kind-image`; docs/development.md, "kind"). The
-node image is built during collection. The cluster tier's PostgreSQL then also listens on
-kind's gateway, with a password for kind's network, so the chart's pods reach it. Tests
-that need the stand-in's pods as host processes carry `@pytest.mark.standin(reason)` and
-are skipped there with that reason, as on `ACHILLES_TEST_KUBECONFIG`.
-`ACHILLES_TEST_CLUSTER=local` (or unset) is the local stack.
+node image is built during collection. The tier's PostgreSQL then listens on kind's
+gateway instead. `ACHILLES_TEST_CLUSTER=local` (or unset) is the local stack.
 """
 
 from __future__ import annotations
@@ -87,8 +85,9 @@ def runner_image() -> str:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "standin(reason): needs the kubelet stand-in (pods as host processes); skipped, with "
-        "the reason, where the session's cluster is kind or ACHILLES_TEST_KUBECONFIG's",
+        "standin(reason): the kubelet stand-in's own tests (`standin_cluster`, pods as host "
+        "processes); skipped, with the reason, where the session's cluster is kind or "
+        "ACHILLES_TEST_KUBECONFIG's",
     )
 
 
@@ -104,22 +103,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     items = [item for item in session.items if item.get_closest_marker("cluster")]
-    wants_node = os.geteuid() == 0 and any(  # else the node tests skip (node_cluster)
-        "node_cluster" in getattr(item, "fixturenames", ()) for item in items
+    # The session stack's tests (the tier's PostgreSQL listens on its node's network);
+    # without root they skip (`local_stack`).
+    wants_stack = os.geteuid() == 0 and any(
+        SESSION_STACK_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items
     )
-    needs_node = wants_node and not runs_elsewhere()
-    wants_kind = (
-        kind_requested()
-        and os.geteuid() == 0
-        and any(
-            not item.get_closest_marker("standin")
-            # postgres_server: on kind the tier's own listens on kind's gateway (below)
-            and {"cluster", "node_cluster", "postgres_server"}
-            & set(getattr(item, "fixturenames", ()))
-            for item in items
-        )
-    )
-    if items and missing_binaries(node=needs_node):
+    needs_node = wants_stack and not runs_elsewhere()
+    wants_kind = kind_requested() and wants_stack
+    if items and missing_binaries(node=needs_node):  # the stand-in's tests: the control plane
         ensure_built(node=needs_node)
     if needs_node:
         from achilles_dev.images import ensure_images
@@ -131,6 +122,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ensure_node_image(report=_summary)
 
 
+SESSION_STACK_FIXTURES = frozenset({"cluster", "node_cluster", "postgres_server"})
+
+
 def _summary(line: str) -> None:
     """Progress of a build during collection: the summary lines, not every build step."""
     if not line.startswith(" "):
@@ -139,21 +133,14 @@ def _summary(line: str) -> None:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The session's API server: our stack with the kubelet stand-in, or kind."""
+    """The session's API server: our stack with its real node, or kind."""
 
     api: client.ApiClient
     kubeconfig: Path
-    # Where the cluster's pods reach this machine (its PostgreSQL, model servers): the
-    # stand-in's pods are host processes (loopback); kind's, its podman network's gateway.
+    # Where the cluster's pods reach this machine (its PostgreSQL, model and MCP servers):
+    # the host's end of the real node's veth; kind's, its podman network's gateway.
     host_address: str
-    stack: LocalStack | None  # the stand-in's stack; None on kind
-
-    @property
-    def standin(self) -> LocalStack:
-        """The stand-in's stack, for the tests marked `standin` (skipped elsewhere)."""
-        if self.stack is None:
-            raise AssertionError("the session's cluster has no kubelet stand-in (kind)")
-        return self.stack
+    stack: LocalStack | None  # the session's local stack; None on kind
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -163,13 +150,10 @@ class Cluster:
     def batch(self) -> client.BatchV1Api:
         return client.BatchV1Api(self.api)
 
-    @property
-    def pods_dir(self) -> Path:
-        return self.standin.config.kubelet_dir / "pods"
 
-
-def throwaway_stack(state_dir: Path, *, real_node: bool = False) -> LocalStack:
-    """A stack of its own (free ports, no fsync, no PostgreSQL: the db tier has its own)."""
+def throwaway_stack(state_dir: Path, *, real_node: bool = True) -> LocalStack:
+    """A stack of its own (free ports, no fsync, no PostgreSQL: the tier has its own),
+    with a real node, or the kubelet stand-in for the stand-in's own tests."""
     config = StackConfig(
         state_dir=state_dir,
         ports=Ports.free(),
@@ -192,24 +176,44 @@ def kind_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindSessi
 
 
 @pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The session's one local stack: control plane and real node, as `make dev` runs
+    them (`cluster` and `node_cluster` on this machine)."""
+    if os.geteuid() != 0:
+        pytest.skip(f"a real node needs root; or point {EXTERNAL_KUBECONFIG} at a cluster")
+    stack = throwaway_stack(tmp_path_factory.mktemp("cluster"))
+    try:
+        stack.up()
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="session")
 def postgres_server(request: pytest.FixtureRequest) -> Iterator[postgres.LocalPostgres]:
-    """The session's PostgreSQL (tests/conftest.py); on kind, the cluster tier's own, which
-    also listens on kind's gateway and takes a password (SCRAM) from kind's network, so
-    the chart's pods (the migration Job, runs) log in with their logins' passwords while
-    the tests on loopback stay trusted."""
-    if not (kind_requested() and os.geteuid() == 0):
+    """The session's PostgreSQL for the cluster tier: the one of tests/conftest.py, but
+    also listening where the session cluster's pods reach this machine (the local
+    stack's node network, or kind's gateway) and taking a password (SCRAM) from the
+    pods' networks, so the chart's pods (the migration Job, runs) log in with their
+    logins' passwords while the tests on loopback stay trusted."""
+    if os.geteuid() != 0 or external_kubeconfig() is not None:
         server: postgres.LocalPostgres = request.getfixturevalue("postgres_server")
         yield server
         return
-    kind: KindSession = request.getfixturevalue("kind_session")
-    with session_postgres(listen=(kind.gateway,), pod_networks=(kind.subnet,)) as server:
+    if kind_requested():
+        kind: KindSession = request.getfixturevalue("kind_session")
+        listen: tuple[str, ...] = (kind.gateway,)
+        pod_networks: tuple[str, ...] = (kind.subnet,)
+    else:
+        stack: LocalStack = request.getfixturevalue("local_stack")
+        net = stack.config.network
+        listen, pod_networks = (net.host_ip,), (net.pod_cidr, net.link_cidr)
+    with session_postgres(listen=listen, pod_networks=pod_networks) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if kind_requested():
         kind: KindSession = request.getfixturevalue("kind_session")
         with api_client(kind.kubeconfig) as api:
@@ -218,9 +222,27 @@ def cluster(
             )
         return
     if external_kubeconfig() is not None:
-        pytest.skip(f"runs pods as host processes (the stand-in); {EXTERNAL_KUBECONFIG} is set")
+        pytest.skip(
+            f"its pods reach the tier's own PostgreSQL, which {EXTERNAL_KUBECONFIG}'s "
+            "cluster does not: the local stack or kind"
+        )
+    stack: LocalStack = request.getfixturevalue("local_stack")
+    with api_client(stack.config.kubeconfig) as api:
+        yield Cluster(
+            api=api,
+            kubeconfig=stack.config.kubeconfig,
+            host_address=stack.config.apiserver_host,
+            stack=stack,
+        )
+
+
+@pytest.fixture(scope="session")
+def standin_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A stack with the kubelet stand-in (pods as host processes), for the stand-in's own
+    tests only (`@pytest.mark.standin`: test_standin.py, test_jobs.py), which go with it
+    (issue 39). Their modules use it as their `cluster`."""
     ensure_built(node=False)
-    stack = throwaway_stack(tmp_path_factory.mktemp("cluster"))
+    stack = throwaway_stack(tmp_path_factory.mktemp("standin"), real_node=False)
     stack.up()
     try:
         with api_client(stack.config.kubeconfig) as api:
@@ -233,7 +255,7 @@ def cluster(
 
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace for one test; deleting it afterwards also ends its pods' processes."""
+    """A fresh namespace for one test; deleting it afterwards also deletes its pods."""
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
     name = f"t-{slug}-{uuid.uuid4().hex[:6]}"
     cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
@@ -325,9 +347,7 @@ def check_node_cluster(api: client.ApiClient, image: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def node_cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[NodeCluster]:
+def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
     external = external_kubeconfig()
     if external is not None:
         with api_client(external) as api:
@@ -344,15 +364,11 @@ def node_cluster(
                 api=api, kubeconfig=kind.kubeconfig, runner_image=RUNNER_IMAGE, stack=None
             )
         return
-    stack = throwaway_stack(tmp_path_factory.mktemp("node"), real_node=True)
-    try:
-        stack.up()
-        with api_client(stack.config.kubeconfig) as api:
-            yield NodeCluster(
-                api=api, kubeconfig=stack.config.kubeconfig, runner_image=RUNNER_IMAGE, stack=stack
-            )
-    finally:
-        stack.down()
+    stack: LocalStack = request.getfixturevalue("local_stack")  # the same stack as `cluster`
+    with api_client(stack.config.kubeconfig) as api:
+        yield NodeCluster(
+            api=api, kubeconfig=stack.config.kubeconfig, runner_image=RUNNER_IMAGE, stack=stack
+        )
 
 
 @pytest.fixture

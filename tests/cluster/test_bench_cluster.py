@@ -19,6 +19,7 @@ import pytest
 from achilles_dev.postgres import LocalPostgres, default_data_root
 from bench import burst, heartbeat, intake, steady
 from bench.report import INVARIANTS_FIGURE
+from tests.conftest import session_postgres
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -51,6 +52,15 @@ def _bench_state(server: LocalPostgres) -> set[str]:
         rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'achilles_bench%'")
         state |= {str(row[0]) for row in rows}
     return state
+
+
+@pytest.fixture(scope="module")
+def postgres_server() -> Iterator[LocalPostgres]:
+    """A server on loopback of this module's own: the benchmarks' stacks are their own,
+    so the cluster tier's (tests/cluster/conftest.py), on the session stack's node
+    network, is not started for them."""
+    with session_postgres() as server:
+        yield server
 
 
 @pytest.fixture

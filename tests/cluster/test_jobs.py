@@ -1,5 +1,6 @@
 """Jobs on the real control plane: the real Job controller, quota and deletion, with the
-kubelet stand-in running each pod's command as a local process."""
+kubelet stand-in running each pod's command as a local process: the stand-in's fidelity
+to a kubelet, which goes with it (issue 39; the real node's own: test_real_node.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, watch
 
+from achilles_dev.stack import LocalStack
 from tests.cluster.conftest import Cluster
 from tests.cluster.kube import (
     create_job,
@@ -38,6 +40,17 @@ TIMEOUT = 60.0
 COMPLETE_AFTER_REFUSALS = 240.0
 
 
+@pytest.fixture(scope="module")
+def cluster(standin_cluster: Cluster) -> Cluster:
+    """This module's cluster: the kubelet stand-in's stack, not the session's real node."""
+    return standin_cluster
+
+
+def _stack(cluster: Cluster) -> LocalStack:
+    assert cluster.stack is not None, "the stand-in's cluster has its stack"
+    return cluster.stack
+
+
 def test_python_job_goes_pending_running_complete(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
@@ -51,7 +64,7 @@ def test_python_job_goes_pending_running_complete(
         TIMEOUT,
         what="the Job's pod to run",
     )
-    assert pod.spec.node_name == cluster.standin.config.node_name
+    assert pod.spec.node_name == _stack(cluster).config.node_name
     assert pod.status.container_statuses[0].ready is True
     pid = wait_for(lambda: pid_from(pid_file), TIMEOUT, what="the pod's process to start")
     assert not process_is_gone(pid)

@@ -6,8 +6,9 @@ runs namespace (rendered by helm), so these also prove that Role suffices: it cr
 the Job and the run's Secret, reads no Secret. A user bound to the built-in `view`
 ClusterRole reads the Job and the pod, and no secret in them, and may not read the
 Secret; the API server's Node authorizer lets only the node the run's pod is bound to
-read it. The pod (the kubelet stand-in, a host process) reads the secret from the
-Secret and claims its run with it as the runner's login; the Secret goes with its Job.
+read it. The pod (the runner image on the real node, running the tests' slow runner)
+reads the secret from the Secret and claims its run with it as the runner's login; the
+Secret goes with its Job.
 A Job whose dispatcher died before making its Secret gets one from the sweeper's
 pending-pods pass, and its pod then claims.
 """
@@ -18,7 +19,6 @@ import base64
 import hashlib
 import json
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -48,21 +48,17 @@ from achilles.services.dispatch import dispatch_queued_runs
 from achilles.services.run_objects import RunObjects
 from achilles_dev.chart import CHART_DIR, RELEASE, RELEASE_NAMESPACE
 from achilles_dev.images import RUNNER_IMAGE
+from achilles_dev.logins import with_login
 from achilles_dev.versions import bin_dir
 from tests.cluster.conftest import Cluster
 from tests.db.factories import make_agent
 from tests.db.logins import login_url
 from tests.waiting import wait_for
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.standin(
-        "the run's pod is the stand-in's host process: it runs the tests' runner from the "
-        "checkout and reaches the tests' PostgreSQL on loopback"
-    ),
-]
+pytestmark = pytest.mark.cluster
 
 TIMEOUT = 60.0
+START_TIMEOUT = 120.0  # a pod's first start on a cold node unpacks the image
 SLOW_RUNNER = Path(__file__).parent / "install" / "slow_runner.py"
 RUNNER_DATABASE_SECRET = "runner-database"
 VIEWER = "a-viewer"
@@ -142,9 +138,9 @@ def operator_api(cluster: Cluster, namespace: str) -> Iterator[client.ApiClient]
 def _template(namespace: str) -> JobTemplate:
     return JobTemplate(
         namespace=namespace,
-        image=RUNNER_IMAGE,  # the stand-in ignores images
+        image=RUNNER_IMAGE,
         database_secret=SecretKey(RUNNER_DATABASE_SECRET, "url"),
-        command=(sys.executable, str(SLOW_RUNNER)),
+        command=("python", "-c", SLOW_RUNNER.read_text()),
         extra_env=(("ACHILLES_TEST_HOLD_SECONDS", "0"),),
     )
 
@@ -152,7 +148,10 @@ def _template(namespace: str) -> JobTemplate:
 def _runner_database(cluster: Cluster, namespace: str, database_url: str) -> None:
     secret = {
         "metadata": {"name": RUNNER_DATABASE_SECRET},
-        "stringData": {"url": login_url(database_url, Component.RUNNER)},
+        # The runner's login, where the cluster's pods reach the tier's PostgreSQL.
+        "stringData": {
+            "url": with_login(login_url(database_url, Component.RUNNER), host=cluster.host_address)
+        },
     }
     _post(cluster, f"/api/v1/namespaces/{namespace}/secrets", secret)
 
@@ -202,7 +201,9 @@ def test_the_run_secret_reaches_its_pod_only_and_goes_with_its_job(
     finally:
         operator.dispose()
     assert [run.run_id for run in done.created] == [run_id], done.rejected
-    wait_for(lambda: _succeeded(db, run_id), TIMEOUT, what="the run's pod to claim and succeed")
+    wait_for(
+        lambda: _succeeded(db, run_id), START_TIMEOUT, what="the run's pod to claim and succeed"
+    )
 
     # The pod read the Secret's value and claimed with it: the row holds its hash.
     value = _secret_value(cluster, namespace, run_id)
@@ -309,7 +310,7 @@ def test_a_job_whose_secret_never_came_gets_one_and_its_pod_claims(
             objects.follow_pods(stop, lambda failed: None)
             return any(pod.waiting_for_run_secret for pod in objects.pending_pods() or [])
 
-        wait_for(waiting, TIMEOUT, what="the pod to wait for its run Secret")
+        wait_for(waiting, START_TIMEOUT, what="the pod to wait for its run Secret")
         assert objects.judge_pending_pods() == []  # within the grace: nothing made
         assert _row(db, run_id).runner_secret_hash == lost.digest
 
@@ -323,7 +324,7 @@ def test_a_job_whose_secret_never_came_gets_one_and_its_pod_claims(
                 {"r": run_id},
             )
         assert objects.judge_pending_pods() == []  # no run failed; its Secret made
-        wait_for(lambda: _succeeded(db, run_id), TIMEOUT, what="the pod to claim and succeed")
+        wait_for(lambda: _succeeded(db, run_id), START_TIMEOUT, what="the pod to claim and succeed")
     finally:
         operator.dispose()
     value = _secret_value(cluster, namespace, run_id)

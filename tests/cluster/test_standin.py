@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from achilles_dev.stack import LocalStack
 from tests.cluster.conftest import Cluster
 from tests.cluster.kube import (
     create_job,
@@ -42,6 +43,17 @@ _PRINT_ENV = (
     "report['argv'] = sys.argv[1:]\n"
     "open('/dev/termination-log', 'w').write(json.dumps(report))\n"
 )
+
+
+@pytest.fixture(scope="module")
+def cluster(standin_cluster: Cluster) -> Cluster:
+    """This module's cluster: the kubelet stand-in's stack, not the session's real node."""
+    return standin_cluster
+
+
+def _stack(cluster: Cluster) -> LocalStack:
+    assert cluster.stack is not None, "the stand-in's cluster has its stack"
+    return cluster.stack
 
 
 def _pod(
@@ -141,11 +153,11 @@ def test_restarted_standin_adopts_a_running_process(
     )
     pid = wait_for(lambda: pid_from(pid_file), TIMEOUT, what="the pod's process to start")
 
-    cluster.standin.stop_component("kubelet")
+    _stack(cluster).stop_component("kubelet")
     assert not process_is_gone(pid), "stopping the stand-in must not stop its pods"
     gate.touch()  # the process ends while no stand-in watches it
     wait_for(lambda: process_is_gone(pid), TIMEOUT, what="the process to finish")
-    cluster.standin.up()
+    _stack(cluster).up()
 
     state = failed_job_state(cluster.batch, cluster.core, namespace, "survivor", TIMEOUT)
     assert (state["exitCode"], state["reason"]) == (7, "Error")
@@ -168,10 +180,10 @@ def test_process_lost_while_standin_was_down_fails_its_pod(
     )
     shim_pid = int(pod.status.container_statuses[0].container_id.removeprefix("achilles://"))
 
-    cluster.standin.stop_component("kubelet")
+    _stack(cluster).stop_component("kubelet")
     os.killpg(shim_pid, signal.SIGKILL)  # shim and process vanish without a word
     wait_for(lambda: process_is_gone(pid), TIMEOUT, what="the process to die")
-    cluster.standin.up()
+    _stack(cluster).up()
 
     state = failed_job_state(cluster.batch, cluster.core, namespace, "lost", TIMEOUT)
     assert (state["exitCode"], state["reason"]) == (137, "ContainerStatusUnknown")

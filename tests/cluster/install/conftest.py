@@ -5,8 +5,8 @@ the operator and API Deployments (tests run no operator image): the CRDs from th
 directory, RBAC, both admission policies, the runs namespace with its quota, and
 AgentPlatform/default. The pre-install hook Job runs `achilles db upgrade` against a
 fresh database of the test PostgreSQL, as the migrations' login (its own Secret, with the
-superuser's password and the address pods reach the host at: loopback for the kubelet
-stand-in's host processes, kind's gateway for the engine image on kind); the operator
+superuser's password and the address pods reach the host at: the local node's end of its
+veth, or kind's gateway), in the engine image; the operator
 and the runs get logins of their own (`Release.login_url`, `Release.pod_login_url`), as
 an installer makes them. The portal's ClusterRole is bound, by the chart's own value, to
 the user the tests impersonate.
@@ -48,14 +48,14 @@ RUNS_NAMESPACE = "achilles-runs"  # the chart's default, where the run pods are
 
 # What the tests install: the chart's defaults plus what a test cluster needs.
 TEST_VALUES: dict[str, Any] = {
-    # The hook Job's image: on kind the node has it loaded; the stand-in ignores images.
+    # The hook Job's image, loaded on the node (ours, kind's).
     "image": {
         "repository": ENGINE_IMAGE.rpartition(":")[0],
         "tag": ENGINE_IMAGE.rpartition(":")[2],
         "pullPolicy": "IfNotPresent",
     },
     "operator": {"enabled": False},
-    # The stand-in ignores images: the API's pods run on a real node (test_api_chart.py).
+    # The API's Deployment is tested on a stack of its own (test_api_chart.py).
     "api": {"enabled": False},
     "rbac": {
         "portalSubjects": [

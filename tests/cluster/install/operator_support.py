@@ -3,12 +3,15 @@ and database (the chart's release), plus the offline model server its runs talk 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,22 +35,19 @@ RUNS_NAMESPACE = "achilles-runs"
 SLOW_RUNNER = Path(__file__).with_name("slow_runner.py")
 
 
-def slow_runner_command(cluster: Cluster) -> str:
-    """`ACHILLES_RUNNER_COMMAND` for the slow runner (`slow_runner.py`): the file, run by
-    this interpreter, on the stand-in; on a real node (kind) its source as `python -c` in
-    the runner image, which has the engine but not the tests."""
-    if cluster.stack is not None:
-        return f"{sys.executable} {SLOW_RUNNER}"
+def slow_runner_command() -> str:
+    """`ACHILLES_RUNNER_COMMAND` for the slow runner (`slow_runner.py`): its source as
+    `python -c` in the runner image, which has the engine but not the tests."""
     return f"python -c {shlex.quote(SLOW_RUNNER.read_text())}"
 
 
 def runner_pid(run_id: int, release: Release) -> int | None:
-    """The slow runner's process for `run_id`, found from the host: the stand-in's is a
-    host process, kind's a container's, which the host's /proc lists too. Run ids start
-    at 1 in every test session's database, so a runner of another session on this host
-    (its own cluster and PostgreSQL) is told apart by the database port it was given."""
+    """The slow runner's process for `run_id`, found from the host: a container's process,
+    which the host's /proc lists too. Run ids start at 1 in every test session's
+    database, so a runner of another session on this host (its own cluster and
+    PostgreSQL) is told apart by the database port it was given."""
     needle = f"--run-id\x00{run_id}\x00"
-    source = SLOW_RUNNER.read_text()  # on a real node it runs as `python -c <source>`
+    source = SLOW_RUNNER.read_text()  # it runs as `python -c <source>`
     port = urlsplit(release.database_url).port
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -57,10 +57,8 @@ def runner_pid(run_id: int, release: Release) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\x00")
         except OSError:
             continue
-        # The runner itself, not the stand-in's shim whose argv ends with the same command.
-        shim = "achilles_dev.kubelet.shim" in cmdline
-        slow = str(SLOW_RUNNER) in cmdline or source in cmdline
-        if slow and cmdline.endswith(needle) and not shim and _database_port(environ) == port:
+        slow = source in cmdline
+        if slow and cmdline.endswith(needle) and _database_port(environ) == port:
             return int(entry.name)
     return None
 
@@ -71,6 +69,69 @@ def _database_port(environ: list[bytes]) -> int | None:
         if variable.startswith(prefix):
             return urlsplit(variable[len(prefix) :].decode()).port
     return None
+
+
+class ClaimGate:
+    """Where the slow runner waits before its claim (ACHILLES_TEST_CLAIM_GATE): a TCP
+    listener on the address the cluster's pods reach this machine at. While closed, a
+    runner's connection is held unanswered; opening answers every held one and each later
+    one at once."""
+
+    def __init__(self, host: str) -> None:
+        self._listener = socket.create_server((host, 0))
+        self.address = f"{host}:{self._listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._open = True
+        self._held: list[socket.socket] = []
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                door, _ = self._listener.accept()
+            except OSError:
+                return  # the listener closed: `stop`
+            with self._lock:
+                if self._open:
+                    _answer(door)
+                else:
+                    self._held.append(door)
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+
+    def waiting(self) -> int:
+        """How many runners wait at the closed gate (pods started, before their claim)."""
+        with self._lock:
+            return len(self._held)
+
+    def open(self) -> None:
+        with self._lock:
+            self._open = True
+            held, self._held = self._held, []
+        for door in held:
+            _answer(door)
+
+    def stop(self) -> None:
+        self.open()
+        self._listener.close()
+        self._accepting.join(timeout=10)
+
+
+def _answer(door: socket.socket) -> None:
+    with door, contextlib.suppress(OSError):  # the pod went meanwhile: nobody waits
+        door.sendall(b"!")
+
+
+@contextmanager
+def claim_gate(cluster: Cluster) -> Iterator[ClaimGate]:
+    gate = ClaimGate(cluster.host_address)
+    try:
+        yield gate
+    finally:
+        gate.stop()
 
 
 def ensure_runner_secret(cluster: Cluster, database_url: str) -> None:
@@ -100,7 +161,7 @@ class OperatorProcess:
             "KUBECONFIG": str(self.cluster.kubeconfig),
             "ACHILLES_DATABASE_URL": self.release.login_url(Component.OPERATOR),
             "ACHILLES_RUNS_NAMESPACE": RUNS_NAMESPACE,
-            "ACHILLES_RUNNER_IMAGE": RUNNER_IMAGE,  # loaded on kind; the stand-in ignores it
+            "ACHILLES_RUNNER_IMAGE": RUNNER_IMAGE,  # loaded on the node (ours, kind's)
             "ACHILLES_METRICS_PORT": "0",
             "ACHILLES_RUNNER_ENV": json.dumps({"ACHILLES_HEARTBEAT_INTERVAL": "2"}),
             **self.env_overrides,

@@ -1,18 +1,18 @@
 """A stand-in for the runner where the LLM is not the point: claim the run, take the
 inbox replies as the runner's inbox start note does (agents with the inbox tool),
-heartbeat, hold it for ACHILLES_TEST_HOLD_SECONDS, succeed. While the file named by
-ACHILLES_TEST_CLAIM_HOLD exists it waits before its claim (a pod that started, held at
-the door while a test closes a lock: the process stand-in shares the host's files). Run
-by the Job as
-`python slow_runner.py --run-id N` (the operator appends `--run-id N`), as the runner's
-login with the run's secret from the Job, as `achilles runner` connects."""
+heartbeat, hold it for ACHILLES_TEST_HOLD_SECONDS, succeed. With ACHILLES_TEST_CLAIM_GATE
+(`host:port`, a `ClaimGate` of the test, tests/cluster/install/operator_support.py) it
+waits before its claim until the gate answers (a pod that started, held at the door
+while a test closes a lock). Run by the Job as `python -c <this file> --run-id N` in the
+runner image (the operator appends `--run-id N`), as the runner's login with the run's
+secret from the Job, as `achilles runner` connects."""
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
-from pathlib import Path
 
 from achilles.db.database import Database
 from achilles.db.inbox.replies import take_unprocessed_replies
@@ -30,9 +30,13 @@ def main() -> int:
         session_settings=session_settings(run_id, secret) if secret else None,
     )
     journal = RunJournal(database)
-    held = os.environ.get("ACHILLES_TEST_CLAIM_HOLD")
-    while held and Path(held).exists():
-        time.sleep(0.1)  # polls a file the test removes; the pod's deadline bounds it
+    gate = os.environ.get("ACHILLES_TEST_CLAIM_GATE")
+    if gate:
+        host, _, port = gate.rpartition(":")
+        # Blocks until the test opens the gate (a byte, or the gate closing the connection);
+        # the pod's deadline bounds it.
+        with socket.create_connection((host, int(port))) as door:
+            door.recv(1)
     spec = journal.claim(run_id)
     if spec is None:
         return 0

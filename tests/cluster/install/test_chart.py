@@ -1,8 +1,8 @@
 """The Helm chart: lints, renders what the values say, installs and upgrades on a real API server.
 
 Rendering tests need only the helm binary; install and upgrade use the session's
-release (conftest: a real `helm install`, the migration hook Job run by the kubelet
-stand-in against a fresh database).
+release (conftest: a real `helm install`, the migration hook Job run by the session's
+real node against a fresh database).
 """
 
 from __future__ import annotations

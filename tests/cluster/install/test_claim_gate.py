@@ -2,9 +2,9 @@
 closed after the dispatcher made a run's Job, while its pod is starting, stops the run
 with no trace, its Job goes, and `achilles run-now --wait` says why (exit 3).
 
-The pod is held at its claim by a file (`slow_runner.py`, ACHILLES_TEST_CLAIM_HOLD) while
-the admin's lock closes; the process stand-in shares the host's files, so this runs on
-the local stack's node only.
+The pod is held at its claim by a gate it can see, a TCP listener of the test on the
+address pods reach this machine at (`slow_runner.py`, ACHILLES_TEST_CLAIM_GATE), while
+the admin's lock closes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine
@@ -26,7 +25,9 @@ from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles
 from tests.cluster.install.conftest import Release
 from tests.cluster.install.operator_support import (
+    ClaimGate,
     OperatorProcess,
+    claim_gate,
     journal_rows,
     new_owner,
     run_jobs,
@@ -37,10 +38,7 @@ from tests.cluster.install.operator_support import (
 from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.standin("the pod is held at its claim by a host file: the stand-in shares it"),
-]
+pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
@@ -53,21 +51,22 @@ def journal(achilles_release: Release) -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="module")
-def claim_hold(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("claim-gate") / "hold"
+def gate(cluster: Cluster) -> Iterator[ClaimGate]:
+    with claim_gate(cluster) as gate:
+        yield gate
 
 
 @pytest.fixture(scope="module")
 def operator(
     cluster: Cluster,
     achilles_release: Release,
-    claim_hold: Path,
+    gate: ClaimGate,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     env = {
-        "ACHILLES_RUNNER_COMMAND": slow_runner_command(cluster),
+        "ACHILLES_RUNNER_COMMAND": slow_runner_command(),
         "ACHILLES_RUNNER_ENV": json.dumps(
-            {"ACHILLES_TEST_HOLD_SECONDS": "1", "ACHILLES_TEST_CLAIM_HOLD": str(claim_hold)}
+            {"ACHILLES_TEST_HOLD_SECONDS": "1", "ACHILLES_TEST_CLAIM_GATE": gate.address}
         ),
     }
     log = tmp_path_factory.mktemp("claim-gate") / "operator.log"
@@ -98,7 +97,7 @@ def test_an_admins_pause_after_the_job_was_made_stops_the_run_with_no_trace(
     operator: OperatorProcess,
     journal: Engine,
     namespace: str,
-    claim_hold: Path,
+    gate: ClaimGate,
 ) -> None:
     model = f"m-{uuid.uuid4().hex[:6]}"
     admin_api.create(agent_model(model))
@@ -108,7 +107,7 @@ def test_an_admins_pause_after_the_job_was_made_stops_the_run_with_no_trace(
     )
     agent_id = status["databaseId"]
 
-    claim_hold.touch()
+    gate.close()
     waiting = _run_now(cluster, achilles_release, f"{namespace}/gated")
     try:
         job = wait_for(
@@ -125,6 +124,7 @@ def test_an_admins_pause_after_the_job_was_made_stops_the_run_with_no_trace(
             interval=0.2,
         )
         run_id = int(job.metadata.labels[RUN_ID_LABEL])
+        wait_for(gate.waiting, 120, what="the run's pod at its claim", interval=0.2)
         # The pod is at its claim; the admin pauses the agent meanwhile.
         achilles_admin_api.patch("Agent", "gated", {"spec": {"adminPaused": True}}, namespace)
         wait_for(
@@ -139,7 +139,7 @@ def test_an_admins_pause_after_the_job_was_made_stops_the_run_with_no_trace(
             ("queued",)
         ]
     finally:
-        claim_hold.unlink()
+        gate.open()
 
     out, err = waiting.communicate(timeout=150)
     assert waiting.returncode == 3, (out, err)

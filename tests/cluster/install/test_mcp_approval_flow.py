@@ -1,7 +1,8 @@
 """An owner's agent asks before a write, and the approved call is made exactly once,
-end to end (issue 38): the chart's CRDs, the real operator process, Jobs on the local
-node's stand-in (its pods are this machine's processes), the offline model server
-scripted to call the tool, the registry's `@modelcontextprotocol/server-memory`.
+end to end (issue 38): the chart's CRDs, the real operator process, Jobs on the session's
+real node (the runner image), the offline model server scripted to call the tool, the
+registry's `@modelcontextprotocol/server-memory` (on every interface of this machine, so
+the runs reach it where they reach the model server).
 
 kubectl-style: an AgentTool naming the server, an Agent picking it; a manual run asks the
 owner (the run ends waiting, the call is not made); `achilles inbox approve` wakes the
@@ -51,8 +52,6 @@ ARGUMENTS = {"entities": [{"name": "Grace", "entityType": "person", "observation
 def operator(
     cluster: Cluster, achilles_release: Release, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    if cluster.stack is None:
-        pytest.skip("the MCP server runs on this machine: the stand-in's pods reach it")
     log = tmp_path_factory.mktemp("mcp-flow") / "operator.log"
     with running_operator(cluster, achilles_release, log) as process:
         yield process
@@ -65,6 +64,11 @@ def journal(achilles_release: Release) -> Iterator[Engine]:
     )
     yield engine
     engine.dispose()
+
+
+def _pods_url(cluster: Cluster, server: McpServer) -> str:
+    """The server's endpoint where the cluster's pods (the runs) and the operator reach it."""
+    return f"http://{cluster.host_address}:{server.port}/mcp"
 
 
 def _entities(server: McpServer) -> list[str]:
@@ -134,7 +138,7 @@ def test_a_write_is_asked_approved_in_the_inbox_and_made_once(
                 "apiVersion": "achilles.io/v1alpha1",
                 "kind": "AgentTool",
                 "metadata": {"name": TOOL},
-                "spec": {"implementation": "mcp", "mcp": {"url": mcp_memory.url}},
+                "spec": {"implementation": "mcp", "mcp": {"url": _pods_url(cluster, mcp_memory)}},
             }
         )
         try:

@@ -1,6 +1,6 @@
 """Notifications end to end (issue 22): the chart's CRDs and AgentPlatform, the operator as
-a real process, the real `achilles runner` as the Job's pod (through the kubelet
-stand-in), and a real HTTP receiver that checks the signature as a portal would.
+a real process, the real `achilles runner` as the Job's pod (on the session's
+real node), and a real HTTP receiver that checks the signature as a portal would.
 
 - A run whose model cannot be reached fails, and its failure arrives at the webhook
   signed with the Secret the AgentPlatform names, carrying the delivery id the outbox

@@ -11,7 +11,7 @@ control plane and PostgreSQL with `achilles operator` as a real process:
   deactivated again gets `spec.enabled: false` written again, through the CLI and
   through `users` directly.
 
-The runs are the slow stand-in runner (`slow_runner.py`, which takes inbox replies as
+The runs are the slow runner (`slow_runner.py`, which takes inbox replies as
 the runner's start note does); the test ends each run itself when it needs it ended.
 """
 
@@ -53,7 +53,7 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-HOLD_SECONDS = 600.0  # the stand-in runner holds its run until the test ends it
+HOLD_SECONDS = 600.0  # the slow runner holds its run until the test ends it
 
 
 @pytest.fixture(scope="module")

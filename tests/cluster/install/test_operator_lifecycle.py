@@ -1,6 +1,6 @@
 """The operator end to end on the real control plane and PostgreSQL: an Agent applied
 like kubectl does becomes a row, a status, and runs that execute as real Jobs (the
-kubelet stand-in runs the runner, which talks to the offline model server)."""
+real node runs the runner image, which talks to the offline model server)."""
 
 from __future__ import annotations
 

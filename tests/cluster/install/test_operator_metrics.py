@@ -91,7 +91,7 @@ def test_every_documented_metric_is_served_with_its_labels_after_a_run(
     port = free_port()
     env = {
         "ACHILLES_METRICS_PORT": str(port),
-        "ACHILLES_RUNNER_COMMAND": slow_runner_command(cluster),
+        "ACHILLES_RUNNER_COMMAND": slow_runner_command(),
         "ACHILLES_RUNNER_ENV": json.dumps({"ACHILLES_TEST_HOLD_SECONDS": "1"}),
     }
     try:

@@ -1,7 +1,7 @@
 """The operator's run guarantees on the real control plane and PostgreSQL: one run per
 request, the concurrency cap and FIFO with two replicas, nothing lost or doubled when the
 operator is SIGKILLed mid-dispatch, a killed runner failed via its pod, an agent deleted
-mid-run. The runner is a small stand-in (`slow_runner.py`) where the LLM is not the point."""
+mid-run. The runner is the tests' slow one (`slow_runner.py`) where the LLM is not the point."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def journal(achilles_release: Release) -> Iterator[Engine]:
 
 def _env(cluster: Cluster, hold: float) -> dict[str, str]:
     return {
-        "ACHILLES_RUNNER_COMMAND": slow_runner_command(cluster),
+        "ACHILLES_RUNNER_COMMAND": slow_runner_command(),
         "ACHILLES_RUNNER_ENV": json.dumps({"ACHILLES_TEST_HOLD_SECONDS": str(hold)}),
     }
 

@@ -1,5 +1,5 @@
 """The run controls end to end (issue 22): the chart's CRDs, the operator, the real
-`achilles runner` (as each Job's pod, through the kubelet stand-in) and the model server.
+`achilles runner` (as each Job's pod, on the real node) and the model server.
 
 - cancel: a running run cancelled through the Agent's `achilles.io/cancel-run` ends
   `failed/cancelled` once its Job and pod are gone (it holds its agent until then), a
