@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from achilles_dev.config import NODE_KINDS, NodeKind
 from bench.cli_options import json_option, server_option, show, size_option
 
 
@@ -145,28 +144,13 @@ def intake(
     help="Seconds between two slots: 2 s overlaps runs on a small node (the node's load); "
     "a spacing longer than a run measures one run's path alone.",
 )
-@click.option(
-    "--node",
-    type=click.Choice(NODE_KINDS),
-    default="containerd",
-    show_default=True,
-    help="The real node (containerd + runc, the runner image; needs root) or the kubelet "
-    "stand-in (the runner as a host process: no container start-up).",
-)
 @json_option
-@server_option
-def slot_to_heartbeat(
-    size: int, spacing: float, node: NodeKind, json_path: Path | None, server_url: str | None
-) -> None:
-    """From a slot to the real runner's first heartbeat, with the model server."""
+def slot_to_heartbeat(size: int, spacing: float, json_path: Path | None) -> None:
+    """From a slot to the real runner's first heartbeat, with the model server, on a real
+    node (root; its pods reach a database server of the benchmark's own)."""
     from bench import heartbeat
 
-    if node == "containerd" and server_url is not None:
-        raise click.UsageError(
-            "--server-url needs --node process: the real node's pods reach a database "
-            "server of the benchmark's own"
-        )
-    show(heartbeat.run(size, json_path, server_url, node=node, spacing_s=spacing))
+    show(heartbeat.run(size, json_path, spacing_s=spacing))
 
 
 @click.command(name="kept-jobs")

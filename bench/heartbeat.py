@@ -13,9 +13,8 @@ the pod's ADDED watch events and the container's start as the runtime recorded i
 (nanoseconds, from `crictl inspect`): slot -> Job, Job -> container started, container
 started -> first heartbeat.
 
-The real node needs root. `--node process` runs it on the kubelet stand-in instead (the
-runner as a host process: no sandbox, no image, no runc), which shows the same path
-without the container start-up a user's pods pay.
+The real node needs root (issue 39: no stand-in run of it any more; a path without the
+container start-up a user's pods pay is not the latency a user feels).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 from achilles.db.database import Database
 from achilles.domain.runs import TERMINAL_STATES
 from achilles.k8s.run_metadata import RUN_ID_LABEL, RUN_SELECTOR
-from achilles_dev.config import LOOPBACK, NodeKind
+from achilles_dev.config import LOOPBACK
 from achilles_dev.images import RUNNER_IMAGE
 from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster, ensure_namespace
 from bench.jobwatch import JobWatch
@@ -61,7 +60,7 @@ DEFAULT_SIZE = 60
 SPACING_S = 2.0
 NAMESPACE = "bench-heartbeat"
 MODEL = "bench-model-server"
-NODE_NAMES: dict[NodeKind, str] = {"containerd": "containerd (real)", "process": "kubelet stand-in"}
+NODE_NAME = "containerd (real)"
 
 
 @contextmanager
@@ -84,8 +83,8 @@ def model_server(host: str = LOOPBACK) -> Iterator[str]:
 
 
 def _container_starts(cluster: BenchCluster) -> dict[int, float]:
-    """When each run pod's runner container started: as the runtime recorded it on a
-    real node (nanoseconds), else the kubelet's `startedAt` (whole seconds)."""
+    """When each run pod's runner container started: as the runtime recorded it
+    (nanoseconds), else the kubelet's `startedAt` (whole seconds)."""
     starts = {}
     for pod in cluster.core.list_namespaced_pod(RUNS_NAMESPACE, label_selector=RUN_SELECTOR).items:
         labels = (pod.metadata.labels if pod.metadata else None) or {}
@@ -100,7 +99,7 @@ def _container_starts(cluster: BenchCluster) -> dict[int, float]:
             if at is None or RUN_ID_LABEL not in labels:
                 continue
             started = at.timestamp()
-            if cluster.real_node and status.container_id:
+            if status.container_id:
                 started = _runtime_start(cluster, status.container_id) or started
             starts[int(labels[RUN_ID_LABEL])] = started
     return starts
@@ -162,18 +161,14 @@ def _runner_startup(times: int, imports: str) -> list[float]:
     return samples
 
 
-def run(
-    size: int,
-    json_path: Path | None,
-    server_url: str | None = None,
-    node: NodeKind = "containerd",
-    spacing_s: float = SPACING_S,
-) -> Report:
+def run(size: int, json_path: Path | None, spacing_s: float = SPACING_S) -> Report:
     progress = Progress(NAME)
-    real = node == "containerd"
-    parameters: dict[str, object] = {"runs": size, "spacing_s": spacing_s, "node": NODE_NAMES[node]}
-    if real:
-        parameters["runner image"] = RUNNER_IMAGE
+    parameters: dict[str, object] = {
+        "runs": size,
+        "spacing_s": spacing_s,
+        "node": NODE_NAME,
+        "runner image": RUNNER_IMAGE,
+    }
     report = Report(benchmark=NAME, size=size, parameters=parameters)
     with (
         bench_cluster(
@@ -181,8 +176,7 @@ def run(
             report=report,
             served_namespaces=(RUNS_NAMESPACE,),
             max_concurrency=size + 4,
-            server_url=server_url,
-            node=node,
+            node="containerd",
         ) as cluster,
         model_server(cluster.host_for_pods) as model_url,
     ):
@@ -191,10 +185,8 @@ def run(
         try:
             insert_owners(database, size)
             ensure_namespace(cluster, NAMESPACE)
-            # The stand-in ignores images: it runs the checkout's runner as a host process.
-            command = None if real else f"{sys.executable} -m achilles runner"
             with running_operator(
-                cluster, progress, runner_command=command, runner_image=RUNNER_IMAGE
+                cluster, progress, runner_command=None, runner_image=RUNNER_IMAGE
             ) as operator:
                 create_model(cluster, MODEL, model_url)
                 schedule = {"type": "interval", "everyHours": 24}
@@ -264,7 +256,7 @@ def run(
     report.details["load average (1, 5, 15 min) at the end"] = [
         round(load, 2) for load in os.getloadavg()
     ]
-    _report_figures(report, rows, jobs, pods, started, real)
+    _report_figures(report, rows, jobs, pods, started)
     path = report.write(json_path)
     progress(f"wrote {path} and {path.with_suffix('.md')}")
     return report
@@ -303,12 +295,11 @@ def _report_figures(
     jobs: dict[int, float],
     pods: dict[int, float],
     started: dict[int, float],
-    real: bool,
 ) -> None:
     total = [(row.started_at - row.scheduled_for).total_seconds() for row in rows]
     to_job = [jobs[row.id] - row.scheduled_for.timestamp() for row in rows if row.id in jobs]
     job_to_beat = [row.started_at.timestamp() - jobs[row.id] for row in rows if row.id in jobs]
-    precision = "the runtime's start (ns)" if real else "startedAt has whole seconds"
+    precision = "the runtime's start (ns)"
     # Issue 20's goals (the first ones were 3 / 8 s).
     report.latency(
         "slot -> first heartbeat, median", total, unit="s", goal=at_most(1.5, "s"), on="median"
@@ -335,8 +326,6 @@ def _report_figures(
         note=(
             "kube-scheduler binds it; the kubelet has containerd and runc start its sandbox "
             f"and the runner's container; {precision}"
-            if real
-            else f"the kubelet stand-in binds and starts it as a host process; {precision}"
         ),
     )
     report.latency(

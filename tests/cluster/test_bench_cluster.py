@@ -2,7 +2,7 @@
 plane, runs the operator, measures, writes its JSON and markdown, and removes what it
 made. No figure is asserted (wall-clock numbers belong to docs/performance.md); what is
 checked is that each measured what it says and cleaned up. slot-to-heartbeat runs on the
-real node by default (root only, like the other real-node tests) and on the stand-in."""
+real node (root only, like the other real-node tests)."""
 
 from __future__ import annotations
 
@@ -120,13 +120,3 @@ def test_slot_to_heartbeat_on_the_real_node(tmp_path: Path, leaves_nothing: None
     assert figures["Job -> container started"]["series"]["count"] == 2
     assert figures["container started -> first heartbeat"]["series"]["count"] == 2
     assert result["details"]["runs by state"] == {"succeeded": 2}
-
-
-def test_slot_to_heartbeat_on_the_stand_in(
-    postgres_server: LocalPostgres, tmp_path: Path, leaves_nothing: None
-) -> None:
-    out = tmp_path / "heartbeat.json"
-    heartbeat.run(2, out, postgres_server.url(), node="process")
-    result = _result(out)
-    assert result["parameters"]["node"] == "kubelet stand-in"
-    assert _figures(result)["slot -> first heartbeat, p99"]["series"]["count"] == 2
