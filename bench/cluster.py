@@ -26,6 +26,7 @@ the database's.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import tempfile
@@ -128,7 +129,9 @@ def bench_cluster(
     real = node == "containerd"
     if real and server_url is not None:
         raise ValueError("on the real node the benchmark runs a database server its pods reach")
-    work_dir = Path(tempfile.mkdtemp(prefix="achilles-bench-"))
+    # Named by the process, as its database server's directory is (bench/pg.py): what a
+    # run leaves behind is told from another run's at the same time.
+    work_dir = Path(tempfile.mkdtemp(prefix=f"achilles-bench-{os.getpid()}-"))
     config = StackConfig(
         state_dir=work_dir / "stack",
         ports=Ports.free(),

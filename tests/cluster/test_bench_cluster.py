@@ -44,10 +44,12 @@ def _figures(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _bench_state(server: LocalPostgres) -> set[str]:
-    """The benchmarks' control-plane directories, servers of their own and databases
-    that exist now."""
-    state = {str(p) for p in Path(tempfile.gettempdir()).glob("achilles-bench-*/stack")}
-    state |= {str(p) for p in default_data_root().glob("bench-*")}
+    """This process's benchmarks' control-plane directories, servers of their own (both
+    named by the process: another run beside it is not this one's leftover) and the
+    databases that exist now on this module's server."""
+    pid = os.getpid()
+    state = {str(p) for p in Path(tempfile.gettempdir()).glob(f"achilles-bench-{pid}-*/stack")}
+    state |= {str(p) for p in default_data_root().glob(f"bench-{pid}-*")}
     with psycopg.connect(server.libpq_dsn(), autocommit=True) as conn:
         rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'achilles_bench%'")
         state |= {str(row[0]) for row in rows}
