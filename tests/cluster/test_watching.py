@@ -44,6 +44,11 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.cluster
 
 TIMEOUT = 60.0
+RUNS_UNTIL_TERMINATED = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "while True: time.sleep(1)\n"
+)
 
 
 def _run_job(run_id: int, command: list[str] | None = None) -> dict[str, Any]:
@@ -192,8 +197,10 @@ def test_the_pod_view_holds_a_runs_pod_until_it_is_gone_and_says_so(
     with Session(db) as session, session.begin():
         run_id = journal.enqueue_run(session, make_agent(db), RunTrigger.MANUAL).run_id
     jobs = RunJobs(cluster.api, namespace)
-    # The workload: a runner that goes on until its pod is deleted.
-    _create(jobs, run_id, python_command("import time\nwhile True: time.sleep(1)"))
+    # The workload: a runner that goes on until its pod is deleted, and ends at the
+    # kubelet's SIGTERM as `achilles runner` does (a container's pid 1 has no default
+    # action for it: without a handler the pod would take the whole 30 s grace period).
+    _create(jobs, run_id, python_command(RUNS_UNTIL_TERMINATED))
     database = Database(database_url, pool_size=1)
     objects = RunObjects(database, jobs, watch_timeout_seconds=1)
     stop = threading.Event()
