@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 from achilles.db.database import Database
 from achilles.db.journal import catalogue as catalogue_rows
 from achilles.k8s.resources.agent_model import AgentModelSpec
-from achilles.services import agents, catalogue
+from achilles.services import catalogue
+from achilles.services.agent_events import agent_row
 from tests.db.factories import make_owner
 from tests.db.reconciling import blocked_until_commit, reconcile_event
 
@@ -25,7 +26,7 @@ def _sees_no_awaiting_agent(session: Session) -> None:
     assert catalogue_rows.agents_awaiting_a_model(session) == []
 
 
-def _ready_message(reconciled: agents.AgentReconciled) -> str:
+def _ready_message(reconciled: agent_row.AgentReconciled) -> str:
     (ready,) = [c for c in reconciled.status["conditions"] if c["type"] == "Ready"]
     return str(ready["message"])
 

@@ -27,6 +27,7 @@ from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
 from achilles.errors import StartRefused
 from achilles.k8s.resources.agent import AgentSpec
 from achilles.services import agents, scheduler
+from achilles.services.agent_events import agent_row
 from tests.db.factories import make_agent, make_model, make_owner, set_settings
 from tests.db.logins import admin
 from tests.db.runner_support import add_model, queue_run, run_row, run_to_end, serving
@@ -180,7 +181,7 @@ def _cr(
     *,
     enabled: bool = True,
     admin_paused: bool = False,
-) -> agents.AgentObject:
+) -> agent_row.AgentObject:
     spec = AgentSpec.model_validate(
         {
             "owner": owner,
@@ -192,7 +193,7 @@ def _cr(
             "adminPaused": admin_paused,
         }
     )
-    return agents.AgentObject(
+    return agent_row.AgentObject(
         uid=uid, namespace="default", name="digest", generation=generation, spec=spec, status={}
     )
 
@@ -200,7 +201,7 @@ def _cr(
 def _suspend_through_the_cr(
     database: Database, db: Engine, database_url: str, owner: str, model: str, uid: str
 ) -> int:
-    first = agents.reconcile_agent(database, _cr(owner, model, "v1", 1, uid), is_new=True)
+    first = agent_row.reconcile_agent(database, _cr(owner, model, "v1", 1, uid), is_new=True)
     agent = first.agent_id
     assert agent is not None
     _make_due(db, agent)
@@ -220,7 +221,7 @@ def test_only_the_owners_switch_resumes_a_suspended_agent(db: Engine, database_u
         agent = _suspend_through_the_cr(database, db, database_url, owner, model, uid)
 
         # The CR still says enabled: true until the owed write lands: the owed value wins.
-        same = agents.reconcile_agent(database, _cr(owner, model, "v1", 1, uid))
+        same = agent_row.reconcile_agent(database, _cr(owner, model, "v1", 1, uid))
         assert same.status["phase"] == "Suspended"
         assert same.status["nextRunAt"] is None
         assert same.status["suspendedAt"] is not None
@@ -233,22 +234,24 @@ def test_only_the_owners_switch_resumes_a_suspended_agent(db: Engine, database_u
 
         # The operator's write lands (spec.enabled: false); a fixed prompt, an admin's
         # pause and its release: still off.
-        off = agents.reconcile_agent(database, _cr(owner, model, "v1", 2, uid, enabled=False))
+        off = agent_row.reconcile_agent(database, _cr(owner, model, "v1", 2, uid, enabled=False))
         assert off.status["phase"] == "Suspended"
         assert agents.owed_specs(database) == []
-        fixed = agents.reconcile_agent(database, _cr(owner, model, "v2", 3, uid, enabled=False))
-        paused = agents.reconcile_agent(
+        fixed = agent_row.reconcile_agent(database, _cr(owner, model, "v2", 3, uid, enabled=False))
+        paused = agent_row.reconcile_agent(
             database, _cr(owner, model, "v2", 4, uid, enabled=False, admin_paused=True)
         )
         (ready,) = [c for c in paused.status["conditions"] if c["type"] == "Ready"]
         assert "an admin paused the agent" in ready["message"]
-        released = agents.reconcile_agent(database, _cr(owner, model, "v2", 5, uid, enabled=False))
+        released = agent_row.reconcile_agent(
+            database, _cr(owner, model, "v2", 5, uid, enabled=False)
+        )
         for status in (fixed.status, released.status):
             assert (status["phase"], status["nextRunAt"]) == ("Suspended", None)
         assert _agent(db, agent).enabled is False
 
         # The owner switches it on: a slot again, and the two old failures do not count.
-        on = agents.reconcile_agent(database, _cr(owner, model, "v2", 6, uid))
+        on = agent_row.reconcile_agent(database, _cr(owner, model, "v2", 6, uid))
         assert on.status["phase"] == "Ready"
         assert on.status["suspendedAt"] is None
         assert on.status["nextRunAt"] is not None

@@ -20,7 +20,8 @@ from achilles.db.database import Database
 from achilles.db.journal import agents as agent_rows
 from achilles.db.journal import catalogue as catalogue_rows
 from achilles.k8s.resources.agent_tool import AgentToolSpec
-from achilles.services import agents, catalogue
+from achilles.services import catalogue
+from achilles.services.agent_events import agent_row
 from tests.db.factories import make_owner
 from tests.db.reconciling import blocked_until_commit, reconcile_event
 
@@ -31,7 +32,7 @@ def _sees_no_awaiting_agent(session: Session, tool: str) -> None:
     assert catalogue_rows.agents_awaiting_a_tool(session, tool) == []
 
 
-def _tools_condition(reconciled: agents.AgentReconciled) -> tuple[str, str]:
+def _tools_condition(reconciled: agent_row.AgentReconciled) -> tuple[str, str]:
     (tools,) = [c for c in reconciled.status["conditions"] if c["type"] == "ToolsResolved"]
     return str(tools["status"]), str(tools["message"])
 

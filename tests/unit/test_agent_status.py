@@ -7,16 +7,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from achilles.db.journal.status import AgentStatusRow
-from achilles.domain.gates import DurableLocks
-from achilles.handlers.statuses import WrittenStatuses
-from achilles.services.status import (
+from achilles.domain.agent_status import (
+    AgentStatusRow,
     agent_status,
     condition,
     journal_fields,
     journal_view,
     schedule_summary,
 )
+from achilles.domain.gates import DurableLocks
+from achilles.handlers.statuses import WrittenStatuses
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

@@ -29,6 +29,7 @@ from typing import Any
 import kopf
 
 from achilles.db.database import Database
+from achilles.domain.agent_status import journal_view, needs_patch
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import (
     AgentToRead,
@@ -47,11 +48,11 @@ from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import (
     AgentEvent,
     AgentReconciliation,
+    SettledAgents,
     reconcile_agent_event,
     settled_from_memory,
 )
-from achilles.services.agent_intake import SettledAgents
-from achilles.services.status import is_own_status_echo, journal_view, needs_patch
+from achilles.services.status import is_own_status_echo
 
 log = logging.getLogger("achilles.operator")
 

@@ -31,6 +31,7 @@ import kopf
 from pydantic import BaseModel, ValidationError
 
 from achilles.db.database import Database
+from achilles.domain.agent_status import condition, invalid_spec_message, needs_patch
 from achilles.domain.mcp_tools import listing_retried
 from achilles.domain.vocabulary import ConditionReason, ConditionType
 from achilles.handlers import metrics
@@ -54,7 +55,6 @@ from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL, CustomResourceKind
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services import catalogue, mcp_sources
-from achilles.services.status import condition, invalid_spec_message, needs_patch
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from achilles.domain.agent_status import condition, needs_patch
 from achilles.domain.vocabulary import ConditionType
 from achilles.handlers import metrics
 from achilles.handlers.context import Handles
 from achilles.k8s.objects import ObjectRef
 from achilles.services import mcp_sources
-from achilles.services.status import condition, needs_patch
 
 
 def report_discovery(

@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from achilles.domain.agent_status import BUDGET_REASONS, condition
 from achilles.domain.notifications import budget_warning
 from achilles.domain.vocabulary import ConditionType
-from achilles.services.status import BUDGET_REASONS, condition
 
 
 def budget_condition(

@@ -65,6 +65,7 @@ from achilles.db.journal import dispatched
 from achilles.db.journal.dispatch import DispatchableRun as DispatchableRun
 from achilles.db.journal.runs import skip_queued_run
 from achilles.db.journal.settings import database_now, load_settings
+from achilles.domain.agent_status import LOCK_MESSAGES
 from achilles.domain.budget import week_window
 from achilles.domain.gates import LockReason, closed_locks, is_budget_exhausted
 from achilles.domain.run_secret import RunSecret
@@ -78,7 +79,6 @@ from achilles.k8s.jobs import (
     build_run_job,
 )
 from achilles.k8s.run_metadata import job_name
-from achilles.services.status import LOCK_MESSAGES
 from achilles.telemetry.spans import NO_SPANS, Spans
 
 BATCH = 200

@@ -26,12 +26,12 @@ from achilles.db.journal import run_trace as trace_reads
 from achilles.db.journal.owner_reads import OwnedAgent, OwnedRun, RunFilter, RunRow
 from achilles.db.journal.run_trace import StepRow
 from achilles.db.journal.settings import database_now
-from achilles.db.journal.status import AgentStatusRow, LastRunRow, agent_status_rows
+from achilles.db.journal.status import agent_status_rows
 from achilles.db.journal.usage import BudgetStatus, owner_budget
+from achilles.domain.agent_status import AgentStatusRow, LastRunRow, phase_of, schedule_summary
 from achilles.domain.gates import LockReason, closed_locks
 from achilles.domain.run_trace import RunUsed
 from achilles.errors import NotFound
-from achilles.services.status import phase_of, schedule_summary
 
 __all__ = [
     "AgentView",

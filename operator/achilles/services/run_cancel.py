@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from achilles.db.database import Database
 from achilles.db.journal import cancel as journal
-from achilles.db.journal.cancel import CancelledRun
+from achilles.domain.run_cancel import CancelledRun, describe
 
 __all__ = ["CancelRequest", "CancelledRun", "cancel_run", "describe"]
 
@@ -41,19 +41,3 @@ def cancel_run(database: Database, request: CancelRequest) -> CancelledRun:
             f"cancelled by {request.requested_by}",
             agent_id=request.agent_id,
         )
-
-
-def describe(outcome: CancelledRun) -> str:
-    """The answer in words, for an Event or a CLI line."""
-    was = "running" if outcome.was_running else "queued"
-    if outcome.cancelled and outcome.stopping:
-        return (
-            f"run {outcome.run_id} cancelled (it was {was}): its pod is being stopped, and the"
-            " run ends failed/cancelled once it is gone (the agent stays held until then)"
-        )
-    if outcome.cancelled:
-        return f"run {outcome.run_id} cancelled (it was {was})"
-    if outcome.stopping:
-        return f"run {outcome.run_id} is being cancelled already: nothing changed"
-    how = outcome.state.value + (f"/{outcome.reason}" if outcome.reason else "")
-    return f"run {outcome.run_id} had already ended ({how}): nothing changed"

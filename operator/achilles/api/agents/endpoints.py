@@ -29,12 +29,12 @@ from achilles.api.pagination import (
 )
 from achilles.api.problems import PROBLEM_MEDIA_TYPE, PROBLEM_RESPONSES, Problem, ProblemDocument
 from achilles.db.database import Database
+from achilles.domain.agent_status import LOCK_MESSAGES
 from achilles.domain.gates import LockReason
 from achilles.errors import NotFound, StartRefused
 from achilles.services import journal_reads
 from achilles.services.idempotency import StoredResponse
 from achilles.services.run_requests import request_owned_run
-from achilles.services.status import LOCK_MESSAGES
 
 router = APIRouter(prefix="/v1", tags=["agents"], responses=PROBLEM_RESPONSES)
 

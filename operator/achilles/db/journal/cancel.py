@@ -17,7 +17,6 @@ stay. A stop whose pod is never seen gone (a lost node) ends at its deadline
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import and_, func, or_, select, update
@@ -25,20 +24,9 @@ from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import AgentRun
 from achilles.db.journal.settings import database_now
+from achilles.domain.run_cancel import CancelledRun
 from achilles.domain.runs import ACTIVE_STATES, FailReason, RunState, in_definition_order
 from achilles.errors import NotFound
-
-
-@dataclass(frozen=True)
-class CancelledRun:
-    run_id: int
-    agent_id: int
-    cancelled: bool  # False: it had ended already (or was stopping already): nothing changed
-    state: RunState  # the state it is in now (failed, when this cancel ended it)
-    reason: str | None
-    was_running: bool  # its runner had claimed it
-    dispatched: bool  # a Job was (or was being) made for it
-    stopping: bool = False  # it ends once its pod is gone (its Job is to be deleted)
 
 
 def cancel_run(

@@ -1,5 +1,5 @@
 """The rows of every Agent linked to a CR, read a page at a time for the operator's
-start-up intake (`services/agent_intake.py`): what a reconcile would write, and what
+start-up intake (`services/agent_events/intake.py`): what a reconcile would write, and what
 its status would show, without writing anything."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, Tool, User
 from achilles.db.journal.settings import database_now, load_settings
-from achilles.db.journal.status import STATUS_COLUMNS, AgentStatusRow, status_rows_of
+from achilles.db.journal.status import STATUS_COLUMNS, status_rows_of
 from achilles.db.journal.usage import weekly_tokens_by_owner
+from achilles.domain.agent_status import AgentStatusRow
 from achilles.domain.budget import week_window
 
 

@@ -26,12 +26,12 @@ from achilles.db.journal.settings import SETTINGS_COLUMNS, Settings, settings_of
 from achilles.db.journal.status import (
     LAST_RUN_COLUMNS,
     STATUS_COLUMNS,
-    AgentStatusRow,
     last_run_of,
     status_rows_of,
 )
 from achilles.db.journal.usage import tokens_used_by
 from achilles.db.journal.users import Owner
+from achilles.domain.agent_status import AgentStatusRow
 from achilles.domain.budget import week_window
 
 

@@ -14,38 +14,9 @@ from sqlalchemy.orm import Session
 from achilles.db.journal.models import Agent, AgentRun, User
 from achilles.db.journal.settings import Settings, database_now, load_settings
 from achilles.db.journal.usage import weekly_tokens_by_owner
+from achilles.domain.agent_status import AgentStatusRow, LastRunRow
 from achilles.domain.budget import week_window
 from achilles.domain.gates import DurableLocks
-
-
-@dataclass(frozen=True)
-class LastRunRow:
-    run_id: int
-    trigger: str
-    state: str
-    reason: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    tokens_used: int
-
-
-@dataclass(frozen=True)
-class AgentStatusRow:
-    agent_id: int
-    uid: str | None
-    namespace: str | None
-    cr_name: str | None
-    schedule: dict[str, Any] | None
-    next_run_at: datetime | None
-    zone: str
-    locks: DurableLocks
-    last_run: LastRunRow | None
-    tokens_used: int
-    token_limit: int
-    window_start: datetime
-    # When the scheduler suspended the agent after failed runs in a row (0013).
-    suspended_at: datetime | None = None
-
 
 # The columns a status row is built from (`status_rows_of`); a query may select more.
 STATUS_COLUMNS = (

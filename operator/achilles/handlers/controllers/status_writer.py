@@ -16,12 +16,13 @@ import time
 from dataclasses import dataclass
 
 from achilles.db.database import Database
+from achilles.domain.agent_status import journal_fields
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import agent_ref
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.objects import Resources
 from achilles.runtime.manager import LoopHandle
-from achilles.services.status import journal_fields, statuses_to_write
+from achilles.services.status import statuses_to_write
 
 TICK = 10.0
 DEFER_FOR_JOBS = 5.0

@@ -34,14 +34,13 @@ from achilles.db.journal.catalogue import UNKNOWN_TOOLS_KEY
 from achilles.db.journal.intake import IntakeRow, intake_page, intake_tokens
 from achilles.db.journal.owed_spec import META_KEY as OWED_KEY
 from achilles.db.journal.settings import database_now
-from achilles.db.journal.status import AgentStatusRow
+from achilles.domain.agent_status import AgentStatusRow, agent_status, journal_fields
 from achilles.domain.gates import DurableLocks, closed_locks
 from achilles.domain.inbox_wake import inbox_settings_from_meta
 from achilles.domain.schedule import load_timezone, schedule_to_db
 from achilles.domain.vocabulary import ConditionType
 from achilles.errors import UnknownTimezoneError
-from achilles.services.agents import AgentObject
-from achilles.services.status import agent_status, journal_fields
+from achilles.services.agent_events.agent_row import AgentObject
 
 log = logging.getLogger("achilles.operator")
 

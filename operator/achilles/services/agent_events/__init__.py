@@ -1,6 +1,11 @@
 """One event of an Agent, reconciled: what the row, the status, the spec and the Events
-must become. The kopf handler (handlers/agents.py) applies what this returns; nothing
-here calls the API server, so the whole decision is testable against the database.
+must become. The Agent's use case, whole: the kopf handler (handlers/agents.py) parses
+the event, calls `reconcile_agent_event` (or `settled_from_memory`) and applies what it
+returns; nothing here calls the API server, so the whole decision is testable against
+the database. Below it only db/, k8s/ (the annotations' formats, the spec's model) and
+domain/ (the status document, a cancel's words): no other service (pyproject.toml's
+import contracts). Its parts: the row (`agent_row`), a listed Agent that already agrees
+(`intake`), and here the answers to the run and cancel requests.
 """
 
 from __future__ import annotations
@@ -13,7 +18,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from achilles.db.database import Database
-from achilles.domain.runs import RunState
+from achilles.db.journal import cancel as cancel_rows
+from achilles.db.journal.agents import agent_id_by_uid
+from achilles.db.journal.runs import EnqueueResult, enqueue_run
+from achilles.domain.agent_status import LOCK_MESSAGES, condition, invalid_spec_message, needs_patch
+from achilles.domain.gates import LockReason
+from achilles.domain.run_cancel import describe
+from achilles.domain.runs import RunState, RunTrigger
 from achilles.domain.vocabulary import (
     INVALID_PHASE,
     ConditionReason,
@@ -21,7 +32,7 @@ from achilles.domain.vocabulary import (
     EventReason,
     EventType,
 )
-from achilles.errors import NotFound
+from achilles.errors import NotFound, StartRefused
 from achilles.k8s.annotations import (
     CANCEL_RUN,
     RUN_REQUESTED_AT,
@@ -30,9 +41,19 @@ from achilles.k8s.annotations import (
     parse_run_request,
 )
 from achilles.k8s.resources.agent import AgentSpec
-from achilles.services import agents, run_cancel, runs
-from achilles.services.agent_intake import SettledAgents, kept_status
-from achilles.services.status import condition, invalid_spec_message, needs_patch
+from achilles.services.agent_events import agent_row
+from achilles.services.agent_events.intake import SettledAgents, kept_status
+
+# The entry: what the handlers call and read. `SettledAgents` (the snapshot of rows a
+# listed Agent is checked against) is made by the operator's start (handlers/operator.py).
+__all__ = [
+    "AgentEvent",
+    "AgentEventPost",
+    "AgentReconciliation",
+    "SettledAgents",
+    "reconcile_agent_event",
+    "settled_from_memory",
+]
 
 
 @dataclass(frozen=True)
@@ -79,9 +100,11 @@ def reconcile_agent_event(
     database: Database, event: AgentEvent, settled: SettledAgents | None = None
 ) -> AgentReconciliation:
     """`settled` (for a listed Agent): a row and status that already agree with the CR
-    cost nothing (services/agent_intake.py)."""
+    cost nothing (`intake`)."""
     if event.deleted:
-        return AgentReconciliation(agent_id=agents.forget_agent(database, event.uid), removed=True)
+        return AgentReconciliation(
+            agent_id=agent_row.forget_agent(database, event.uid), removed=True
+        )
     previous = dict(event.status)
     now = datetime.now(UTC)
     try:
@@ -100,9 +123,9 @@ def reconcile_agent_event(
         return AgentReconciliation(status={"phase": INVALID_PHASE, "conditions": [ready]})
     unchanged = settled is not None and settled.unchanged(obj)
     if unchanged:
-        reconciled = agents.AgentReconciled(previous["databaseId"], kept_status(previous), {})
+        reconciled = agent_row.AgentReconciled(previous["databaseId"], kept_status(previous), {})
     else:
-        reconciled = agents.reconcile_agent(
+        reconciled = agent_row.reconcile_agent(
             database, obj, is_new=previous.get("databaseId") is None
         )
     return _answered(database, event, previous, reconciled, unchanged, now)
@@ -125,16 +148,16 @@ def settled_from_memory(
         return None
     if not settled.unchanged(obj, wait=False):
         return None
-    reconciled = agents.AgentReconciled(previous["databaseId"], kept_status(previous), {})
+    reconciled = agent_row.AgentReconciled(previous["databaseId"], kept_status(previous), {})
     result = _answered(database, event, previous, reconciled, True, datetime.now(UTC))
     if result.status is None or needs_patch(previous, result.status):
         return None  # a patch is an API call: the thread's to make
     return result
 
 
-def _agent_object(event: AgentEvent) -> agents.AgentObject:
+def _agent_object(event: AgentEvent) -> agent_row.AgentObject:
     """The Agent with its spec parsed (`ValidationError` when it is invalid)."""
-    return agents.AgentObject(
+    return agent_row.AgentObject(
         uid=event.uid,
         namespace=event.namespace,
         name=event.name,
@@ -157,7 +180,7 @@ def _answered(
     database: Database,
     event: AgentEvent,
     previous: dict[str, Any],
-    reconciled: agents.AgentReconciled,
+    reconciled: agent_row.AgentReconciled,
     unchanged: bool,
     now: datetime,
 ) -> AgentReconciliation:
@@ -219,16 +242,21 @@ def _answer_cancel_request(
         result.events.append(AgentEventPost(EventType.WARNING, EventReason.RUN_CANCELLED, message))
         return
     try:
-        outcome = run_cancel.cancel_run(
-            database,
-            run_cancel.CancelRequest(run_id, f"a request on the Agent ({CANCEL_RUN})", agent_id),
-        )
+        # The one way a run ends cancelled (db/journal/cancel.py), as `achilles runs
+        # cancel` asks it (services/run_cancel.py), in a transaction of its own.
+        with database.transaction() as session:
+            outcome = cancel_rows.cancel_run(
+                session,
+                run_id,
+                f"cancelled by a request on the Agent ({CANCEL_RUN})",
+                agent_id=agent_id,
+            )
     except NotFound:
         message = f"{CANCEL_RUN}: this agent has no run {run_id}; nothing was cancelled"
         result.events.append(AgentEventPost(EventType.WARNING, EventReason.RUN_CANCELLED, message))
         return
     result.events.append(
-        AgentEventPost(EventType.NORMAL, EventReason.RUN_CANCELLED, run_cancel.describe(outcome))
+        AgentEventPost(EventType.NORMAL, EventReason.RUN_CANCELLED, describe(outcome))
     )
     if outcome.cancelled:
         result.journal_moved = True
@@ -248,7 +276,7 @@ def _answer_run_request(
     database: Database, uid: str, request: str, result: AgentReconciliation
 ) -> _Answer:
     """A run request not handled yet: a run, or a refusal (the annotation's contract)."""
-    outcome = runs.handle_run_request(database, uid, request)
+    outcome = _handle_run_request(database, uid, request)
     if outcome.result is None:
         refusal = outcome.refusal or "run refused"
         result.request_outcome = "refused"
@@ -268,3 +296,35 @@ def _answer_run_request(
             result.events.append(AgentEventPost(EventType.NORMAL, EventReason.RUN_QUEUED, message))
             result.wake_dispatcher = True
     return _Answer(True, f"request {request} answered by run {run.run_id}")
+
+
+@dataclass(frozen=True)
+class _RequestOutcome:
+    result: EnqueueResult | None  # None: refused
+    refusal: str | None = None
+    closed_locks: tuple[str, ...] = ()  # a refusal's (LockReason codes)
+
+
+def _handle_run_request(database: Database, agent_uid: str, request: str) -> _RequestOutcome:
+    """A new `achilles.io/run-requested-at` value is one request, honoured once: its value
+    is recorded with the row it caused (`agent_runs.request_key`, unique per agent), so
+    two replicas that both see it, or one that retries after a crash, write one row
+    between them. A closed durable lock refuses it with no row (DESIGN.md §4); budget and
+    overlap write a skipped row. A lock that closes while the run waits for its turn
+    removes the row (`services/dispatch.py`), and the status's `withdrawnRunRequest` tells
+    the requester it was refused after all."""
+    with database.transaction() as session:
+        agent_id = agent_id_by_uid(session, agent_uid)
+        if agent_id is None:
+            return _RequestOutcome(
+                None,
+                "run refused: " + LOCK_MESSAGES[LockReason.OWNER_MISSING],
+                (LockReason.OWNER_MISSING,),
+            )
+        try:
+            result = enqueue_run(session, agent_id, RunTrigger.MANUAL, request_key=request)
+        except StartRefused as refused:
+            messages = [LOCK_MESSAGES[LockReason(code)] for code in refused.reasons]
+            refusal = "run refused: " + "; ".join(messages)
+            return _RequestOutcome(None, refusal, refused.reasons)
+    return _RequestOutcome(result)
