@@ -10,6 +10,7 @@ secret from the Job, as `achilles runner` connects."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -21,6 +22,10 @@ from achilles.services.run_journal import RunJournal
 
 
 def main() -> int:
+    # The kubelet's SIGTERM ends it at once, as it ends a process outside a container (a
+    # container's pid 1 has no default action for it: the pod would take its whole grace
+    # period to go).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     run_id = int(sys.argv[sys.argv.index("--run-id") + 1])
     hold = float(os.environ.get("ACHILLES_TEST_HOLD_SECONDS", "3"))
     secret = os.environ.get(RUN_SECRET_ENV)
