@@ -1,7 +1,8 @@
 """Agent handlers: every event makes the row, the status and run requests agree with the CR.
 
-The decision is services/agent_events.py's; this module reads the event, asks, and
-applies the answer (spec patch, Events, status, wakes).
+The decision is services/agent_events' (the Agent's use case, one package with one
+entry); this module reads the event, asks, and applies the answer (spec patch, Events,
+status, wakes).
 
 kopf hands every event to `agent_event`, in its event loop. The operator's own status
 write coming back, and a listed Agent that already agrees with its row and status (most

@@ -1,7 +1,7 @@
 """Request a run of an agent the Kubernetes way: a new `achilles.io/run-requested-at` value.
 
 Writing it is a merge patch of the annotation alone, so nothing else on the resource
-is touched. Honouring it is the operator's (`achilles.services.runs`); writers go through
+is touched. Honouring it is the operator's (`achilles.services.agent_events`); writers go through
 `achilles.services.run_requests.RunRequester`.
 """
 

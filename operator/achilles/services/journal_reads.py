@@ -6,7 +6,7 @@ Every question names its scope explicitly (keyword `owner_key`): an owner's key,
 `None` for every owner (the CLI, run by an operator of the platform; an admin through
 the API; the caller decides who may). Something outside the scope reads exactly like
 something missing (`NotFound`), so nobody learns what others own. The agents' columns are
-the Agent status's (`services.status`: phase, schedule summary, next slot, last run, the
+the Agent status's (`domain.agent_status`: phase, schedule summary, next slot, last run, the
 owner's weekly tokens), computed from the same rows the operator's status writer reads
 (`db.journal.status.agent_status_rows`).
 

@@ -1,9 +1,11 @@
-"""Cancelling a run (issue 22): the one place a run ends `failed/cancelled`.
+"""Cancelling a run (issue 22), for `achilles runs cancel RUN` (an admin, or any login
+that may write runs).
 
-Who asks: an owner through the portal (the Agent's `achilles.io/cancel-run` annotation,
-which the operator honours: `services/agent_events.py`), `achilles runs cancel RUN` (an
-admin, or any login that may write runs), and the HTTP API through the same annotation.
-Each goes through `cancel_run`, in its own transaction (idempotent: a run that ended
+The one place a run ends `failed/cancelled` is `db/journal/cancel.py`'s `cancel_run`: an
+owner's request through the portal or the HTTP API (the Agent's `achilles.io/cancel-run`
+annotation) reaches it from the Agent event's reconcile (`services/agent_events/`, which
+calls no other service), the CLI through this module; the answer's words are
+`domain/run_cancel.py`'s. Each cancel runs in its own transaction (idempotent: a run that ended
 already is left as it is and the answer says how it ended). A queued run with no Job
 ends at once; a run with a pod, or one being made, is asked to stop and holds its agent
 (seed 002: one runner alive per agent) until its pod is gone. The run's Job is the

@@ -1,4 +1,5 @@
-"""The reads of one Agent's full reconcile (`services/agents.py`), folded into two.
+"""The reads of one Agent's full reconcile (`services/agent_events/agent_row.py`),
+folded into two.
 
 At an operator restart every changed Agent is reconciled on a few handler threads that
 share the GIL with kopf's event loop, so each statement's Python cost and round trip
