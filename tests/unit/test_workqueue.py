@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
+from achilles.handlers.catalogue_queue import (
+    CatalogueEvent,
+    CatalogueToRead,
+    catalogue_key,
+    new_catalogue_queue,
+)
+from achilles.k8s.objects import ObjectRef
 from achilles.runtime.workqueue import WorkQueue
 
 
@@ -158,3 +166,32 @@ def test_a_thread_waiting_to_take_wakes_when_a_re_add_falls_due() -> None:
     started = time.monotonic()
     assert queue.take(5.0) == ("a", 1)
     assert 0.9 <= time.monotonic() - started < 4.0
+
+
+def test_a_merge_keeps_what_the_waiting_item_asked_for() -> None:
+    """`merge(waiting, newer)` decides the item a key waits with; a key being handled
+    is not merged into (its newer item waits for the next handling as it is)."""
+    queue: WorkQueue[str, frozenset[str]] = WorkQueue(merge=lambda old, new: old | new)
+    queue.put("a", frozenset({"relist"}))
+    queue.put("a", frozenset({"event"}))
+    assert queue.take(0) == ("a", frozenset({"relist", "event"}))
+    queue.put("a", frozenset({"later"}))  # while "a" is handled: not merged
+    queue.done("a")
+    assert queue.take(0) == ("a", frozenset({"later"}))
+
+
+def test_the_catalogue_queue_keeps_a_relist_under_a_newer_event() -> None:
+    """The sweeper's relist of an MCP AgentTool, then an event of it (an echo of its
+    status) before a thread took the relist: the event is handled, and still lists."""
+    tool = ObjectRef("AgentTool", "agenttools", "time", None, "uid-t")
+    queue = new_catalogue_queue()
+    key = catalogue_key(tool)
+    queue.put(key, CatalogueToRead(tool, relist=True))
+    event = CatalogueEvent(tool, "MODIFIED", {"name": "time"}, {}, {"observedGeneration": 1})
+    queue.put(key, event)
+    assert queue.take(0) == (key, replace(event, relist=True))
+    queue.done(key)
+    # Without a relist waiting, the newest wins as it is.
+    queue.put(key, CatalogueToRead(tool))
+    queue.put(key, event)
+    assert queue.take(0) == (key, event)

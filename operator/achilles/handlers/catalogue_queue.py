@@ -2,14 +2,15 @@
 AgentPlatform (the fields its handler reads), or, for a retry, the object to read afresh
 (and, for an MCP AgentTool whose server did not answer, to list again). Keyed by kind and
 name (the three kinds are cluster-scoped); the newest item of a key wins, as each carries
-the whole object."""
+the whole object, but a relist asked for stays asked (`keep_relist`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from achilles.k8s.objects import ObjectRef
+from achilles.runtime.workqueue import WorkQueue
 
 CatalogueKey = tuple[str, str]  # (kind, name)
 
@@ -41,3 +42,17 @@ QueuedCatalogue = CatalogueEvent | CatalogueToRead
 
 def catalogue_key(ref: ObjectRef) -> CatalogueKey:
     return ref.kind, ref.name
+
+
+def keep_relist(waiting: QueuedCatalogue, newer: QueuedCatalogue) -> QueuedCatalogue:
+    """The catalogue queue's merge: a newer event of a key whose waiting item asks for a
+    relist (the sweeper's pass, a server that did not answer) asks for it too. Else the
+    event (an echo of the last listing's status, say) would find its generation listed
+    and skip the listing until the next relist pass."""
+    if waiting.relist and not newer.relist:
+        return replace(newer, relist=True)
+    return newer
+
+
+def new_catalogue_queue() -> WorkQueue[CatalogueKey, QueuedCatalogue]:
+    return WorkQueue(merge=keep_relist)

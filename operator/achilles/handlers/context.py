@@ -20,7 +20,7 @@ import kopf
 from achilles.db.database import Database
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import QueuedAgent
-from achilles.handlers.catalogue_queue import CatalogueKey, QueuedCatalogue
+from achilles.handlers.catalogue_queue import CatalogueKey, QueuedCatalogue, new_catalogue_queue
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.signals import Happened
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
@@ -131,7 +131,9 @@ class RuntimeContext:
     # Agent events waiting for a handler thread (agents.py; its threads: manager.py).
     agent_queue: WorkQueue[str, QueuedAgent] = field(default_factory=WorkQueue)
     # AgentModel, AgentTool and AgentPlatform events waiting for theirs (catalogue.py).
-    catalogue_queue: WorkQueue[CatalogueKey, QueuedCatalogue] = field(default_factory=WorkQueue)
+    catalogue_queue: WorkQueue[CatalogueKey, QueuedCatalogue] = field(
+        default_factory=new_catalogue_queue
+    )
     # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
     run_objects: RunObjects = field(init=False)
 

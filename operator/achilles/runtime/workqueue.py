@@ -5,8 +5,9 @@ thread at a time, and a failed key added again after a per-key exponential backo
 60 s, until `forget`); `process` is a worker thread's loop over it.
 
 A key waits at most once however many items came for it (the newest wins: each carries
-the whole object, or says to read it afresh), so the queue is bounded by the number of
-objects, not the number of events. Why the Agent events go through one, rather than
+the whole object, or says to read it afresh; `merge` may keep what the waiting one asked
+for beyond that), so the queue is bounded by the number of objects, not the number of
+events. Why the Agent events go through one, rather than
 stay on kopf's per-object workers, is handlers/agents.py's to say.
 """
 
@@ -36,8 +37,15 @@ class WorkQueue(Generic[K, V]):
     `forget`: the backoff starts again, and a re-add asked for before that handling was
     taken is dropped (the handling saw a newer state than the one that failed)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        merge: Callable[[V, V], V] | None = None,
+    ) -> None:
+        """`merge(waiting, newer)`: the item a key waits with when a newer one comes while
+        it waits (by default the newer one)."""
         self._clock = clock
+        self._merge = merge
         self._changed = threading.Condition()
         self._order: deque[K] = deque()  # keys ready to take, oldest first
         self._items: dict[K, V] = {}  # every waiting key's newest item
@@ -52,6 +60,8 @@ class WorkQueue(Generic[K, V]):
 
     def _put(self, key: K, item: V) -> None:
         waiting = key in self._items
+        if waiting and self._merge is not None:
+            item = self._merge(self._items[key], item)
         self._items[key] = item
         if not waiting and key not in self._handling:
             self._order.append(key)
