@@ -94,30 +94,18 @@ class RunSecrets:
         """Make the run Secret of an existing Job whose pod waits for it (its dispatcher
         died between the two creates, or could not make it). False when the Job is gone
         or a Secret of that name exists; raises `JobRejected` as `RunJobs.create` does."""
-        try:
-            job = self.batch.read_namespaced_job(
-                job_name(run_id), self.namespace, _request_timeout=CREATE_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise rejected(exc) from exc
-        except (HTTPError, OSError) as exc:
-            raise JobRejected(None, str(exc)) from exc
+        job = self._job(run_id)
+        if job is None:
+            return False
         uid = job.metadata.uid if job.metadata else None
         if not uid:
             return False
         return self.create(run_id, secret, uid)
 
-    def digest(self, run_id: int) -> bytes | None:
-        """The SHA-256 of the run secret the run's existing Job's pod reads (None: no Job,
-        or a Job without one), from the Job's annotation: the Secret is not read.
-
-        A Job made by a dispatch whose mark is gone (undone, or released by the sweeper)
-        is found by the next dispatch (AlreadyExists), which stores this hash in the row,
-        so that its pod can claim."""
+    def _job(self, run_id: int) -> Any:
+        """The run's Job (None: there is none); raises `JobRejected` as `create` does."""
         try:
-            job = self.batch.read_namespaced_job(
+            return self.batch.read_namespaced_job(
                 job_name(run_id), self.namespace, _request_timeout=CREATE_TIMEOUT
             )
         except ApiException as exc:
@@ -126,6 +114,17 @@ class RunSecrets:
             raise rejected(exc) from exc
         except (HTTPError, OSError) as exc:
             raise JobRejected(None, str(exc)) from exc
+
+    def digest(self, run_id: int) -> bytes | None:
+        """The SHA-256 of the run secret the run's existing Job's pod reads (None: no Job,
+        or a Job without one), from the Job's annotation: the Secret is not read.
+
+        A Job made by a dispatch whose mark is gone (undone, or released by the sweeper)
+        is found by the next dispatch (AlreadyExists), which stores this hash in the row,
+        so that its pod can claim."""
+        job = self._job(run_id)
+        if job is None:
+            return None
         annotations = (job.metadata.annotations if job.metadata else None) or {}
         found = annotations.get(RUN_SECRET_DIGEST_ANNOTATION)
         try:
