@@ -224,8 +224,9 @@ CONTROLLERS: tuple[Declared, ...] = (
             Stream("AgentPlatform", via="kopf"),
             Requeue("sweeper: each MCP AgentTool to list again (its MCP listings pass)"),
         ),
-        queue="catalogue workqueue keyed by kind and name, newest event wins; a failure"
-        " re-added rate-limited, 1 s doubling to 60 s (runtime/workqueue.py)",
+        queue="catalogue workqueue keyed by kind and name, newest event wins (a waiting"
+        " relist stays asked); a failure re-added rate-limited, 1 s doubling to 60 s"
+        " (runtime/workqueue.py)",
         reconcile="catalogue.handle_queued",
         run=catalogue_worker,
         threads=catalogue.THREADS,
