@@ -18,6 +18,7 @@ from achilles.api.app import create_app
 from achilles.api.settings import ApiSettings
 from achilles.db.database import Database
 from achilles.domain.inbox import ItemState
+from achilles.services import owner_events
 from tests.api.conftest import Tokens
 from tests.api.support import (
     RecordingRunRequester,
@@ -143,6 +144,42 @@ def test_last_event_id_resumes_with_what_was_missed(
     # Resuming from the last event seen repeats nothing before it.
     with Stream(events_url, tokens("alice"), last_event_id=last_seen) as again:
         wait_for(lambda: again.item_ids() == [missed[1]], WAIT, what="only the later event")
+
+
+def test_a_resumed_stream_catches_up_past_a_hub_that_lags(
+    api_settings: ApiSettings,
+    api_database: Database,
+    tokens: Tokens,
+    db: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under load the hub reads the log after a NOTIFY late; a client resuming meanwhile
+    still gets all it missed before `ready` (docs/api.md#events), and each event once."""
+    settings = api_settings.model_copy(update={"sse_keepalive_seconds": 0.2})
+    app = create_app(settings, api_database, run_requester=RecordingRunRequester())
+    hub_may_read = threading.Event()
+    read_log = owner_events.settled_after
+
+    def lagging_read(*args: Any) -> owner_events.SettledEvents:
+        hub_may_read.wait(WAIT)
+        return read_log(*args)
+
+    with served(app) as url:
+        agent = make_cr_agent(db, "alice")
+        with Stream(url, tokens("alice")) as first:
+            resume_from = first.of("ready")[0]["id"]
+        monkeypatch.setattr(owner_events, "settled_after", lagging_read)
+        missed = [box.ask(db, agent, key=f"lag{i}").item.id for i in range(3)]
+        try:
+            with Stream(url, tokens("alice"), last_event_id=resume_from) as resumed:
+                assert resumed.item_ids() == missed
+                assert resumed.events[-1]["event"] == "ready"
+                hub_may_read.set()  # the hub catches up: what it read late is not repeated
+                later = box.ask(db, agent, key="after-the-lag").item.id
+                wait_for(lambda: resumed.item_ids()[3:] == [later], WAIT, what="a live event")
+                assert resumed.item_ids() == [*missed, later]
+        finally:
+            hub_may_read.set()
 
 
 def test_a_stream_needs_a_caller_and_a_well_formed_last_event_id(

@@ -118,9 +118,13 @@ async def _stream(
     try:
         seen = subscription.start
         if after is not None:
-            async for event in _missed(request, subscription, after):
+            # The hub may lag the log (its NOTIFYs still in flight): catch up to where the
+            # log stands now, so all that was committed before this request comes before
+            # `ready`; the hub's later copies of those events are dropped below.
+            upto = max(subscription.start, await _log_position(request))
+            async for event in _missed(request, subscription.owner_key, after, upto):
                 yield event_record(event)
-            seen = max(after, subscription.start)
+            seen = max(after, upto)
         yield ServerSentEvent(data="{}", event="ready", id=seen.token)
         while True:
             wait = RECHECK_SECONDS
@@ -142,20 +146,28 @@ async def _stream(
         hub.unsubscribe(subscription)
 
 
+async def _log_position(request: Request) -> EventPosition:
+    return await anyio.to_thread.run_sync(
+        owner_events.start_position,
+        request.app.state.database,
+        limiter=_catch_up_threads(request),
+    )
+
+
 async def _missed(
-    request: Request, subscription: Subscription, after: EventPosition
+    request: Request, owner_key: str, after: EventPosition, upto: EventPosition
 ) -> AsyncIterator[Event]:
-    """The caller's events in (after, subscription.start]: settled, so all in the log."""
+    """The caller's events in (after, upto]: settled, so all in the log."""
     database = request.app.state.database
-    while after < subscription.start:
+    while after < upto:
         # Catch-ups take their own few threads, not the requests' pool (a reconnection
         # from `0-0` reads up to a day of events).
         batch = await anyio.to_thread.run_sync(
             owner_events.missed_events,
             database,
-            subscription.owner_key,
+            owner_key,
             after,
-            subscription.start,
+            upto,
             CATCH_UP_BATCH,
             limiter=_catch_up_threads(request),
         )
