@@ -270,6 +270,40 @@ def test_another_replica_dispatches_while_the_first_is_creating(
     assert _executing(db) == 4
 
 
+def test_a_pass_chooses_its_next_batch_while_its_slowest_create_is_in_flight(
+    db: Engine, operator: Callable[[], Database]
+) -> None:
+    """A burst is bound by the API server's creates, not by the passes (issue 40): the
+    create threads do not wait for a batch's slowest create before the next batch is
+    chosen and made. FIFO and one Job a run hold."""
+    set_settings(db, agent_max_concurrency=10)
+    runs = _enqueue(db, 4)
+    namespace = _Namespace()
+    slowest_may_end = threading.Event()
+
+    class _OneSlow(_Client):
+        def create(self, manifest: dict[str, Any], secret: RunSecret) -> bool:
+            if int(manifest["metadata"]["labels"][RUN_ID_LABEL]) == runs[1]:
+                assert slowest_may_end.wait(timeout=60), "the test never let it end"
+            return super().create(manifest, secret)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        passing = pool.submit(_dispatch, operator(), _OneSlow(namespace), 2)
+        try:
+            wait_for(
+                lambda: set(runs[2:]) <= set(namespace.creates),
+                timeout=30,
+                what="the next batch's Jobs while the first batch's slowest create hangs",
+            )
+            assert runs[1] not in namespace.creates
+        finally:
+            slowest_may_end.set()
+        done = passing.result(timeout=60)
+    assert [run.run_id for run in done.created] == runs  # one pass, in FIFO order
+    assert sorted(namespace.creates) == runs  # each once
+    assert _executing(db) == 4
+
+
 def _on_a_thread(call: Callable[[], DispatchResult]) -> DispatchResult:
     """`call` on a thread of its own, waited for with a timeout: a dispatch that blocked
     on the other replica's lock would fail the test instead of hanging it."""

@@ -69,17 +69,21 @@ def test_an_agents_next_run_waits_for_its_last_runs_pod_and_others_go_on(
     jobs = _Jobs()
     try:
         # The pod of `ended` is still there: its agent waits, the other agent's run goes.
-        done = dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_run_ids={ended})
+        done = dispatch_queued_runs(
+            dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_view=lambda: {ended}
+        )
         assert jobs.created == [other]
         assert done.held_agents == {held}
         assert done.waiting == 1
         # Still there at the next pass: still held, nothing made.
         done = dispatch_queued_runs(
-            dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_run_ids={ended, other}
+            dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_view=lambda: {ended, other}
         )
         assert (jobs.created, done.held_agents) == ([other], {held})
         # The pod is gone: the run starts.
-        done = dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_run_ids={other})
+        done = dispatch_queued_runs(
+            dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_view=lambda: {other}
+        )
         assert jobs.created == [other, waiting]
         assert done.held_agents == set()
     finally:
@@ -95,7 +99,9 @@ def test_a_pod_seen_past_the_grace_after_its_run_ended_holds_nothing(
     dispatcher = Database(database_url, pool_size=2)
     jobs = _Jobs()
     try:
-        done = dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_run_ids={zombie})
+        done = dispatch_queued_runs(
+            dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_view=lambda: {zombie}
+        )
     finally:
         dispatcher.dispose()
     assert (jobs.created, done.held_agents) == ([waiting], set())
@@ -115,10 +121,14 @@ def test_while_the_pod_watcher_knows_nothing_an_agent_whose_run_just_ended_waits
     dispatcher = Database(database_url, pool_size=2)
     jobs = _Jobs()
     try:
-        done = dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_run_ids=None)
+        done = dispatch_queued_runs(
+            dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_view=lambda: None
+        )
         assert (sorted(jobs.created), done.held_agents) == (go, {recent})
         # The listing came and the pod is not in it: the run starts.
-        done = dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_run_ids=set())
+        done = dispatch_queued_runs(
+            dispatcher, cast(RunJobs, jobs), TEMPLATE, pod_view=lambda: set()
+        )
     finally:
         dispatcher.dispose()
     assert (sorted(jobs.created), done.held_agents) == (sorted([*go, held]), set())

@@ -8,7 +8,8 @@ server (a slow API server must not stall the other replica's dispatch):
    budget ran out, take the oldest startable ones under the cap and mark them
    dispatched, each with the hash of a fresh run secret. The mark commits before any
    Job exists, so a pod can always claim, and the cap counts the runs at once;
-2. create their Jobs, `PARALLEL_CREATES` at a time, no transaction open, each followed
+2. create their Jobs, `PARALLEL_CREATES` at a time, no transaction open (while the
+   last of them are made, the next batch is chosen and queued behind them), each followed
    by its run Secret (owned by the Job: its pod reads the run secret from it; the Job
    carries only the secret's hash, `k8s/jobs.py`). The Job name is the run's:
    AlreadyExists is a Job from an earlier dispatch, whose secret's hash (the Job's
@@ -23,7 +24,7 @@ server (a slow API server must not stall the other replica's dispatch):
    a Job whose Secret never came (the dispatcher died between the two creates) gets
    one from the sweeper after `RUN_SECRET_GRACE`.
 
-Creates start no later than `CREATE_DEADLINE` after step 1 began and give up after
+Creates start no later than `CREATE_DEADLINE` after their step 1 and give up after
 `CREATE_TIMEOUT`, so a run's Job exists, if it ever will, well before the sweeper may
 call it missing; runs whose create was not started by then are undone as in step 3.
 
@@ -54,8 +55,8 @@ run ended (a pod a lost node never reports gone is a zombie that locks nothing).
 from __future__ import annotations
 
 import time
-from collections.abc import Set
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Set
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -83,8 +84,14 @@ from achilles.telemetry.spans import NO_SPANS, Spans
 
 BATCH = 200
 PARALLEL_CREATES = 8
-# No create starts later than this after the pass began (see the module's note): with
-# the create's own timeout (k8s/jobs.py) it stays well inside the sweeper's grace.
+# The next batch is chosen when this many creates of the pass are left: enough
+# to keep the create threads busy while the choice's transaction runs.
+REFILL_AT = 4 * PARALLEL_CREATES
+# A pass chooses again for this long at most, then ends with its creates (its Events,
+# metrics and the status writer's turn come at a pass's end).
+CHOOSE_FOR = 5.0
+# No create starts later than this after its run was chosen (see the module's note):
+# with the create's own timeout (k8s/jobs.py) it stays well inside the sweeper's grace.
 CREATE_DEADLINE = 10.0
 
 
@@ -162,10 +169,13 @@ def _withdrawn(runs: list[queue.DispatchableRun], removed: list[int]) -> list[Wi
 
 @dataclass(frozen=True)
 class _Marked:
-    """A run marked dispatched in step 1, with the secret its Job is to carry."""
+    """A run marked dispatched in step 1, with the secret its Job is to carry, its Job's
+    run timeout, and when it was chosen (its create starts within CREATE_DEADLINE)."""
 
     run: queue.DispatchableRun
     secret: RunSecret
+    timeout: int
+    chosen_at: float
 
 
 class _Outcome(Enum):
@@ -182,26 +192,30 @@ def dispatch_queued_runs(
     *,
     batch: int = BATCH,
     spans: Spans = NO_SPANS,
-    pod_run_ids: Set[int] | None = None,
+    pod_view: Callable[[], Set[int] | None] = lambda: None,
 ) -> DispatchResult:
     """One pass (see the module's note). Each Job's create is a `dispatch` span, the root
     of its run's trace: the Job carries it (`TRACEPARENT`) to the runner.
 
-    `pod_run_ids`: the runs whose pod is still there, as the pod watcher knows them (None
-    while it does not know yet): an agent one of them ended recently waits for that pod
-    (seed 002 counts runner pods, not rows: `queue.agents_with_lingering_pods`); while
-    it does not know, every agent whose run ended within the grace waits (until the
-    watcher's listing, which wakes the dispatcher)."""
+    The creates of a batch run on `PARALLEL_CREATES` threads; when at most `REFILL_AT`
+    of them are left, the next batch is chosen and queued behind them, so the
+    threads never wait for a batch's slowest create or for the next choice (a burst of
+    due runs is bound by the API server's creates, not by the passes). The pass stops
+    choosing when a choice was not a full batch, a create was refused, or after
+    `CHOOSE_FOR`; it ends when its creates have.
+
+    `pod_view`: the runs whose pod is still there, as the pod watcher knows them (None
+    while it does not know yet), read afresh for each choice: an agent one of them ended
+    recently waits for that pod (seed 002 counts runner pods, not rows:
+    `queue.agents_with_lingering_pods`); while it does not know, every agent whose run
+    ended within the grace waits (until the watcher's listing, which wakes the
+    dispatcher)."""
     began = time.monotonic()
     result = DispatchResult()
-    marked, timeout = _choose(database, batch, result, pod_run_ids)
-    for run_id in result.refused_at_claim:
-        jobs.delete(run_id)  # its pod exits without running: nothing else may start it
-    if not marked:
-        return result
+    created: list[tuple[_Marked, Future[tuple[_Outcome, str | None]]]] = []
 
     def create(mark: _Marked) -> tuple[_Outcome, str | None]:
-        if time.monotonic() - began > CREATE_DEADLINE:
+        if time.monotonic() - mark.chosen_at > CREATE_DEADLINE:
             return _Outcome.LATE, None
         with spans.span("dispatch", _span_attributes(mark.run)) as span:
             outcome, why = _create(mark, span.traceparent)
@@ -209,7 +223,7 @@ def dispatch_queued_runs(
         return outcome, why
 
     def _create(mark: _Marked, traceparent: str | None) -> tuple[_Outcome, str | None]:
-        spec = _spec(mark.run, timeout, mark.secret, traceparent)
+        spec = _spec(mark.run, mark.timeout, mark.secret, traceparent)
         try:
             if jobs.create(build_run_job(spec, template), mark.secret):
                 return _Outcome.CREATED, None
@@ -217,10 +231,24 @@ def dispatch_queued_runs(
         except JobRejected as exc:
             return (_Outcome.UNKNOWN if exc.maybe_created else _Outcome.REFUSED), str(exc)
 
+    def refused_so_far() -> bool:
+        return any(f.done() and f.result()[1] is not None for _, f in created)
+
     with ThreadPoolExecutor(max_workers=PARALLEL_CREATES) as pool:
-        outcomes = list(pool.map(create, marked))
+        while True:
+            chose = _choose(database, batch, result, pod_view())
+            for run_id in chose.refused_at_claim:
+                jobs.delete(run_id)  # its pod exits without running: nothing else may start it
+            created.extend((mark, pool.submit(create, mark)) for mark in chose.marked)
+            if not chose.full or time.monotonic() - began > CHOOSE_FOR:
+                break
+            if created:  # choose again when REFILL_AT creates are left (a few: the first made)
+                wait([created[max(len(created) - REFILL_AT, 0)][1]])
+            if refused_so_far():
+                break
     undo: dict[int, bytes] = {}
-    for mark, (outcome, why) in zip(marked, outcomes, strict=True):
+    for mark, future in created:
+        outcome, why = future.result()
         if outcome is _Outcome.CREATED:
             result.created.append(mark.run)
         elif outcome is not _Outcome.UNKNOWN:
@@ -249,45 +277,56 @@ def _span_attributes(run: queue.DispatchableRun) -> dict[str, str | int]:
     return attributes
 
 
+@dataclass(frozen=True)
+class _Choice:
+    marked: list[_Marked]
+    refused_at_claim: list[int]
+    # As many startable runs as the batch: more may wait behind them.
+    full: bool
+
+
 def _choose(
     database: Database, batch: int, result: DispatchResult, pod_run_ids: Set[int] | None
-) -> tuple[list[_Marked], int]:
-    """Step 1, in one transaction under the dispatch lock: the runs marked dispatched
-    (withdrawn and skipped ones into `result`), and the run timeout of their Jobs."""
+) -> _Choice:
+    """Step 1, in one transaction under the dispatch lock: the runs marked dispatched,
+    each with its secret and its Job's run timeout; the withdrawn and skipped ones, the
+    held agents and the queue's counts go into `result`."""
+    chosen_at = time.monotonic()
     with database.transaction() as session:
         now = database_now(session)
         settings = load_settings(session)
         window = week_window(now, settings.zone)
+        timeout = settings.run_timeout_seconds
         # Refused at their claim: removed already, told here.
         refused = queue.take_start_refusals(session, batch)
-        result.refused_at_claim = [run.run_id for run in refused]
-        result.withdrawn = [
-            WithdrawnRun(run, refusal_message(closed_locks(run.locks))) for run in refused
-        ]
+        withdrawn = [WithdrawnRun(run, refusal_message(closed_locks(run.locks))) for run in refused]
         # Locked ones first, wherever they wait: they will never start.
         locked = queue.take_locked_waiting_runs(session, batch, window)
         ids = [run.run_id for run in locked]
-        result.withdrawn.extend(_withdrawn(locked, queue.withdraw_queued_runs(session, ids)))
-        result.held_agents = queue.agents_with_lingering_pods(
-            session, pod_run_ids, ended_after=now - STOP_GRACE
-        )
+        withdrawn.extend(_withdrawn(locked, queue.withdraw_queued_runs(session, ids)))
+        held = queue.agents_with_lingering_pods(session, pod_run_ids, ended_after=now - STOP_GRACE)
         runs = queue.take_dispatchable_runs(
-            session, settings.max_concurrency, batch, window, held_agents=result.held_agents
+            session, settings.max_concurrency, batch, window, held_agents=held
         )
         marked = []
+        skipped = []
         for run in runs:
             if closed_locks(run.locks):  # closed since the look above
                 removed = queue.withdraw_queued_runs(session, [run.run_id])
-                result.withdrawn.extend(_withdrawn([run], removed))
+                withdrawn.extend(_withdrawn([run], removed))
             elif is_budget_exhausted(run.owner_tokens, settings.weekly_token_budget):
                 if skip_queued_run(session, run.run_id, SkipReason.BUDGET_EXCEEDED, now=now):
-                    result.skipped.append(run)
+                    skipped.append(run)
             else:
-                marked.append(_Marked(run, RunSecret.new()))
+                marked.append(_Marked(run, RunSecret.new(), timeout, chosen_at))
         queue.mark_dispatched(session, {m.run.run_id: m.secret.digest for m in marked}, now)
         result.executing = queue.count_executing(session)
         result.waiting = queue.count_waiting(session)
-    return marked, settings.run_timeout_seconds
+    result.refused_at_claim.extend(run.run_id for run in refused)
+    result.withdrawn.extend(withdrawn)
+    result.skipped.extend(skipped)
+    result.held_agents = held
+    return _Choice(marked, [run.run_id for run in refused], bool(marked or withdrawn or skipped))
 
 
 def _adopt_existing_job(database: Database, jobs: RunJobs, mark: _Marked) -> _Outcome:

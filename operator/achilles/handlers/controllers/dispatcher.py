@@ -61,7 +61,7 @@ class Dispatcher:
             self.jobs,
             self.job_template,
             spans=self.spans,
-            pod_run_ids=self.pod_run_ids(),
+            pod_view=self.pod_run_ids,
         )
         now = datetime.now(UTC)
         for run in done.created:
