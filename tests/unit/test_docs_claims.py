@@ -296,6 +296,16 @@ CLAIMS = [
     Claim(OPS, rf"every {T} the retention", (f"{RETENTION}:RETENTION_EVERY",)),
     Claim(
         OPS,
+        r"the Jobs are made (\d+) at a time, and the next (\d+) runs are chosen while the "
+        r"last (\d+) creates of a batch run",
+        (
+            "achilles.services.dispatch:PARALLEL_CREATES",
+            "achilles.services.dispatch:BATCH",
+            "achilles.services.dispatch:REFILL_AT",
+        ),
+    ),
+    Claim(
+        OPS,
         rf"waits up to {T} while the dispatcher is making Jobs",
         (f"{STATUS_WRITER}:DEFER_FOR_JOBS",),
     ),
