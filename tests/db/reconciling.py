@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
 from achilles.k8s.resources.agent import AgentSpec
-from achilles.services.agent_events import agent_row
+from achilles.services import agent_events
 from tests.waiting import wait_for
 
 T = TypeVar("T")
@@ -22,9 +22,9 @@ T = TypeVar("T")
 
 def reconcile_event(
     database: Database, name: str, owner: str, *, uid: str | None = None, **spec: Any
-) -> agent_row.AgentReconciled:
+) -> agent_events.AgentReconciled:
     """One event of Agent `team/<name>` (uid `uid-<name>` unless given) saying `spec`."""
-    obj = agent_row.AgentObject(
+    obj = agent_events.AgentObject(
         uid=uid or f"uid-{name}",
         namespace="team",
         name=name,
@@ -32,7 +32,7 @@ def reconcile_event(
         spec=AgentSpec.model_validate({"owner": owner, "prompt": "Summarise.", **spec}),
         status={"databaseId": 1},
     )
-    return agent_row.reconcile_agent(database, obj)
+    return agent_events.reconcile_agent(database, obj)
 
 
 def waiting_on_a_lock(db: Engine) -> bool:

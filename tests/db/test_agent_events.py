@@ -8,10 +8,11 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
+from achilles.domain.agent_event import AgentEvent
 from achilles.domain.runs import RunState
 from achilles.domain.vocabulary import ConditionType, EventReason
 from achilles.k8s.annotations import RUN_REQUESTED_AT
-from achilles.services.agent_events import AgentEvent, reconcile_agent_event
+from achilles.services.agent_events import reconcile_agent_event
 from tests.db.factories import make_model, make_owner
 
 

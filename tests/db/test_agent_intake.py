@@ -16,17 +16,13 @@ import pytest
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
+from achilles.domain.agent_event import AgentEvent, AgentReconciliation
 from achilles.domain.agent_status import needs_patch
 from achilles.k8s.annotations import RUN_REQUESTED_AT
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.services import catalogue, users
-from achilles.services.agent_events import (
-    AgentEvent,
-    AgentReconciliation,
-    reconcile_agent_event,
-    settled_from_memory,
-)
-from achilles.services.agent_events.intake import SettledAgents
+from achilles.services.agent_events import reconcile_agent_event, settled_from_memory
+from achilles.services.agent_intake import SettledAgents
 from tests.db.factories import make_model, make_owner
 from tests.db.statements import Statements
 

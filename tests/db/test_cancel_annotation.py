@@ -10,9 +10,10 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
+from achilles.domain.agent_event import AgentEvent
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
-from achilles.services.agent_events import AgentEvent, reconcile_agent_event
+from achilles.services.agent_events import reconcile_agent_event
 from achilles.services.status import is_own_status_echo
 from tests.db.factories import make_model, make_owner
 

@@ -17,7 +17,7 @@ from achilles.db.database import Database
 from achilles.db.journal.schedule import refresh_next_run
 from achilles.db.journal.settings import database_now
 from achilles.k8s.resources.agent import AgentSpec
-from achilles.services.agent_events import agent_row
+from achilles.services import agent_events
 from tests.db.factories import make_agent, make_model, make_owner
 
 DAILY_ON_A_WEDNESDAY = {"type": "calendar", "cadence": "daily", "weekday": 2, "time": "09:00"}
@@ -44,10 +44,10 @@ def test_an_agent_whose_daily_schedule_names_a_weekday_runs_every_day(
             "schedule": {"type": "calendar", "cadence": "daily", "weekday": 2, "time": "09:00"},
         }
     )
-    obj = agent_row.AgentObject(
+    obj = agent_events.AgentObject(
         uid="uid-daily", namespace="team", name="daily", generation=1, spec=spec, status={}
     )
-    agent_row.reconcile_agent(database, obj, is_new=True)
+    agent_events.reconcile_agent(database, obj, is_new=True)
     row = _row(db, "cr_uid", "uid-daily")
     assert row.schedule == {"type": "calendar", "cadence": "daily", "time": "09:00"}
     assert row.next_run_at is not None

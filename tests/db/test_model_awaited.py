@@ -2,7 +2,7 @@
 takes `agent.yaml` before `model.yaml`) links to it when the model is created: the new
 model lists the agents without one, which the operator reads again; an agent written
 while the model commits finds it itself (the model name's advisory lock,
-`catalogue.lock_model_name`). A withdrawn model's agents are not among them (DESIGN §4:
+`agent_links.lock_model_name`). A withdrawn model's agents are not among them (DESIGN §4:
 re-creating a model revives nobody). Through the real database, the race with two real
 connections."""
 
@@ -12,10 +12,10 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
+from achilles.db.journal import agent_links
 from achilles.db.journal import catalogue as catalogue_rows
 from achilles.k8s.resources.agent_model import AgentModelSpec
-from achilles.services import catalogue
-from achilles.services.agent_events import agent_row
+from achilles.services import agent_events, catalogue
 from tests.db.factories import make_owner
 from tests.db.reconciling import blocked_until_commit, reconcile_event
 
@@ -26,7 +26,7 @@ def _sees_no_awaiting_agent(session: Session) -> None:
     assert catalogue_rows.agents_awaiting_a_model(session) == []
 
 
-def _ready_message(reconciled: agent_row.AgentReconciled) -> str:
+def _ready_message(reconciled: agent_events.AgentReconciled) -> str:
     (ready,) = [c for c in reconciled.status["conditions"] if c["type"] == "Ready"]
     return str(ready["message"])
 
@@ -82,7 +82,7 @@ def test_an_agent_written_while_its_model_commits_finds_the_model(
     model = Session(db)
     model.begin()
     try:
-        catalogue_rows.lock_model_name(model, "racing-model", shared=False)
+        agent_links.lock_model_name(model, "racing-model", shared=False)
         catalogue_rows.upsert_model(
             model, catalogue_rows.ModelRow("racing-model", "http://x/v1", "m", None, None, False)
         )

@@ -5,7 +5,7 @@ threads that share the GIL with kopf's event loop: each statement's Python cost 
 round trip slows the restart (`achilles bench intake`). The counts here fail when a
 statement creeps back. Counted on the engine as the driver executes them; BEGIN and
 COMMIT are the driver's own and not counted. Before the reads were folded
-(db/journal/reconcile.py): a new Agent 12, a changed one 11, an Agent without owner 4."""
+(db/journal/agent_row.py): a new Agent 12, a changed one 11, an Agent without owner 4."""
 
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
-from achilles.db.inbox.settings import load_inbox_settings, mirror_wake_on_reply
-from achilles.db.journal.reconcile import begin_reconcile
+from achilles.db.inbox.settings import load_inbox_settings
+from achilles.db.journal.agent_row import begin_reconcile, mirror_wake_on_reply
 from achilles.k8s.resources.agent import AgentSpec
-from achilles.services.agent_events import agent_row
+from achilles.services import agent_events
 from tests.db.factories import make_agent, make_model, make_owner
 from tests.db.statements import Statements
 
 
 def _agent(
     uid: str, owner: str, model: str | None, generation: int, **spec: Any
-) -> agent_row.AgentObject:
-    return agent_row.AgentObject(
+) -> agent_events.AgentObject:
+    return agent_events.AgentObject(
         uid=uid,
         namespace="team",
         name="digest",
@@ -54,13 +54,13 @@ def test_a_full_reconcile_costs_four_statements(db: Engine, database: Database) 
     statements = Statements(database)
     # New: clock+settings+owner+row, INSERT, the row with its last run and its owner's
     # tokens of the week, its first slot.
-    new = agent_row.reconcile_agent(database, _agent(uid, owner, model, 1), is_new=True)
+    new = agent_events.reconcile_agent(database, _agent(uid, owner, model, 1), is_new=True)
     assert len(statements.take()) == 4
     assert new.agent_id is not None
     assert new.status["nextRunAt"] is not None
     # Changed: clock+settings+owner+row, UPDATE, tool links, the row with its last run
     # and tokens (the slot is kept: no write).
-    changed = agent_row.reconcile_agent(database, _agent(uid, owner, model, 2, prompt="Other."))
+    changed = agent_events.reconcile_agent(database, _agent(uid, owner, model, 2, prompt="Other."))
     assert len(statements.take()) == 4
     assert changed.agent_id == new.agent_id
     assert changed.status["nextRunAt"] == new.status["nextRunAt"]  # the slot is kept
@@ -72,7 +72,7 @@ def test_a_full_reconcile_costs_four_statements(db: Engine, database: Database) 
             == "Other."
         )
     # wakeOnReply mirrored: one conditional UPDATE, written only when it differs.
-    agent_row.reconcile_agent(
+    agent_events.reconcile_agent(
         database, _agent(uid, owner, model, 3, prompt="Other.", wakeOnReply=True)
     )
     assert len(statements.take()) == 5
@@ -86,13 +86,13 @@ def test_a_full_reconcile_costs_four_statements(db: Engine, database: Database) 
                 ),
                 {"a": new.agent_id, "r": reason},
             )
-    ran = agent_row.reconcile_agent(database, _agent(uid, owner, model, 4, prompt="Other."))
+    ran = agent_events.reconcile_agent(database, _agent(uid, owner, model, 4, prompt="Other."))
     assert len(statements.take()) == 4
     assert ran.status["lastRun"]["reason"] == "error"
     assert ran.status["weeklyTokens"]["used"] == 14
     assert type(ran.status["weeklyTokens"]["used"]) is int  # not the sum's Decimal
     # No owner: the first read and the DELETE of a row that may be left.
-    gone = agent_row.reconcile_agent(database, _agent(uid, "nobody", model, 5), is_new=False)
+    gone = agent_events.reconcile_agent(database, _agent(uid, "nobody", model, 5), is_new=False)
     assert len(statements.take()) == 2
     assert gone.agent_id is None
 

@@ -23,9 +23,8 @@ from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
 from achilles.errors import ClusterUnavailable
 from achilles.k8s.annotations import format_run_request
 from achilles.k8s.resources.agent import AgentSpec
+from achilles.services import agent_events, reply_wakes
 from achilles.services import inbox as inbox_service
-from achilles.services import reply_wakes
-from achilles.services.agent_events import agent_row
 from achilles.services.run_journal import RunJournal
 from tests.db import inbox_support as box
 from tests.db.factories import make_agent, make_model, make_owner
@@ -139,7 +138,7 @@ def test_the_agent_spec_carries_the_owners_consent(db: Engine, database: Databas
     model = make_model(db)
 
     def reconcile(**spec: Any) -> int:
-        obj = agent_row.AgentObject(
+        obj = agent_events.AgentObject(
             uid="uid-consent",
             namespace="team",
             name="consent",
@@ -147,7 +146,7 @@ def test_the_agent_spec_carries_the_owners_consent(db: Engine, database: Databas
             spec=AgentSpec.model_validate({"owner": owner, "prompt": "p", "model": model, **spec}),
             status={},
         )
-        agent_id = agent_row.reconcile_agent(database, obj).agent_id
+        agent_id = agent_events.reconcile_agent(database, obj).agent_id
         assert agent_id is not None
         return agent_id
 

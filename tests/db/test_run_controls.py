@@ -26,8 +26,7 @@ from achilles.db.journal.run_context import claim_and_load
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
 from achilles.errors import StartRefused
 from achilles.k8s.resources.agent import AgentSpec
-from achilles.services import agents, scheduler
-from achilles.services.agent_events import agent_row
+from achilles.services import agent_events, agents, scheduler
 from tests.db.factories import make_agent, make_model, make_owner, set_settings
 from tests.db.logins import admin
 from tests.db.runner_support import add_model, queue_run, run_row, run_to_end, serving
@@ -181,7 +180,7 @@ def _cr(
     *,
     enabled: bool = True,
     admin_paused: bool = False,
-) -> agent_row.AgentObject:
+) -> agent_events.AgentObject:
     spec = AgentSpec.model_validate(
         {
             "owner": owner,
@@ -193,7 +192,7 @@ def _cr(
             "adminPaused": admin_paused,
         }
     )
-    return agent_row.AgentObject(
+    return agent_events.AgentObject(
         uid=uid, namespace="default", name="digest", generation=generation, spec=spec, status={}
     )
 
@@ -201,7 +200,7 @@ def _cr(
 def _suspend_through_the_cr(
     database: Database, db: Engine, database_url: str, owner: str, model: str, uid: str
 ) -> int:
-    first = agent_row.reconcile_agent(database, _cr(owner, model, "v1", 1, uid), is_new=True)
+    first = agent_events.reconcile_agent(database, _cr(owner, model, "v1", 1, uid), is_new=True)
     agent = first.agent_id
     assert agent is not None
     _make_due(db, agent)
@@ -221,7 +220,7 @@ def test_only_the_owners_switch_resumes_a_suspended_agent(db: Engine, database_u
         agent = _suspend_through_the_cr(database, db, database_url, owner, model, uid)
 
         # The CR still says enabled: true until the owed write lands: the owed value wins.
-        same = agent_row.reconcile_agent(database, _cr(owner, model, "v1", 1, uid))
+        same = agent_events.reconcile_agent(database, _cr(owner, model, "v1", 1, uid))
         assert same.status["phase"] == "Suspended"
         assert same.status["nextRunAt"] is None
         assert same.status["suspendedAt"] is not None
@@ -234,16 +233,18 @@ def test_only_the_owners_switch_resumes_a_suspended_agent(db: Engine, database_u
 
         # The operator's write lands (spec.enabled: false); a fixed prompt, an admin's
         # pause and its release: still off.
-        off = agent_row.reconcile_agent(database, _cr(owner, model, "v1", 2, uid, enabled=False))
+        off = agent_events.reconcile_agent(database, _cr(owner, model, "v1", 2, uid, enabled=False))
         assert off.status["phase"] == "Suspended"
         assert agents.owed_specs(database) == []
-        fixed = agent_row.reconcile_agent(database, _cr(owner, model, "v2", 3, uid, enabled=False))
-        paused = agent_row.reconcile_agent(
+        fixed = agent_events.reconcile_agent(
+            database, _cr(owner, model, "v2", 3, uid, enabled=False)
+        )
+        paused = agent_events.reconcile_agent(
             database, _cr(owner, model, "v2", 4, uid, enabled=False, admin_paused=True)
         )
         (ready,) = [c for c in paused.status["conditions"] if c["type"] == "Ready"]
         assert "an admin paused the agent" in ready["message"]
-        released = agent_row.reconcile_agent(
+        released = agent_events.reconcile_agent(
             database, _cr(owner, model, "v2", 5, uid, enabled=False)
         )
         for status in (fixed.status, released.status):
@@ -251,7 +252,7 @@ def test_only_the_owners_switch_resumes_a_suspended_agent(db: Engine, database_u
         assert _agent(db, agent).enabled is False
 
         # The owner switches it on: a slot again, and the two old failures do not count.
-        on = agent_row.reconcile_agent(database, _cr(owner, model, "v2", 6, uid))
+        on = agent_events.reconcile_agent(database, _cr(owner, model, "v2", 6, uid))
         assert on.status["phase"] == "Ready"
         assert on.status["suspendedAt"] is None
         assert on.status["nextRunAt"] is not None

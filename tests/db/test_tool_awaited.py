@@ -4,7 +4,7 @@ row records the names it found missing (`agents.meta["unknown_tools"]`, written 
 they change), the new tool lists the agents that recorded its name, which the operator
 reads again; an agent written while the tool commits finds it itself, and a tool created
 while such an agent commits finds the agent (the tool name's advisory lock,
-`catalogue.lock_tool_name`). A deleted tool lists the agents that were linked to it,
+`agent_links.lock_tool_name`). A deleted tool lists the agents that were linked to it,
 which read again show it unknown and link to it once it is created again; a link being
 committed while the tool is deleted is waited for and listed. Through the real database,
 the races with two real connections."""
@@ -17,11 +17,10 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
-from achilles.db.journal import agents as agent_rows
+from achilles.db.journal import agent_links
 from achilles.db.journal import catalogue as catalogue_rows
 from achilles.k8s.resources.agent_tool import AgentToolSpec
-from achilles.services import catalogue
-from achilles.services.agent_events import agent_row
+from achilles.services import agent_events, catalogue
 from tests.db.factories import make_owner
 from tests.db.reconciling import blocked_until_commit, reconcile_event
 
@@ -32,7 +31,7 @@ def _sees_no_awaiting_agent(session: Session, tool: str) -> None:
     assert catalogue_rows.agents_awaiting_a_tool(session, tool) == []
 
 
-def _tools_condition(reconciled: agent_row.AgentReconciled) -> tuple[str, str]:
+def _tools_condition(reconciled: agent_events.AgentReconciled) -> tuple[str, str]:
     (tools,) = [c for c in reconciled.status["conditions"] if c["type"] == "ToolsResolved"]
     return str(tools["status"]), str(tools["message"])
 
@@ -116,7 +115,7 @@ def test_an_agent_written_while_its_tool_commits_finds_the_tool(
     tool = Session(db)
     tool.begin()
     try:
-        catalogue_rows.lock_tool_name(tool, "racing-tool", shared=False)
+        agent_links.lock_tool_name(tool, "racing-tool", shared=False)
         catalogue_rows.upsert_tool(tool, "racing-tool", None, "inbox", True)
         # The agent's reconcile on a second connection: its links do not see the
         # uncommitted tool, so it waits on the name's lock to look again. The tool does not
@@ -147,8 +146,8 @@ def test_a_tool_created_while_an_agent_records_it_missing_finds_the_agent(
     recording = Session(db)
     recording.begin()
     try:
-        assert agent_rows.link_awaited_tools(recording, agent_id, ("slow-tool",)) == ("slow-tool",)
-        agent_rows.record_unknown_tools(recording, agent_id, ("slow-tool",), None)
+        assert agent_links.link_awaited_tools(recording, agent_id, ("slow-tool",)) == ("slow-tool",)
+        agent_links.record_unknown_tools(recording, agent_id, ("slow-tool",), None)
         created = blocked_until_commit(
             db,
             recording,
@@ -210,7 +209,7 @@ def test_a_tool_deleted_while_an_agent_links_to_it_waits_for_that_link(
     linking = Session(db)
     linking.begin()
     try:
-        assert agent_rows.link_tools(linking, agent_id, ("contested-tool",)) == ()
+        assert agent_links.link_tools(linking, agent_id, ("contested-tool",)) == ()
         unlinked = blocked_until_commit(
             db,
             linking,

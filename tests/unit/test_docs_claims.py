@@ -150,7 +150,7 @@ CLAIMS = [
         ("achilles.handlers.controllers.notifier:NOTIFIER_TICK",),
     ),
     # docs/architecture.md: state, the run, handlers
-    Claim(ARCH, rf"dropped after {T}", ("achilles.services.agent_events.intake:SNAPSHOT_SECONDS",)),
+    Claim(ARCH, rf"dropped after {T}", ("achilles.services.agent_intake:SNAPSHOT_SECONDS",)),
     Claim(ARCH, rf"heartbeats every {T}", ("achilles.domain.runs:HEARTBEAT_INTERVAL",)),
     Claim(
         ARCH,

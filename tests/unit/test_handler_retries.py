@@ -13,6 +13,7 @@ import pytest
 
 from achilles.db.database import Database
 from achilles.db.journal.catalogue import AgentRef
+from achilles.domain.agent_event import AgentEvent
 from achilles.domain.mcp_tools import listing_retried
 from achilles.domain.vocabulary import ConditionReason, EventReason, EventType
 from achilles.handlers import agents, catalogue
@@ -36,7 +37,6 @@ from achilles.handlers.statuses import WrittenStatuses
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.runtime.workqueue import WorkQueue
-from achilles.services.agent_events import AgentEvent
 from achilles.services.mcp_sources import Discovery, Notice
 
 AGENT = ObjectRef("Agent", "agents", "daily", "team", "uid-1")

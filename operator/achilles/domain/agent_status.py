@@ -1,6 +1,6 @@
 """An Agent's status document, built from its journal row: conditions, phase, schedule
 summary and the journal's fields. Pure: the reconcile of an Agent event
-(services/agent_events/), the status writer and the read services build the same document
+(services/agent_events.py), the status writer and the read services build the same document
 from the same row (db/journal/status.py reads it).
 
 Conditions keep their `lastTransitionTime` while their status stays the same, so a

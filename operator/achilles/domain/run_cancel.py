@@ -1,6 +1,6 @@
 """A cancelled run's outcome and its answer in words (an Event on the Agent, a CLI line):
 the same words whether the operator honoured the Agent's annotation
-(services/agent_events/) or `achilles runs cancel` asked (services/run_cancel.py).
+(services/agent_events.py) or `achilles runs cancel` asked (services/run_cancel.py).
 """
 
 from __future__ import annotations

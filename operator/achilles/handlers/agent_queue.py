@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from achilles.domain.agent_event import AgentEvent
 from achilles.k8s.objects import ObjectRef
 from achilles.k8s.resources.kinds import AGENT
 from achilles.runtime.workqueue import WorkQueue
-from achilles.services.agent_events import AgentEvent
 from achilles.services.catalogue import AgentRef
 
 

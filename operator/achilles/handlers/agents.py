@@ -1,8 +1,8 @@
 """Agent handlers: every event makes the row, the status and run requests agree with the CR.
 
-The decision is services/agent_events' (the Agent's use case, one package with one
-entry); this module reads the event, asks, and applies the answer (spec patch, Events,
-status, wakes).
+The decision is services/agent_events.py's (the Agent's use case, one module); this
+module reads the event (domain/agent_event.py's `AgentEvent`), asks, and applies the
+answer (spec patch, Events, status, wakes).
 
 kopf hands every event to `agent_event`, in its event loop. The operator's own status
 write coming back, and a listed Agent that already agrees with its row and status (most
@@ -30,6 +30,7 @@ from typing import Any
 import kopf
 
 from achilles.db.database import Database
+from achilles.domain.agent_event import AgentEvent, AgentReconciliation
 from achilles.domain.agent_status import journal_view, needs_patch
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import (
@@ -46,13 +47,8 @@ from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
 from achilles.runtime.workqueue import WorkQueue
-from achilles.services.agent_events import (
-    AgentEvent,
-    AgentReconciliation,
-    SettledAgents,
-    reconcile_agent_event,
-    settled_from_memory,
-)
+from achilles.services.agent_events import reconcile_agent_event, settled_from_memory
+from achilles.services.agent_intake import SettledAgents
 from achilles.services.status import is_own_status_echo
 
 log = logging.getLogger("achilles.operator")

@@ -29,7 +29,7 @@ from achilles.k8s.objects import Resources
 from achilles.runtime.loops import Passes
 from achilles.runtime.wake import Wakes
 from achilles.runtime.workqueue import WorkQueue
-from achilles.services.agent_events import SettledAgents
+from achilles.services.agent_intake import SettledAgents
 from achilles.services.run_objects import RunObjects
 from achilles.telemetry.spans import NO_SPANS, Spans
 

@@ -21,7 +21,7 @@ from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.k8s.resources.common import API_GROUP
 from achilles.runtime.memory import settle_collector
-from achilles.services.agent_events import SettledAgents
+from achilles.services.agent_intake import SettledAgents
 from achilles.telemetry.spans import operator_spans
 
 # The operator's last spans may take this long to leave at its shutdown.

@@ -1,9 +1,9 @@
-"""The run-request and cancel annotations: their names, how a value is written, how one
-is read.
+"""The run-request and cancel annotations: their names and how a value is written.
 
 DESIGN.md §2: each new value of `achilles.io/run-requested-at` on an Agent is one
 manual run request. The writer (CLI, inbox wake, portal) and the reader (the
-operator) share this contract; no API client is involved here.
+operator) share this contract; how a value is read is pure, in domain/agent_event.py.
+No API client is involved here.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ RUN_REQUESTED_AT = f"{API_GROUP}/run-requested-at"
 # Cancel a run of this Agent (issue 22): the value is the run's id; each new value is one
 # request, and cancelling a run that ended already changes nothing.
 CANCEL_RUN = f"{API_GROUP}/cancel-run"
-# A request value is short (an RFC 3339 time); anything longer is not ours to honour.
-MAX_REQUEST_VALUE_LENGTH = 64
 
 
 def format_run_request(at: datetime) -> str:
@@ -27,28 +25,3 @@ def format_run_request(at: datetime) -> str:
     if at.tzinfo is None:
         raise ValueError("a run request time must be timezone-aware")
     return iso_utc(at.astimezone(UTC))
-
-
-def parse_cancel_request(value: str | None) -> str | None:
-    """The cancel request a value carries (compared with the last one handled), or None."""
-    return parse_run_request(value)
-
-
-def cancel_run_id(request: str) -> int | None:
-    """The run a cancel request names: a decimal run id, else None (not a request we can
-    honour; the operator says so once)."""
-    return int(request) if request.isdigit() and len(request) <= 18 else None
-
-
-def parse_run_request(value: str | None) -> str | None:
-    """The request a value carries, or None when there is none or it is not one.
-
-    Any non-empty value up to `MAX_REQUEST_VALUE_LENGTH` is a request (a portal may
-    write its own request ids); the value itself is the request's identity.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if not value or len(value) > MAX_REQUEST_VALUE_LENGTH:
-        return None
-    return value

@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from achilles.db.database import Database
+from achilles.db.journal import agent_row, owed_spec
 from achilles.db.journal import agents as agent_rows
-from achilles.db.journal import owed_spec
 from achilles.db.journal.settings import database_now
 
 
@@ -50,5 +50,5 @@ def forget_agents_not_in(
         rows = agent_rows.agent_uids(session, created_before=listed_at)
         gone = [uid for uid in rows if uid not in live_uids]
         return [
-            agent_id for uid in gone if (agent_id := agent_rows.delete_agent_by_uid(session, uid))
+            agent_id for uid in gone if (agent_id := agent_row.delete_agent_by_uid(session, uid))
         ]

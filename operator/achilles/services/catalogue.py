@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from achilles.db.database import Database
-from achilles.db.journal import catalogue
+from achilles.db.journal import agent_links, catalogue
 from achilles.db.outbox.settings import write_notification_settings
 from achilles.db.tools import sources
 from achilles.k8s.resources.agent_model import AgentModelSpec
@@ -38,7 +38,7 @@ def mirror_model(
     """The model's row as its object says; `uid`: that object's (issue 36 item 8)."""
     secret = spec.api_key_secret_ref
     with database.transaction() as session:
-        catalogue.lock_model_name(session, name, shared=False)
+        agent_links.lock_model_name(session, name, shared=False)
         _found, mirrored = catalogue.model_uid(session, name)
         withdrawn: list[catalogue.AgentRef] = []
         if catalogue.is_another_object(mirrored, uid):
@@ -126,7 +126,7 @@ def mirror_tool(
 ) -> ToolMirrored:
     """The tool's row as its object says; `uid`: that object's (issue 36 item 8)."""
     with database.transaction() as session:
-        catalogue.lock_tool_name(session, name, shared=False)
+        agent_links.lock_tool_name(session, name, shared=False)
         _found, mirrored = catalogue.tool_uid(session, name)
         unlinked: list[catalogue.AgentRef] = []
         if catalogue.is_another_object(mirrored, uid):

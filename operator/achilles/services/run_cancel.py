@@ -3,7 +3,7 @@ that may write runs).
 
 The one place a run ends `failed/cancelled` is `db/journal/cancel.py`'s `cancel_run`: an
 owner's request through the portal or the HTTP API (the Agent's `achilles.io/cancel-run`
-annotation) reaches it from the Agent event's reconcile (`services/agent_events/`, which
+annotation) reaches it from the Agent event's reconcile (`services/agent_events.py`, which
 calls no other service), the CLI through this module; the answer's words are
 `domain/run_cancel.py`'s. Each cancel runs in its own transaction (idempotent: a run that ended
 already is left as it is and the answer says how it ended). A queued run with no Job

@@ -1,6 +1,6 @@
 """Manual runs, the requester's side: how far an Agent's status says a request went
 (`achilles run-now` waits on it). Honouring the request (`achilles.io/run-requested-at`,
-one value, one run) is the Agent event's reconcile (services/agent_events/).
+one value, one run) is the Agent event's reconcile (services/agent_events.py).
 """
 
 from __future__ import annotations

@@ -16,13 +16,9 @@ from achilles.db.journal.status import (
     agents_of_owners,
     run_owners,
 )
+from achilles.domain.agent_event import parse_cancel_request, parse_run_request
 from achilles.domain.agent_status import AgentStatusRow
-from achilles.k8s.annotations import (
-    CANCEL_RUN,
-    RUN_REQUESTED_AT,
-    parse_cancel_request,
-    parse_run_request,
-)
+from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
 
 
 def is_own_status_echo(

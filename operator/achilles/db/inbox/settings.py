@@ -1,7 +1,8 @@
 """The owner's inbox settings of an agent, kept in `agents.meta` under `"inbox"`.
 
 An Agent resource that says `spec.wakeOnReply` has it mirrored here at every reconcile
-(`mirror_wake_on_reply`); `achilles inbox wake-on-reply` writes it for the others.
+(db/journal/agent_row.py's `mirror_wake_on_reply`, with `meta_with_wake_on_reply`);
+`achilles inbox wake-on-reply` writes it for the others.
 
 Only our own key is ever written (merged into the `inbox` section), so
 whatever else reconciles into `meta` is left alone.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, cast, false, func, literal, select, update
+from sqlalchemy import ColumnElement, case, cast, func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
@@ -49,8 +50,9 @@ def load_inbox_settings(session: Session, agent_id: int) -> AgentInboxSettings:
     )
 
 
-def _with_wake_on_reply(enabled: bool) -> ColumnElement[Any]:
-    """`agents.meta` with the inbox section's `wake_on_reply` set (an UPDATE's value)."""
+def meta_with_wake_on_reply(enabled: bool | ColumnElement[bool]) -> ColumnElement[Any]:
+    """`agents.meta` with the inbox section's `wake_on_reply` set (an UPDATE's value;
+    `enabled` a value, or a bound parameter of a statement built once)."""
     meta = func.coalesce(Agent.meta, cast(literal("{}"), JSONB))
     section = meta[META_SECTION]
     # A section that is not an object (hand-edited) is replaced, not merged into.
@@ -65,27 +67,9 @@ def set_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> InboxSe
     new_meta = session.execute(
         update(Agent)
         .where(Agent.id == agent_id)
-        .values(meta=_with_wake_on_reply(enabled))
+        .values(meta=meta_with_wake_on_reply(enabled))
         .returning(Agent.meta)
     ).scalar_one_or_none()
     if new_meta is None:
         raise NotFound(f"agent {agent_id} does not exist")
     return inbox_settings_from_meta(new_meta)
-
-
-def mirror_wake_on_reply(session: Session, agent_id: int, enabled: bool) -> bool:
-    """The Agent resource's `spec.wakeOnReply`, written into the row only when it differs
-    (a reconcile that changes nothing writes nothing): one statement, the comparison in
-    its WHERE. True when it was written."""
-    # What `inbox_settings_from_meta` reads as on: exactly JSON `true` (a section that
-    # is not an object, subscripted, gives NULL: off).
-    is_on = func.coalesce(
-        Agent.meta[META_SECTION][WAKE_ON_REPLY] == cast(literal("true"), JSONB), false()
-    )
-    written = session.execute(
-        update(Agent)
-        .where(Agent.id == agent_id, is_on.is_not(enabled))
-        .values(meta=_with_wake_on_reply(enabled))
-        .returning(Agent.id)
-    ).scalar_one_or_none()
-    return written is not None

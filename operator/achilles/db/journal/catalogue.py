@@ -10,6 +10,7 @@ from sqlalchemy import delete, func, literal_column, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from achilles.db.journal.agent_links import UNKNOWN_TOOLS_KEY
 from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, PlatformSettings, Tool
 from achilles.db.journal.owed_spec import META_KEY as OWED_KEY
 from achilles.db.journal.owed_spec import MODEL_FIELD, model_withdrawn, owing
@@ -24,22 +25,6 @@ class ModelRow:
     api_key_secret_key: str | None
     is_default: bool
     uid: str | None = None  # the AgentModel object's (None: not from a cluster object)
-
-
-# The first key of the two-key advisory locks on a model's name (`lock_model_name`); the
-# one-key locks (dispatch, migrations) are a key space of their own.
-MODEL_NAME_LOCK = 0x4AC43
-
-
-def lock_model_name(session: Session, name: str, *, shared: bool) -> None:
-    """Serialise a model's first mirroring with the reconciles of agents that name it
-    and found no such model (`services/catalogue.mirror_model`), for this transaction.
-    The model takes it exclusively before its row is written; such an agent takes it
-    shared, then looks again. Whichever comes second sees the other's commit: the agent
-    finds the model, or the model finds the agent awaiting it. Without it, an agent
-    written while the model commits is missed by both and waits for its next event."""
-    lock = func.pg_advisory_xact_lock_shared if shared else func.pg_advisory_xact_lock
-    session.execute(select(lock(MODEL_NAME_LOCK, func.hashtext(name))))
 
 
 def upsert_model(session: Session, model: ModelRow) -> tuple[int, bool]:
@@ -166,26 +151,6 @@ def tool_names(session: Session, *, created_before: datetime) -> list[str]:
             select(Tool.name).where(Tool.created_at < created_before).order_by(Tool.name)
         ).scalars()
     )
-
-
-# The first key of the two-key advisory locks on a tool's name (`lock_tool_name`): a key
-# space of its own, beside the models' names.
-TOOL_NAME_LOCK = 0x4AC44
-# `agents.meta[UNKNOWN_TOOLS_KEY]`: the names of an Agent's `spec.tools` that were not in
-# the catalogue at its last reconcile, a sorted JSON array; absent when there were none
-# (most agents). Written by `agents.record_unknown_tools` only, read by
-# `agents_awaiting_a_tool`: the row's links keep the tools found, not the names missed.
-UNKNOWN_TOOLS_KEY = "unknown_tools"
-
-
-def lock_tool_name(session: Session, name: str, *, shared: bool) -> None:
-    """Serialise a tool's first mirroring with the reconciles of agents that name it and
-    found no such tool (`services/catalogue.mirror_tool`), for this transaction: as
-    `lock_model_name` for models. The tool takes it exclusively before its row is
-    written; such an agent takes it shared, then looks again and records the names still
-    unknown. Whichever comes second sees the other's commit."""
-    lock = func.pg_advisory_xact_lock_shared if shared else func.pg_advisory_xact_lock
-    session.execute(select(lock(TOOL_NAME_LOCK, func.hashtext(name))))
 
 
 def upsert_tool(

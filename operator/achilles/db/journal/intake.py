@@ -1,5 +1,5 @@
 """The rows of every Agent linked to a CR, read a page at a time for the operator's
-start-up intake (`services/agent_events/intake.py`): what a reconcile would write, and what
+start-up intake (`services/agent_intake.py`): what a reconcile would write, and what
 its status would show, without writing anything."""
 
 from __future__ import annotations

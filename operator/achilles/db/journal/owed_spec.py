@@ -81,7 +81,7 @@ def owing(writes: Mapping[str, OwedWrite]) -> ColumnElement[Any]:
     return case((Agent.cr_name.is_(None), Agent.meta), else_=updated)
 
 
-def _writes_from(section: Any) -> dict[str, OwedWrite]:
+def writes_from(section: Any) -> dict[str, OwedWrite]:
     if not isinstance(section, Mapping):
         return {}
     writes: dict[str, OwedWrite] = {}
@@ -110,7 +110,7 @@ def owed_specs(session: Session, *, limit: int = 500) -> list[OwedSpec]:
     ).all()
     owed = []
     for agent_id, uid, namespace, name, section in rows:
-        writes = _writes_from(section)
+        writes = writes_from(section)
         if writes:
             owed.append(OwedSpec(agent_id, uid, str(namespace), str(name), writes))
     return owed
@@ -141,26 +141,6 @@ def delivered(session: Session, agent_id: int, writes: Mapping[str, OwedWrite]) 
                 "entry": json.dumps(write.as_json()),
             },
         )
-
-
-def settle_owed(
-    session: Session, agent_id: int | None, section: Any, spec: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Reconciling a CR whose spec says `spec` (field -> value), its row `agent_id` (None:
-    no row yet) owing `section` (its `meta[META_KEY]`, read with the row locked): the
-    owed values that must be used instead of the CR's. A write the CR already shows is
-    forgotten here (its delivery's own event came back)."""
-    if agent_id is None:
-        return {}
-    overrides: dict[str, Any] = {}
-    shown: dict[str, OwedWrite] = {}
-    for field, write in _writes_from(section).items():
-        if field in spec and spec[field] == write.value:
-            shown[field] = write
-        else:
-            overrides[field] = write.value
-    delivered(session, agent_id, shown)
-    return overrides
 
 
 # --- the writes owed, and what the owner is told when they land ---

@@ -1,5 +1,7 @@
 """The start-up intake: an Agent whose row, status and observedGeneration already agree
-costs no write and no round trip.
+costs no write and no round trip. The reconcile of an Agent event
+(services/agent_events.py) asks it, with the listed Agent's digest
+(domain/agent_event.py), through its `SettledRows`.
 
 kopf lists every Agent when the operator starts (and after a watch expired) and hands
 each over as an event; reconciling each in full is a transaction of a dozen statements
@@ -20,27 +22,25 @@ the catalogue) has no digest, so its Agent is reconciled in full.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from datetime import datetime
 from typing import Any
 
 from achilles.db.database import Database
-from achilles.db.journal.catalogue import UNKNOWN_TOOLS_KEY
+from achilles.db.journal.agent_links import UNKNOWN_TOOLS_KEY
 from achilles.db.journal.intake import IntakeRow, intake_page, intake_tokens
 from achilles.db.journal.owed_spec import META_KEY as OWED_KEY
 from achilles.db.journal.settings import database_now
+from achilles.domain.agent_event import definition_digest, status_view
 from achilles.domain.agent_status import AgentStatusRow, agent_status, journal_fields
 from achilles.domain.gates import DurableLocks, closed_locks
 from achilles.domain.inbox_wake import inbox_settings_from_meta
-from achilles.domain.schedule import load_timezone, schedule_to_db
-from achilles.domain.vocabulary import ConditionType
+from achilles.domain.schedule import load_timezone
 from achilles.errors import UnknownTimezoneError
-from achilles.services.agent_events.agent_row import AgentObject
 
 log = logging.getLogger("achilles.operator")
 
@@ -48,21 +48,9 @@ PAGE = 1000
 # A snapshot older than this is read again before it answers (a later listing: kopf
 # lists again when a watch's resourceVersion expired).
 SNAPSHOT_SECONDS = 300.0
-# What a reconcile writes into the status besides the run request's own fields.
-STATUS_KEYS = (
-    "phase",
-    "conditions",
-    "scheduleSummary",
-    "observedGeneration",
-    "databaseId",
-    "nextRunAt",
-    "lastRun",
-    "weeklyTokens",
-)
 # Shapes of status seen (locks, schedule, zone): few, whatever the number of agents.
 SETTLED_STATUS_CACHE = 10_000
 _SETTLED_STATUS: dict[tuple[DurableLocks, Hashable, str], dict[str, Any]] = {}
-_VIEW_KEYS = tuple(key for key in STATUS_KEYS if key not in ("conditions", "observedGeneration"))
 
 
 class SettledAgents:
@@ -84,13 +72,11 @@ class SettledAgents:
         self._digests: dict[bytes, bool] | None = None
         self._read_at = float("-inf")
 
-    def unchanged(self, agent: AgentObject, *, wait: bool = True) -> bool:
-        """Whether reconciling `agent` would write nothing, neither row nor status.
+    def unchanged(self, digest: bytes, wake_on_reply: bool | None, *, wait: bool = True) -> bool:
+        """Whether reconciling the listed Agent of `digest` (domain/agent_event.py's
+        `cr_digest`), saying `wake_on_reply`, would write nothing, neither row nor status.
         `wait=False` (kopf's event loop): False at once, not a read, when the snapshot is
         being read or due to be read again; the caller then asks again on a thread."""
-        digest = cr_digest(agent)
-        if digest is None:
-            return False
         if not self._lock.acquire(blocking=wait):
             return False
         try:
@@ -102,8 +88,7 @@ class SettledAgents:
             self._lock.release()
         if wake is None:
             return False
-        wanted = agent.spec.wake_on_reply
-        return wanted is None or wanted == wake
+        return wake_on_reply is None or wake_on_reply == wake
 
     def preload(self) -> threading.Thread:
         """Read the snapshot now, in a thread of its own (the operator's start waits for
@@ -200,55 +185,7 @@ def row_digest(row: IntakeRow, now: datetime) -> bytes | None:
         row.max_run_tokens,
         row.suspend_after_failures,
     ]
-    return _digest(definition, _status_view(status))
-
-
-def cr_digest(agent: AgentObject) -> bytes | None:
-    """The same digest from the Agent as listed, when its status has observed its
-    generation; None when it has not (or was never reconciled)."""
-    status = agent.status
-    generation = agent.generation
-    if generation is None or status.get("databaseId") is None:
-        return None
-    if status.get("observedGeneration") != generation:
-        return None
-    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
-    if any(
-        c.get("observedGeneration") != generation
-        for c in conditions
-        if c.get("type") != ConditionType.RUN_REQUEST_ACCEPTED
-    ):
-        return None
-    spec = agent.spec
-    definition = [
-        agent.uid,
-        agent.namespace,
-        agent.name,
-        spec.display_name or agent.name,
-        spec.description,
-        spec.prompt,
-        schedule_to_db(spec.schedule) if spec.schedule is not None else None,
-        spec.model,
-        sorted(set(spec.tools)),
-        spec.enabled,
-        spec.admin_paused,
-        spec.owner,
-        spec.max_run_tokens,
-        spec.suspend_after_failures,
-    ]
-    return _digest(definition, _status_view(status))
-
-
-def kept_status(previous: Mapping[str, Any]) -> dict[str, Any]:
-    """The status a reconcile of an unchanged Agent would write: the one it has (its
-    run-request condition is the caller's, as after a reconcile)."""
-    kept = {key: previous.get(key) for key in STATUS_KEYS}
-    kept["conditions"] = [
-        c
-        for c in previous.get("conditions") or []
-        if c.get("type") != ConditionType.RUN_REQUEST_ACCEPTED
-    ]
-    return kept
+    return definition_digest(definition, status_view(status))
 
 
 def _settled_status(
@@ -294,27 +231,3 @@ def _slot_settled(row: IntakeRow) -> bool:
     except UnknownTimezoneError:
         return row.next_run_at is None
     return row.next_run_at is not None and row.schedule_zone == status.zone
-
-
-def _status_view(status: Mapping[str, Any]) -> list[Any]:
-    """What a status shows, without when its conditions last moved (kept while their
-    status stays) and without the generation (checked against the CR's own)."""
-    conditions = [
-        [c.get("type"), c.get("status"), c.get("reason"), c.get("message")]
-        for c in status.get("conditions") or []
-        if isinstance(c, Mapping) and c.get("type") != ConditionType.RUN_REQUEST_ACCEPTED
-    ]
-    return [[_without_nulls(status.get(key)) for key in _VIEW_KEYS], conditions]
-
-
-def _digest(definition: list[Any], view: list[Any]) -> bytes:
-    payload = json.dumps([definition, view], sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.blake2b(payload.encode(), digest_size=16).digest()
-
-
-def _without_nulls(value: Any) -> Any:
-    """A merge patch drops null fields, so a status read back has none: neither side
-    keeps them (the status's own fields hold objects one level deep)."""
-    if isinstance(value, Mapping):
-        return {k: v for k, v in value.items() if v is not None}
-    return value
