@@ -2,16 +2,19 @@
 the runtime after the loop's backoff (runtime/manager.py, `LoopHandle.drive`), not by a
 sleep of its own: on the real database, its backend terminated as a server restart or a
 network cut would end it; the listener connects again and says so (`RECONNECTED`, which
-wakes the loops whose NOTIFYs may have been lost), and the failure is counted.
+wakes the loops whose NOTIFYs may have been lost), and the failure is counted and logged
+as one warning line, without a traceback: the database restarting is expected.
 
 The only waits are for the listener's wakes, on their own events."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import timedelta
 from typing import cast
 
+import pytest
 from kubernetes import client
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, text
@@ -58,8 +61,9 @@ def _failed_passes() -> float:
 
 
 def test_a_lost_listen_connection_is_connected_again_by_the_runtime(
-    db: Engine, database_url: str
+    db: Engine, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, "achilles.operator")
     database = Database(login_url(database_url, Component.OPERATOR), pool_size=1)
     context = RuntimeContext(
         config=OperatorConfig(database_url, TEMPLATE, 0, timedelta(minutes=5)),
@@ -80,6 +84,13 @@ def test_a_lost_listen_connection_is_connected_again_by_the_runtime(
         _heard(reconnected)  # the pass failed, and the runtime connected it again
         assert _failed_passes() == before + 1
         assert thread.is_alive()
+        (logged,) = [r for r in caplog.records if r.getMessage().startswith("listener pass")]
+        assert logged.levelno == logging.WARNING
+        assert logged.exc_info is None  # no traceback for an outage the loop outlives
+        said = logged.getMessage()
+        assert "database unreachable: " in said
+        assert "tried again after its backoff" in said
+        assert "\n" not in said
     finally:
         context.stop.set()
         thread.join(timeout=10)

@@ -86,6 +86,24 @@ def schema_behind(exc: ProgrammingError) -> SchemaError | None:
     return driver_errors.schema_behind(exc.orig or exc)
 
 
+def outage(error: BaseException) -> str | None:
+    """What `error` says of the database being away, on one line ("database unreachable:
+    ..."), when it says so: a connection refused or lost (the database restarting), as
+    `DatabaseUnavailable` or the driver's OperationalError (psycopg's own, as a LISTEN
+    connection raises it, or SQLAlchemy's). None for any other error, a statement
+    cancelled included (its timeout: a slow statement, not an outage)."""
+    driver = error.__cause__ if isinstance(error, DatabaseUnavailable) else error
+    if isinstance(driver, OperationalError):
+        driver = driver.orig or driver
+    if isinstance(driver, psycopg.errors.QueryCanceled):
+        return None
+    if isinstance(error, DatabaseUnavailable):
+        return str(error)
+    if isinstance(driver, psycopg.OperationalError | OperationalError):
+        return str(driver_errors.unreachable(driver))
+    return None
+
+
 class Database:
     """One Engine and its pool for the life of the process."""
 

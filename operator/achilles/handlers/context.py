@@ -13,11 +13,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import kopf
 
-from achilles.db.database import Database
+from achilles.db.database import Database, outage
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import QueuedAgent
 from achilles.handlers.catalogue_queue import CatalogueKey, QueuedCatalogue, new_catalogue_queue
@@ -32,8 +32,6 @@ from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_intake import SettledAgents
 from achilles.services.run_objects import RunObjects
 from achilles.telemetry.spans import NO_SPANS, Spans
-
-T = TypeVar("T")
 
 # Where kopf's memo holds the context (handlers/operator.py puts it there at start).
 CONTEXT_KEY = "runtime"
@@ -59,6 +57,12 @@ class LoopMetrics:
 
     def failed(self, loop: str) -> None:
         metrics.LOOP_ERRORS.labels(loop).inc()
+
+
+def operator_passes() -> Passes:
+    """The loops' passes, counted as Prometheus figures; the database away (restarting:
+    its connections refused or lost) is a failure the loops expect, logged as one line."""
+    return Passes(LoopMetrics(), expected=outage)
 
 
 class Handles(Protocol):
@@ -122,7 +126,7 @@ class RuntimeContext:
     )
     # The journal fields of each Agent's status as last patched (patch only changes).
     written_statuses: WrittenStatuses = field(default_factory=WrittenStatuses)
-    passes: Passes = field(default_factory=lambda: Passes(LoopMetrics()))
+    passes: Passes = field(default_factory=operator_passes)
     # The rows' digests a listed Agent is checked against (the start-up intake: an Agent
     # that agrees with its row and status costs nothing). None: reconcile every one.
     settled_agents: SettledAgents | None = None
@@ -154,11 +158,6 @@ class RuntimeContext:
     def want_reconcile(self, agent_ids: Iterable[int]) -> None:
         """Reconcile these agents at their next event (`StatusMarks.want_reconcile`)."""
         self.marks.want_reconcile(agent_ids)
-
-    def run_pass(self, loop: str, work: Callable[[], T]) -> T | None:
-        """One pass of a loop: its result, or None when it raised (logged and counted).
-        An error ends the pass, never the loop."""
-        return self.passes.run(loop, work)
 
     def health(self) -> dict[str, float]:
         """Seconds since each loop last completed a pass."""

@@ -5,7 +5,8 @@ one daemon thread per loop and, at shutdown, sets the stop, sets the wakes the l
 sleep on, and waits for them within a deadline. `Passes` runs one pass of a loop: an
 error ends the pass, never the loop; each pass is timed and counted through the
 callbacks it is given, and the seconds since each loop's last pass are the liveness
-probe's (`health`).
+probe's (`health`). An error its `expected` names (a dependency away, as the database
+restarting) is logged as one warning line; any other with its traceback.
 """
 
 from __future__ import annotations
@@ -30,9 +31,19 @@ class PassObserver(Protocol):
         """A pass of `loop` raised."""
 
 
+def _unexpected(error: Exception) -> str | None:
+    return None
+
+
 class Passes:
-    def __init__(self, observer: PassObserver) -> None:
+    def __init__(
+        self, observer: PassObserver, *, expected: Callable[[Exception], str | None] = _unexpected
+    ) -> None:
+        """`expected`: what an error the loops expect and outlive says (one line), or
+        None for any other. The runtime knows no dependency, so its user names them (the
+        operator: the database unreachable, handlers/context.py)."""
         self._observer = observer
+        self._expected = expected
         self.last_pass: dict[str, float] = {}
 
     def run(self, loop: str, work: Callable[[], T]) -> T | None:
@@ -46,14 +57,23 @@ class Passes:
         started = time.monotonic()
         try:
             result = work()
-        except Exception:
+        except Exception as exc:
             self._observer.failed(loop)
-            log.exception("%s pass failed", loop)
+            self._log_failure(loop, exc)
             return False, None
         finally:
             self._observer.passed(loop, time.monotonic() - started)
         self.last_pass[loop] = time.monotonic()
         return True, result
+
+    def _log_failure(self, loop: str, error: Exception) -> None:
+        # An outage is expected and outlived: its traceback, at every retry while it
+        # lasts, would only bury what it says (and an unexpected error's traceback).
+        said = self._expected(error)
+        if said is None:
+            log.error("%s pass failed", loop, exc_info=error)
+        else:
+            log.warning("%s pass failed: %s; tried again after its backoff", loop, said)
 
     def health(self) -> dict[str, float]:
         """Seconds since each loop last completed a pass."""

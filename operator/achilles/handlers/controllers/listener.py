@@ -55,8 +55,10 @@ class Listener:
 
 
 def run(listener: Listener, loop: LoopHandle) -> None:
-    """A connection LISTENing until the stop; a lost one is a failed pass, connected
-    again after the runtime's backoff (`LoopHandle.drive`)."""
+    """A connection LISTENing until the stop; a lost one is a failed pass, logged as
+    one warning line (the database away is expected: handlers/context.py's
+    `operator_passes`) and connected again after the runtime's backoff
+    (`LoopHandle.drive`)."""
 
     def session() -> float:
         url = listener.database.url
