@@ -10,11 +10,10 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from achilles.db.database import Database
-from achilles.domain.agent_event import AgentEvent
+from achilles.domain.agent_event import AgentEvent, is_own_status_echo
 from achilles.domain.vocabulary import EventReason, EventType
 from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
 from achilles.services.agent_events import reconcile_agent_event
-from achilles.services.status import is_own_status_echo
 from tests.db.factories import make_model, make_owner
 
 
@@ -52,8 +51,12 @@ def test_a_cancel_request_ends_the_agents_run_once(db: Engine, database: Databas
     run_id = int(asked.status["conditions"][-1]["message"].split()[-1])
 
     # The operator's own status write comes back: not an echo while the cancel is new.
-    meta = {"generation": 1, "annotations": {CANCEL_RUN: str(run_id), RUN_REQUESTED_AT: "r1"}}
-    assert not is_own_status_echo("MODIFIED", meta, asked.status)
+    # (`run_request`, `cancel_request`: the values of its annotations.)
+    meta, cancel = {"generation": 1}, str(run_id)
+    echo = is_own_status_echo(
+        "MODIFIED", meta, asked.status, run_request="r1", cancel_request=cancel
+    )
+    assert not echo
 
     done = reconcile_agent_event(
         database, _event("u-c", spec, asked.status, **{CANCEL_RUN: str(run_id)})
@@ -73,7 +76,8 @@ def test_a_cancel_request_ends_the_agents_run_once(db: Engine, database: Databas
     )
     assert again.events == []
     # The status as the API server keeps it (merge patches: the run request's value too).
-    assert is_own_status_echo("MODIFIED", meta, {**asked.status, **done.status})
+    kept = {**asked.status, **done.status}
+    assert is_own_status_echo("MODIFIED", meta, kept, run_request="r1", cancel_request=cancel)
 
 
 def test_a_cancel_request_for_no_run_of_this_agent_changes_nothing(

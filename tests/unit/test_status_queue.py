@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from achilles.domain.agent_event import is_own_status_echo
 from achilles.handlers.statuses import StatusQueue
-from achilles.services.status import is_own_status_echo
 
 
 class Clock:
@@ -73,43 +73,50 @@ def test_a_wanted_reconcile_is_taken_once() -> None:
     assert not queue.take_reconcile(8)
 
 
+# The run-request annotation's value, the one the status says was handled.
+HANDLED = "2026-12-01T09:00:00Z"
 READY: dict[str, Any] = {
     "databaseId": 5,
     "phase": "Ready",
     "observedGeneration": 3,
-    "lastHandledRunRequest": "2026-12-01T09:00:00Z",
+    "lastHandledRunRequest": HANDLED,
 }
-META: dict[str, Any] = {
-    "generation": 3,
-    "annotations": {"achilles.io/run-requested-at": "2026-12-01T09:00:00Z"},
-}
+META: dict[str, Any] = {"generation": 3}
 
 
 def test_the_operators_own_status_write_is_an_echo() -> None:
-    assert is_own_status_echo("MODIFIED", META, READY)
-    assert is_own_status_echo("MODIFIED", {"generation": 3}, READY)  # no request ever
+    assert is_own_status_echo("MODIFIED", META, READY, run_request=HANDLED, cancel_request=None)
+    assert is_own_status_echo("MODIFIED", META, READY, run_request=None, cancel_request=None)
 
 
 @pytest.mark.parametrize(
-    ("event_type", "meta", "status", "why"),
+    ("event_type", "meta", "status", "run_request", "why"),
     [
-        (None, META, READY, "the listing at start"),
-        ("ADDED", META, READY, "a new object"),
-        ("DELETED", META, READY, "a deleted object"),
-        ("MODIFIED", {**META, "deletionTimestamp": "2026-12-01T09:00:00Z"}, READY, "deleting"),
-        ("MODIFIED", {**META, "generation": 4}, READY, "the spec changed"),
+        (None, META, READY, HANDLED, "the listing at start"),
+        ("ADDED", META, READY, HANDLED, "a new object"),
+        ("DELETED", META, READY, HANDLED, "a deleted object"),
+        ("MODIFIED", {**META, "deletionTimestamp": HANDLED}, READY, HANDLED, "deleting"),
+        ("MODIFIED", {**META, "generation": 4}, READY, HANDLED, "the spec changed"),
+        ("MODIFIED", META, READY, "again", "a new run request"),
+        ("MODIFIED", META, {**READY, "phase": "NoModel"}, HANDLED, "a lock may open"),
         (
             "MODIFIED",
-            {**META, "annotations": {"achilles.io/run-requested-at": "again"}},
-            READY,
-            "a new run request",
+            META,
+            {k: v for k, v in READY.items() if k != "databaseId"},
+            HANDLED,
+            "no row",
         ),
-        ("MODIFIED", META, {**READY, "phase": "NoModel"}, "a lock may open without an event"),
-        ("MODIFIED", META, {k: v for k, v in READY.items() if k != "databaseId"}, "no row yet"),
-        ("MODIFIED", META, {}, "never reconciled"),
+        ("MODIFIED", META, {}, HANDLED, "never reconciled"),
     ],
 )
 def test_everything_else_is_reconciled(
-    event_type: str | None, meta: dict[str, Any], status: dict[str, Any], why: str
+    event_type: str | None,
+    meta: dict[str, Any],
+    status: dict[str, Any],
+    run_request: str,
+    why: str,
 ) -> None:
-    assert not is_own_status_echo(event_type, meta, status), why
+    echo = is_own_status_echo(
+        event_type, meta, status, run_request=run_request, cancel_request=None
+    )
+    assert not echo, why

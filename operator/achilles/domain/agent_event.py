@@ -1,5 +1,6 @@
 """An Agent event as the operator reads it, what it asks, and what its reconcile
-decides: the run and cancel requests its annotations carry, the digest a listed Agent is
+decides: the run and cancel requests its annotations carry, whether it is the operator's
+own status write coming back (`is_own_status_echo`), the digest a listed Agent is
 known by when its row and status already agree with it, and the reconciliation the
 handler applies. Pure: the reconcile of an Agent event (services/agent_events.py) reads
 the event through it; the intake's snapshot (services/agent_intake.py) computes the same
@@ -108,6 +109,39 @@ def cancel_run_id(request: str) -> int | None:
     """The run a cancel request names: a decimal run id, else None (not a request we can
     honour; the operator says so once)."""
     return int(request) if request.isdigit() and len(request) <= 18 else None
+
+
+def is_own_status_echo(
+    event_type: str | None,
+    meta: Mapping[str, Any],
+    status: Mapping[str, Any],
+    *,
+    run_request: str | None,
+    cancel_request: str | None,
+) -> bool:
+    """An update of a Ready Agent whose spec the operator already reconciled (its
+    generation is the status's observedGeneration) and whose run request it already
+    handled: the operator's own status write coming back as a watch event, what
+    controller-runtime's GenerationChanged and AnnotationChanged predicates filter out.
+    Reconciling it again would change nothing but cost a transaction per event.
+    `run_request` and `cancel_request`: the values of its run-request and cancel
+    annotations (k8s/annotations.py names them), None when it has none.
+
+    Everything else is reconciled: the listing at start (type None), a new or deleted
+    object, a spec change, a new run request, and an Agent that is not Ready, whose lock
+    may open without an event of its own (its model created later).
+    """
+    if event_type != "MODIFIED" or meta.get("deletionTimestamp"):
+        return False
+    if status.get("databaseId") is None or status.get("phase") != "Ready":
+        return False
+    if status.get("observedGeneration") != meta.get("generation"):
+        return False
+    request = parse_run_request(run_request)
+    if request is not None and request != status.get("lastHandledRunRequest"):
+        return False
+    cancel = parse_cancel_request(cancel_request)
+    return cancel is None or cancel == status.get("lastHandledCancelRequest")
 
 
 # --- the digest of a listed Agent (the intake, services/agent_intake.py) ---

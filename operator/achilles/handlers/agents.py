@@ -30,7 +30,7 @@ from typing import Any
 import kopf
 
 from achilles.db.database import Database
-from achilles.domain.agent_event import AgentEvent, AgentReconciliation
+from achilles.domain.agent_event import AgentEvent, AgentReconciliation, is_own_status_echo
 from achilles.domain.agent_status import journal_view, needs_patch
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import (
@@ -42,6 +42,7 @@ from achilles.handlers.agent_queue import (
 from achilles.handlers.context import RuntimeContext, StatusMarks, context_of
 from achilles.handlers.signals import Happened
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
+from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
@@ -49,7 +50,6 @@ from achilles.k8s.resources.kinds import AGENT
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import reconcile_agent_event, settled_from_memory
 from achilles.services.agent_intake import SettledAgents
-from achilles.services.status import is_own_status_echo
 
 log = logging.getLogger("achilles.operator")
 
@@ -166,10 +166,16 @@ def _is_echo(statuses: StatusQueue, type: str | None, body: Mapping[str, Any]) -
     """The operator's own status write coming back, unless the status writer asked for
     a reconcile of the agent: told in kopf's event loop, from the raw body, with no
     thread hop (most events, once the operator runs, are these)."""
-    status = body.get("status") or {}
-    return is_own_status_echo(type, body["metadata"], status) and not (
-        statuses.take_reconcile(status["databaseId"])
+    meta, status = body["metadata"], body.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    echo = is_own_status_echo(
+        type,
+        meta,
+        status,
+        run_request=annotations.get(RUN_REQUESTED_AT),
+        cancel_request=annotations.get(CANCEL_RUN),
     )
+    return echo and not statuses.take_reconcile(status["databaseId"])
 
 
 def _read_event(type: str | None, body: Mapping[str, Any]) -> AgentEvent:

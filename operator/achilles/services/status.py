@@ -1,13 +1,12 @@
-"""Agent statuses, the operator's side: whether an event is its own status write coming
-back, and the rows the status writer and Events read. The status document itself is
-built in domain/agent_status.py.
+"""Agent statuses, the operator's side: the rows the status writer and Events read. The
+status document itself is built in domain/agent_status.py, and whether an event is the
+operator's own status write coming back is told in domain/agent_event.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from achilles.db.database import Database
 from achilles.db.journal.status import (
@@ -16,39 +15,7 @@ from achilles.db.journal.status import (
     agents_of_owners,
     run_owners,
 )
-from achilles.domain.agent_event import parse_cancel_request, parse_run_request
 from achilles.domain.agent_status import AgentStatusRow
-from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
-
-
-def is_own_status_echo(
-    event_type: str | None, meta: Mapping[str, Any], status: Mapping[str, Any]
-) -> bool:
-    """An update of a Ready Agent whose spec the operator already reconciled (its
-    generation is the status's observedGeneration) and whose run request it already
-    handled: the operator's own status write coming back as a watch event, what
-    controller-runtime's GenerationChanged and AnnotationChanged predicates filter out.
-    Reconciling it again would change nothing but cost a transaction per event.
-
-    Everything else is reconciled: the listing at start (type None), a new or deleted
-    object, a spec change, a new run request, and an Agent that is not Ready, whose lock
-    may open without an event of its own (its model created later).
-    """
-    if event_type != "MODIFIED" or meta.get("deletionTimestamp"):
-        return False
-    if status.get("databaseId") is None or status.get("phase") != "Ready":
-        return False
-    if status.get("observedGeneration") != meta.get("generation"):
-        return False
-    annotations = meta.get("annotations") or {}
-    request = parse_run_request(annotations.get(RUN_REQUESTED_AT))
-    if request is not None and request != status.get("lastHandledRunRequest"):
-        return False
-    cancel = parse_cancel_request(annotations.get(CANCEL_RUN))
-    return cancel is None or cancel == status.get("lastHandledCancelRequest")
-
-
-# --- the reads of the operator's status writer and Events ---
 
 
 def agent_rows(database: Database, agent_ids: Iterable[int]) -> list[AgentStatusRow]:
