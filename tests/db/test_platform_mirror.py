@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine
 
 from achilles.db.database import Database
-from achilles.db.journal.settings import load_settings
+from achilles.db.journal.settings import Settings, load_settings
 from achilles.db.outbox.settings import WebhookSettings, load_retention_days, load_webhook
 from achilles.db.roles import Component
 from achilles.k8s.resources.agent_platform import AgentPlatformSpec
@@ -74,3 +74,32 @@ def test_the_platforms_run_controls_notifications_and_retention_are_mirrored(
         "webhook": None,
         "retention_days": None,
     }
+
+
+def test_every_setting_of_the_platform_reads_back_as_mirrored(operator_db: Database) -> None:
+    """Each of the row's columns is written from the field it is read into (one mapping
+    for both ways, db/journal/settings.py): no value lands in another's column."""
+    spec = AgentPlatformSpec.model_validate(
+        {
+            "timezone": "Asia/Tokyo",
+            "weeklyTokenBudget": 123456,
+            "maxIterations": 17,
+            "maxConcurrency": 9,
+            "runTimeoutSeconds": 1234,
+            "platformPrompt": "Be brief.",
+            "maxRunTokens": 4321,
+            "suspendAfterFailures": 5,
+        }
+    )
+    catalogue.mirror_platform(operator_db, spec)
+    with operator_db.transaction() as session:
+        assert load_settings(session) == Settings(
+            timezone="Asia/Tokyo",
+            weekly_token_budget=123456,
+            max_iterations=17,
+            max_concurrency=9,
+            run_timeout_seconds=1234,
+            platform_prompt="Be brief.",
+            max_run_tokens=4321,
+            suspend_after_failures=5,
+        )

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from achilles.db.database import Database
 from achilles.db.journal import agent_links, catalogue
+from achilles.db.journal.settings import Settings, write_settings
 from achilles.db.outbox.settings import write_notification_settings
 from achilles.db.tools import sources
 from achilles.k8s.resources.agent_model import AgentModelSpec
@@ -168,9 +169,9 @@ def mirror_platform(database: Database, spec: AgentPlatformSpec) -> None:
             secret_key=webhook.secret_ref.key if webhook else None,
             retention_days=spec.run_retention_days,
         )
-        catalogue.write_platform_settings(
+        write_settings(
             session,
-            catalogue.PlatformRow(
+            Settings(
                 timezone=spec.timezone,
                 weekly_token_budget=spec.weekly_token_budget,
                 max_iterations=spec.max_iterations,

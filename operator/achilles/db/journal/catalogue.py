@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.agent_links import UNKNOWN_TOOLS_KEY
-from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, PlatformSettings, Tool
+from achilles.db.journal.models import Agent, AgentModel, AgentToolLink, Tool
 from achilles.db.journal.owed_spec import META_KEY as OWED_KEY
 from achilles.db.journal.owed_spec import MODEL_FIELD, model_withdrawn, owing
 
@@ -228,32 +228,3 @@ def delete_tool(session: Session, name: str) -> list[AgentRef] | None:
     ).all()
     session.execute(delete(Tool).where(Tool.id == tool_id))
     return [AgentRef(row.id, row.cr_uid, row.cr_namespace, row.cr_name) for row in rows]
-
-
-@dataclass(frozen=True)
-class PlatformRow:
-    timezone: str
-    weekly_token_budget: int
-    max_iterations: int
-    max_concurrency: int
-    run_timeout_seconds: int
-    platform_prompt: str
-    max_run_tokens: int | None = None
-    suspend_after_failures: int | None = None
-
-
-def write_platform_settings(session: Session, platform: PlatformRow) -> None:
-    session.execute(
-        update(PlatformSettings)
-        .where(PlatformSettings.id == 1)
-        .values(
-            timezone=platform.timezone,
-            agent_weekly_token_budget=platform.weekly_token_budget,
-            agent_max_iterations=platform.max_iterations,
-            agent_max_concurrency=platform.max_concurrency,
-            agent_run_timeout_seconds=platform.run_timeout_seconds,
-            agent_platform_prompt=platform.platform_prompt,
-            agent_max_run_tokens=platform.max_run_tokens,
-            agent_suspend_after_failures=platform.suspend_after_failures,
-        )
-    )

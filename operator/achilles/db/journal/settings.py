@@ -1,4 +1,5 @@
-"""Reading the organisation's platform settings (the singleton row)."""
+"""The organisation's platform settings (the singleton row): read, and written from the
+AgentPlatform (services/catalogue.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import Row, func, select, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.models import PlatformSettings
@@ -50,6 +51,13 @@ _LOAD = select(*SETTINGS_COLUMNS).where(PlatformSettings.id == 1)
 
 def load_settings(session: Session) -> Settings:
     return settings_of(session.connection().execute(_LOAD).one())
+
+
+def write_settings(session: Session, settings: Settings) -> None:
+    """The row set to `settings` (the AgentPlatform's, mirrored), column by column as
+    `_FIELDS` reads them."""
+    values = {column: getattr(settings, name) for name, column in _FIELDS.items()}
+    session.execute(update(PlatformSettings).where(PlatformSettings.id == 1).values(values))
 
 
 def settings_of(row: Row[Any]) -> Settings:
