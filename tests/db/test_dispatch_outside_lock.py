@@ -32,14 +32,14 @@ from achilles.db.journal import dispatched
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import AgentRun
 from achilles.db.roles import Component
-from achilles.domain.run_secret import RunSecret, session_settings
+from achilles.domain.run_secret import RunSecret
 from achilles.domain.runs import RunState, RunTrigger
 from achilles.k8s.jobs import JobRejected, JobTemplate, RunJobs, SecretKey
 from achilles.k8s.run_metadata import RUN_ID_LABEL
 from achilles.services.dispatch import DispatchResult, dispatch_queued_runs
 from achilles.services.outcomes import MISSING_JOB_GRACE, sweep
 from tests.db.factories import make_agent, make_owner, set_settings
-from tests.db.logins import login_url
+from tests.db.logins import login_url, run_pod
 from tests.waiting import wait_for
 
 TEMPLATE = JobTemplate(
@@ -166,11 +166,7 @@ def _executing(db: Engine) -> int:
 
 def _claim_as_pod(database_url: str, run_id: int, secret: str) -> bool:
     """What the run's pod does first: claim as the runner's login with the Job's secret."""
-    pod = Database(
-        login_url(database_url, Component.RUNNER),
-        pool_size=1,
-        session_settings=session_settings(run_id, secret),
-    )
+    pod = run_pod(database_url, run_id, secret)
     try:
         with pod.transaction() as session:
             # A claim that had to wait for the dispatching transaction fails the test

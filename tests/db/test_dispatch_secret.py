@@ -18,16 +18,15 @@ from sqlalchemy.orm import Session
 from achilles.db.database import Database
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import AgentRun
-from achilles.db.roles import Component
 from achilles.domain.pod_outcome import RUN_SECRET_GRACE, ContainerObservation, PodObservation
-from achilles.domain.run_secret import RunSecret, session_settings
+from achilles.domain.run_secret import RunSecret
 from achilles.domain.runs import RunTrigger
 from achilles.k8s.jobs import JobTemplate, RunJobs, SecretKey
 from achilles.k8s.run_metadata import RUN_ID_LABEL, RUN_SECRET_DIGEST_ANNOTATION
 from achilles.services.dispatch import dispatch_queued_runs
 from achilles.services.outcomes import give_missing_run_secrets
 from tests.db.factories import make_agent
-from tests.db.logins import login_url
+from tests.db.logins import run_pod
 from tests.waiting import wait_for
 
 TEMPLATE = JobTemplate(
@@ -134,11 +133,7 @@ def _waiting_pod(run_id: int) -> PodObservation:
 
 def _claims(database_url: str, run_id: int, secret: str) -> bool:
     """What the run's pod does first: claim as the runner's login with its secret."""
-    pod = Database(
-        login_url(database_url, Component.RUNNER),
-        pool_size=1,
-        session_settings=session_settings(run_id, secret),
-    )
+    pod = run_pod(database_url, run_id, secret)
     try:
         with pod.transaction() as session:
             return journal.claim_run(session, run_id)

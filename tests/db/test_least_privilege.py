@@ -27,7 +27,7 @@ from achilles.errors import ConfigurationError, InvalidInputError
 from achilles.services import db_roles
 from tests.db.factories import make_agent
 from tests.db.ks_fixtures import load_demo_knowledge
-from tests.db.logins import PASSWORD, admin, login_url
+from tests.db.logins import PASSWORD, admin, login_url, run_pod
 
 DENIED = "denied"  # the statement fails: insufficient privilege (SQLSTATE 42501)
 INSUFFICIENT_PRIVILEGE = "42501"
@@ -93,11 +93,7 @@ def _snapshot(engine: Engine) -> dict[str, str]:
 @pytest.fixture
 def runner_a(database_url: str, world: World) -> Iterator[Engine]:
     """Run A's pod: the runner's login, run A's id and secret in every session; claimed."""
-    database = Database(
-        login_url(database_url, Component.RUNNER),
-        pool_size=1,
-        session_settings=session_settings(world.run_a, world.secret_a),
-    )
+    database = run_pod(database_url, world.run_a, world.secret_a)
     with database.transaction() as session:
         assert journal.claim_run(session, world.run_a)
         assert journal.add_tokens(session, world.run_a, 100)
@@ -318,11 +314,7 @@ def test_a_run_pod_cannot_read_another_pods_secret(
 ) -> None:
     """Both pods share one login: what one sent must not show in the other's view of
     pg_stat_activity (the secret is a startup option, never a statement)."""
-    other = Database(
-        login_url(database_url, Component.RUNNER),
-        pool_size=1,
-        session_settings=session_settings(world.run_b, world.secret_b),
-    )
+    other = run_pod(database_url, world.run_b, world.secret_b)
     try:
         with other.engine.connect() as conn:
             # Left idle in its transaction: the claim stays B's last statement.

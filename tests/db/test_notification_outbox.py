@@ -23,10 +23,9 @@ from achilles.db.outbox.models import NotificationOutbox
 from achilles.db.roles import Component
 from achilles.domain.inbox import ItemState
 from achilles.domain.notifications import NotificationKind
-from achilles.domain.run_secret import session_settings
 from achilles.domain.runs import FailReason, RunState, RunTrigger, SkipReason
 from tests.db.factories import make_agent, make_owner, set_settings
-from tests.db.logins import admin, login_url
+from tests.db.logins import admin, login_url, run_pod
 from tests.db.runner_support import give_run_secret
 
 HOOK = "http://127.0.0.1:9/hooks/achilles"
@@ -107,11 +106,7 @@ def test_a_run_pod_failing_its_own_run_writes_the_notification(
     agent_id = make_agent(db)
     run_id = _queued_run(operator_db, agent_id)
     secret = give_run_secret(database_url, run_id)
-    runner = Database(
-        login_url(database_url, Component.RUNNER),
-        pool_size=1,
-        session_settings=session_settings(run_id, secret),
-    )
+    runner = run_pod(database_url, run_id, secret)
     try:
         with runner.transaction() as session:
             assert journal.claim_run(session, run_id)

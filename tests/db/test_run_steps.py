@@ -18,8 +18,7 @@ from achilles.db.database import Database
 from achilles.db.journal import run_trace
 from achilles.db.journal import runs as journal
 from achilles.db.journal.models import Agent, AgentRun, AgentRunStep
-from achilles.db.roles import Component
-from achilles.domain.run_secret import RunSecret, session_settings
+from achilles.domain.run_secret import RunSecret
 from achilles.domain.run_trace import (
     MAX_STEPS_PER_RUN,
     TRUNCATED_SEQ,
@@ -35,7 +34,7 @@ from achilles.runner.prompt import DEFAULT_PLATFORM_PROMPT
 from achilles.services.run_journal import RunJournal
 from tests.db.factories import make_agent
 from tests.db.ks_fixtures import KnowledgeFixture, load_demo_knowledge
-from tests.db.logins import admin, login_url
+from tests.db.logins import admin, run_pod
 from tests.db.runner_support import (
     RunnerProcess,
     achilles,
@@ -246,11 +245,7 @@ def _runner_session(database_url: str, run_id: int) -> tuple[Database, RunJourna
             text("UPDATE agent_runs SET runner_secret_hash = :h WHERE id = :id"),
             {"h": secret.digest, "id": run_id},
         )
-    database = Database(
-        login_url(database_url, Component.RUNNER),
-        pool_size=1,
-        session_settings=session_settings(run_id, secret.value),
-    )
+    database = run_pod(database_url, run_id, secret.value)
     return database, RunJournal(database)
 
 
