@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +100,15 @@ class RunRow:
     tokens_used: int
     output: str | None
     error: str | None
+    finished_at: datetime | None
 
 
 def run_row(engine: Engine, run_id: int) -> RunRow:
     with Session(engine) as session:
         row = session.execute(select(AgentRun).where(AgentRun.id == run_id)).scalar_one()
-        return RunRow(row.state, row.reason, row.tokens_used, row.output, row.error)
+        return RunRow(
+            row.state, row.reason, row.tokens_used, row.output, row.error, row.finished_at
+        )
 
 
 def runner_login_url(database_url: str) -> str:

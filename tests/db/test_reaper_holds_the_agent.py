@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
@@ -31,6 +31,7 @@ from achilles.k8s.jobs import RunJobs
 from achilles.services import outcomes, run_cancel
 from tests.db.factories import make_agent
 from tests.db.logins import admin, run_pod
+from tests.db.runner_support import run_row
 
 RACES = 12
 SILENT = timedelta(minutes=10)
@@ -52,18 +53,6 @@ class _Jobs:
     def delete(self, run_id: int, *, foreground: bool = False) -> bool:
         self.deleted.append((run_id, foreground))
         return True
-
-
-def _row(db: Engine, run_id: int) -> dict[str, Any]:
-    with Session(db) as session:
-        run = session.execute(select(AgentRun).where(AgentRun.id == run_id)).scalar_one()
-        return {
-            "state": run.state,
-            "reason": run.reason,
-            "error": run.error,
-            "tokens_used": run.tokens_used,
-            "finished_at": run.finished_at,
-        }
 
 
 def _silent_running_run(db: Engine, agent_id: int) -> tuple[int, str]:
@@ -112,7 +101,7 @@ def test_a_silent_run_with_a_pod_holds_its_agent_until_the_pod_is_gone(
         assert swept.reaped == [run_id]
         # Its Job goes with its pods first (foreground): the Job's deletion says they are.
         assert jobs.deleted == [(run_id, True)]
-        assert _row(db, run_id)["state"] == "running"
+        assert run_row(db, run_id).state == "running"
         assert _parallel_requests(database_url, agent) == ["already_running"] * RACES
 
         # Thawed before its node killed it: it reports the tokens of the call in flight,
@@ -120,18 +109,19 @@ def test_a_silent_run_with_a_pod_holds_its_agent_until_the_pod_is_gone(
         with pod.transaction() as session:
             assert journal.add_tokens(session, run_id, 5)
             assert journal.succeed_run(session, run_id, "a late answer")
-        assert (_row(db, run_id)["state"], _row(db, run_id)["tokens_used"]) == ("running", 45)
+        assert (run_row(db, run_id).state, run_row(db, run_id).tokens_used) == ("running", 45)
         # A second pass asks nothing again and deletes the Job again (it still exists).
         again = outcomes.sweep(operator, cast(RunJobs, jobs), {run_id}, stale_after=_threshold(db))
         assert (again.reaped, again.cancelled, again.overdue) == ([], [], [])
 
         assert outcomes.job_gone(operator, run_id)  # the Job watcher's DELETED
-        ended = _row(db, run_id)
-        assert (ended["state"], ended["reason"], ended["tokens_used"]) == ("failed", "stale", 45)
-        assert ended["error"].startswith("no heartbeat for more than")
+        ended = run_row(db, run_id)
+        assert (ended.state, ended.reason, ended.tokens_used) == ("failed", "stale", 45)
+        assert ended.error is not None
+        assert ended.error.startswith("no heartbeat for more than")
         with pod.transaction() as session:
             assert not journal.add_tokens(session, run_id, 5)
-        assert _row(db, run_id) == ended
+        assert run_row(db, run_id) == ended
         # The pod is gone: the agent runs again.
         assert sorted(_parallel_requests(database_url, agent)) == sorted(
             ["queued"] + ["already_running"] * (RACES - 1)
@@ -152,8 +142,8 @@ def test_a_silent_run_without_a_job_ends_stale_at_once(db: Engine, database_url:
         operator.dispose()
     assert swept.reaped == [run_id]
     assert jobs.deleted == []  # no Job, no pod to wait for
-    row = _row(db, run_id)
-    assert (row["state"], row["reason"], row["tokens_used"]) == ("failed", "stale", 40)
+    row = run_row(db, run_id)
+    assert (row.state, row.reason, row.tokens_used) == ("failed", "stale", 40)
     with Session(db) as session, session.begin():
         assert journal.enqueue_run(session, agent, RunTrigger.MANUAL).state is RunState.QUEUED
 
@@ -191,9 +181,9 @@ def test_a_stop_whose_pod_is_never_seen_gone_ends_at_the_deadline(
     finally:
         operator.dispose()
     assert swept.overdue == [overdue]
-    row = _row(db, overdue)
-    assert (row["state"], row["reason"], row["tokens_used"]) == ("failed", "stale", 40)
-    assert _row(db, recent)["state"] == "running"
+    row = run_row(db, overdue)
+    assert (row.state, row.reason, row.tokens_used) == ("failed", "stale", 40)
+    assert run_row(db, recent).state == "running"
 
 
 def test_a_cancel_racing_the_reaper_ends_the_run_once_with_the_first_ones_reason(
@@ -224,11 +214,11 @@ def test_a_cancel_racing_the_reaper_ends_the_run_once_with_the_first_ones_reason
                 reaped, outcome = reaped_f.result(), cancel_f.result()
             # Exactly one of them asked the run to stop; both left it running for its pod.
             assert (run_id in reaped) != outcome.cancelled
-            assert _row(db, run_id)["state"] == "running"
+            assert run_row(db, run_id).state == "running"
             assert outcomes.job_gone(operator, run_id)
-            row = _row(db, run_id)
+            row = run_row(db, run_id)
             expected = FailReason.CANCELLED if outcome.cancelled else FailReason.STALE
-            assert (row["state"], row["reason"]) == ("failed", expected)
+            assert (row.state, row.reason) == ("failed", expected)
     finally:
         reaper.dispose()
         operator.dispose()

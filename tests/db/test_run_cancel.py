@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
@@ -31,6 +31,7 @@ from achilles.services import outcomes, run_cancel
 from achilles.services.dispatch import dispatch_queued_runs
 from tests.db.factories import make_agent, set_settings
 from tests.db.logins import admin, run_pod
+from tests.db.runner_support import run_row
 
 RACES = 15
 TEMPLATE = JobTemplate(
@@ -43,19 +44,6 @@ def _enqueue(db: Engine, agent_id: int) -> int:
         result = journal.enqueue_run(session, agent_id, RunTrigger.MANUAL)
     assert result.state is RunState.QUEUED
     return result.run_id
-
-
-def _row(db: Engine, run_id: int) -> dict[str, Any]:
-    with Session(db) as session:
-        run = session.execute(select(AgentRun).where(AgentRun.id == run_id)).scalar_one()
-        return {
-            "state": run.state,
-            "reason": run.reason,
-            "error": run.error,
-            "tokens_used": run.tokens_used,
-            "finished_at": run.finished_at,
-            "output": run.output,
-        }
 
 
 def _cancel(database_url: str, run_id: int, agent_id: int | None = None) -> Any:
@@ -77,10 +65,10 @@ def test_a_queued_run_ends_cancelled_and_frees_the_agent(db: Engine, database_ur
     run_id = _enqueue(db, agent)
     outcome = _cancel(database_url, run_id)
     assert (outcome.cancelled, outcome.was_running, outcome.dispatched) == (True, False, False)
-    row = _row(db, run_id)
-    assert (row["state"], row["reason"], row["tokens_used"]) == ("failed", "cancelled", 0)
-    assert row["error"] == "cancelled by a test"
-    assert row["finished_at"] is not None
+    row = run_row(db, run_id)
+    assert (row.state, row.reason, row.tokens_used) == ("failed", "cancelled", 0)
+    assert row.error == "cancelled by a test"
+    assert row.finished_at is not None
     assert run_cancel.describe(outcome) == f"run {run_id} cancelled (it was queued)"
     # The one-active-run lock is released: the agent may run again.
     _enqueue(db, agent)
@@ -91,23 +79,23 @@ def test_a_second_cancel_and_a_cancel_of_a_finished_run_change_nothing(
 ) -> None:
     cancelled = _enqueue(db, make_agent(db))
     _cancel(database_url, cancelled)
-    before = _row(db, cancelled)
+    before = run_row(db, cancelled)
     again = _cancel(database_url, cancelled)
     assert (again.cancelled, again.state, again.reason) == (False, "failed", "cancelled")
-    assert _row(db, cancelled) == before
+    assert run_row(db, cancelled) == before
 
     finished = _enqueue(db, make_agent(db))
     with Session(db) as session, session.begin():
         assert journal.claim_run(session, finished)
         assert journal.add_tokens(session, finished, 7)
         assert journal.succeed_run(session, finished, "done")
-    before = _row(db, finished)
+    before = run_row(db, finished)
     outcome = _cancel(database_url, finished)
     assert (outcome.cancelled, outcome.state, outcome.reason) == (False, "succeeded", None)
     assert run_cancel.describe(outcome) == (
         f"run {finished} had already ended (succeeded): nothing changed"
     )
-    assert _row(db, finished) == before
+    assert run_row(db, finished) == before
 
 
 def test_a_request_on_an_agent_cancels_only_that_agents_runs(db: Engine, database_url: str) -> None:
@@ -115,7 +103,7 @@ def test_a_request_on_an_agent_cancels_only_that_agents_runs(db: Engine, databas
     run_id = _enqueue(db, theirs)
     with pytest.raises(NotFound):
         _cancel(database_url, run_id, agent_id=mine)
-    assert _row(db, run_id)["state"] == "queued"
+    assert run_row(db, run_id).state == "queued"
     with pytest.raises(NotFound):
         _cancel(database_url, run_id + 1000)
 
@@ -137,7 +125,7 @@ def test_a_cancelled_running_run_holds_its_agent_until_its_pod_is_gone(
         outcome = _cancel(database_url, run_id)
         assert (outcome.cancelled, outcome.was_running, outcome.stopping) == (True, True, True)
         assert "its pod is being stopped" in run_cancel.describe(outcome)
-        assert _row(db, run_id)["state"] == "running"
+        assert run_row(db, run_id).state == "running"
 
         # Many ask for a run of the agent at once, each on a connection of its own.
         barrier = threading.Barrier(RACES)
@@ -163,7 +151,7 @@ def test_a_cancelled_running_run_holds_its_agent_until_its_pod_is_gone(
             assert journal.fail_run(
                 session, run_id, FailReason.ERROR, "runner terminated by SIGTERM"
             )
-        assert (_row(db, run_id)["state"], _row(db, run_id)["tokens_used"]) == ("running", 45)
+        assert (run_row(db, run_id).state, run_row(db, run_id).tokens_used) == ("running", 45)
         with Session(db) as session, session.begin():
             skipped = journal.enqueue_run(session, agent, RunTrigger.MANUAL)
         assert skipped.reason == "already_running"
@@ -173,16 +161,16 @@ def test_a_cancelled_running_run_holds_its_agent_until_its_pod_is_gone(
             assert outcomes.job_gone(operator, run_id)
         finally:
             operator.dispose()
-        ended = _row(db, run_id)
-        assert (ended["state"], ended["reason"], ended["tokens_used"]) == (
+        ended = run_row(db, run_id)
+        assert (ended.state, ended.reason, ended.tokens_used) == (
             "failed",
             "cancelled",
             45,
         )
-        assert ended["error"] == "cancelled by a test"
+        assert ended.error == "cancelled by a test"
         with pod.transaction() as session:
             assert not journal.add_tokens(session, run_id, 5)
-        assert _row(db, run_id) == ended
+        assert run_row(db, run_id) == ended
     finally:
         pod.dispose()
     _enqueue(db, agent)  # the pod is gone: the agent may run again
@@ -207,14 +195,14 @@ def test_a_stopping_run_whose_pod_went_silently_ends_when_its_job_is_gone(
         assert sorted(swept.cancelled_jobs) == sorted([first, second])
         assert jobs.foreground == sorted([first, second])
         assert swept.cancelled == []
-        assert {_row(db, r)["state"] for r in (first, second)} == {"running"}
+        assert {run_row(db, r).state for r in (first, second)} == {"running"}
 
         assert outcomes.job_gone(operator, first)  # the Job watcher's DELETED
         assert not outcomes.job_gone(operator, first)
         assert outcomes.sweep(operator, cast(RunJobs, jobs), set()).cancelled == [second]
         for run_id in (first, second):
-            row = _row(db, run_id)
-            assert (row["state"], row["reason"], row["tokens_used"]) == ("failed", "cancelled", 3)
+            row = run_row(db, run_id)
+            assert (row.state, row.reason, row.tokens_used) == ("failed", "cancelled", 3)
     finally:
         operator.dispose()
 
@@ -264,17 +252,17 @@ def test_a_cancel_racing_the_runners_outcome_ends_the_run_once(
         if outcome.cancelled:  # asked to stop first: the run ends once its pod is gone
             operator = Database(database_url, pool_size=1)
             try:
-                assert _row(db, run_id)["state"] == "running"
+                assert run_row(db, run_id).state == "running"
                 assert outcomes.job_gone(operator, run_id)
             finally:
                 operator.dispose()
-        row = _row(db, run_id)
+        row = run_row(db, run_id)
         # The first decides: the answer, or the cancel.
         if outcome.cancelled:
-            assert (row["state"], row["reason"], row["output"]) == ("failed", "cancelled", None)
+            assert (row.state, row.reason, row.output) == ("failed", "cancelled", None)
             ended["cancelled"] += 1
         else:
-            assert (row["state"], row["output"]) == ("succeeded", "the answer")
+            assert (row.state, row.output) == ("succeeded", "the answer")
             assert (outcome.state, outcome.reason) == ("succeeded", None)
             ended["succeeded"] += 1
 
@@ -318,9 +306,9 @@ def test_a_run_cancelled_while_its_job_is_made_holds_its_slot_until_the_job_is_g
         swept = outcomes.sweep(operator, cast(RunJobs, jobs), {first})
         assert swept.cancelled_jobs == [first]
         assert jobs.foreground == [first]
-        assert _row(db, first)["state"] == "queued"
+        assert run_row(db, first).state == "queued"
         assert outcomes.job_gone(operator, first)
-        assert _row(db, first)["reason"] == "cancelled"
+        assert run_row(db, first).reason == "cancelled"
         created = dispatch_queued_runs(operator, cast(RunJobs, jobs), TEMPLATE).created
         assert [run.run_id for run in created] == [waiting]
     finally:
@@ -350,9 +338,9 @@ def test_a_cancel_racing_the_dispatcher_ends_the_run_and_its_job_is_swept(
                 assert swept.cancelled_jobs == [run_id]
                 assert jobs.foreground == [run_id]
                 assert outcomes.job_gone(dispatcher, run_id)
-            row = _row(db, run_id)
-            assert (row["state"], row["reason"]) == ("failed", "cancelled")
+            row = run_row(db, run_id)
+            assert (row.state, row.reason) == ("failed", "cancelled")
             dispatch_queued_runs(dispatcher, cast(RunJobs, jobs), TEMPLATE)
-            assert _row(db, run_id) == row  # nothing the dispatcher did changed it
+            assert run_row(db, run_id) == row  # nothing the dispatcher did changed it
     finally:
         dispatcher.dispose()
