@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from sqlalchemy import Engine, insert, update
+from sqlalchemy import Engine, insert, text, update
 from sqlalchemy.orm import Session
 
 from achilles.db.journal.agents import create_agent
@@ -46,3 +46,12 @@ def make_agent(engine: Engine, owner: str | None = None, **overrides: Any) -> in
 def set_settings(engine: Engine, **values: Any) -> None:
     with Session(engine) as session, session.begin():
         session.execute(update(PlatformSettings).where(PlatformSettings.id == 1).values(**values))
+
+
+def model_of(engine: Engine, cr_name: str) -> int | None:
+    """The model id of the Agent row mirrored from the CR named `cr_name` (None: none)."""
+    with engine.connect() as conn:
+        model_id = conn.execute(
+            text("SELECT model_id FROM agents WHERE cr_name = :n"), {"n": cr_name}
+        ).scalar_one()
+    return None if model_id is None else int(model_id)

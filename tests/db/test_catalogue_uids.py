@@ -19,19 +19,11 @@ from achilles.db.database import Database
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.services import agents, catalogue
-from tests.db.factories import make_owner
+from tests.db.factories import make_owner, model_of
 from tests.db.reconciling import reconcile_event
 
 MODEL = AgentModelSpec.model_validate({"baseURL": "http://127.0.0.1:1/v1", "model": "m"})
 TOOL = AgentToolSpec.model_validate({"implementation": "clock"})
-
-
-def _model_of(db: Engine, name: str) -> int | None:
-    with db.connect() as conn:
-        model_id = conn.execute(
-            text("SELECT model_id FROM agents WHERE cr_name = :n"), {"n": name}
-        ).scalar_one()
-    return None if model_id is None else int(model_id)
 
 
 def _tools_of(db: Engine, name: str) -> list[int]:
@@ -53,7 +45,7 @@ def test_a_model_deleted_and_created_again_unseen_is_withdrawn_from_its_agents(
     owner = make_owner(db)
     first = catalogue.mirror_model(database, "gpt", MODEL, uid="uid-gpt-1")
     assert reconcile_event(database, "digest", owner, model="gpt").status["phase"] == "Ready"
-    assert _model_of(db, "digest") == first.model_id
+    assert model_of(db, "digest") == first.model_id
     # Its status echo, and a resync: the same object, nothing withdrawn.
     assert catalogue.mirror_model(database, "gpt", MODEL, uid="uid-gpt-1").withdrawn == []
 
@@ -61,13 +53,13 @@ def test_a_model_deleted_and_created_again_unseen_is_withdrawn_from_its_agents(
     second = catalogue.mirror_model(database, "gpt", MODEL, uid="uid-gpt-2")
 
     assert [ref.name for ref in second.withdrawn] == ["digest"]
-    assert _model_of(db, "digest") is None
+    assert model_of(db, "digest") is None
     (owed,) = agents.owed_specs(database)
     assert owed.patch == {"model": None}
     # The Agent's CR still names it until the owed write lands: it revives nobody.
     again = reconcile_event(database, "digest", owner, model="gpt")
     assert again.status["phase"] == "NoModel"
-    assert _model_of(db, "digest") is None
+    assert model_of(db, "digest") is None
 
     # The old object's delete event, late: the new model stays.
     assert catalogue.withdraw_model(database, "gpt", uid="uid-gpt-1") == []
@@ -77,7 +69,7 @@ def test_a_model_deleted_and_created_again_unseen_is_withdrawn_from_its_agents(
     # The owner chooses it again: it runs on the new model.
     agents.spec_delivered(database, owed)
     assert reconcile_event(database, "digest", owner, model="gpt").status["phase"] == "Ready"
-    assert _model_of(db, "digest") == second.model_id
+    assert model_of(db, "digest") == second.model_id
 
 
 def test_a_row_mirrored_before_uids_takes_its_objects_uid_without_a_withdrawal(
@@ -87,7 +79,7 @@ def test_a_row_mirrored_before_uids_takes_its_objects_uid_without_a_withdrawal(
     catalogue.mirror_model(database, "legacy", MODEL)  # no uid: as before 0020
     reconcile_event(database, "kept", owner, model="legacy")
     assert catalogue.mirror_model(database, "legacy", MODEL, uid="uid-legacy").withdrawn == []
-    assert _model_of(db, "kept") is not None
+    assert model_of(db, "kept") is not None
 
 
 def test_a_tool_deleted_and_created_again_unseen_is_a_new_tool(

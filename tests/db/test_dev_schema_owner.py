@@ -82,15 +82,21 @@ EXPECTED_FACTS = {
 }
 
 
-def test_a_fresh_database_is_migrated_by_an_owner_that_is_no_superuser(
-    scratch_engine: Engine,
-) -> None:
+def _migrated_by_owner(scratch_engine: Engine) -> str:
+    """The schema owner made on the scratch database, then migrating it; its URL."""
     owner_url = ensure_schema_owner(_url(scratch_engine), OWNER, PASSWORD)
     owner = Database(owner_url, pool_size=1)
     try:
         migrate.upgrade(owner.engine)
     finally:
         owner.dispose()
+    return owner_url
+
+
+def test_a_fresh_database_is_migrated_by_an_owner_that_is_no_superuser(
+    scratch_engine: Engine,
+) -> None:
+    owner_url = _migrated_by_owner(scratch_engine)
 
     assert _facts(owner_url) == EXPECTED_FACTS
     assert _not_owned(owner_url) == []
@@ -141,12 +147,7 @@ def test_the_owner_grants_existing_logins_again_with_their_new_passwords(
     # A second `make dev` (or the chart's installer running `achilles db login` again):
     # the logins exist, and the owner, no superuser, may not restate NOSUPERUSER or
     # NOBYPASSRLS (PostgreSQL refuses any word on those attributes from a non-superuser).
-    owner_url = ensure_schema_owner(_url(scratch_engine), OWNER, PASSWORD)
-    owner = Database(owner_url, pool_size=1)
-    try:
-        migrate.upgrade(owner.engine)
-    finally:
-        owner.dispose()
+    owner_url = _migrated_by_owner(scratch_engine)
     prefix = "achilles_test_again"
     grant_component_logins(
         owner_url, prefix=prefix, passwords=dict.fromkeys(Component, "first" * 4)

@@ -8,7 +8,7 @@ connections."""
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from achilles.db.database import Database
@@ -16,7 +16,7 @@ from achilles.db.journal import agent_links
 from achilles.db.journal import catalogue as catalogue_rows
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.services import agent_events, catalogue
-from tests.db.factories import make_owner
+from tests.db.factories import make_owner, model_of
 from tests.db.reconciling import blocked_until_commit, reconcile_event
 
 MODEL = AgentModelSpec.model_validate({"baseURL": "http://127.0.0.1:1/v1", "model": "m"})
@@ -29,14 +29,6 @@ def _sees_no_awaiting_agent(session: Session) -> None:
 def _ready_message(reconciled: agent_events.AgentReconciled) -> str:
     (ready,) = [c for c in reconciled.status["conditions"] if c["type"] == "Ready"]
     return str(ready["message"])
-
-
-def _model_of(db: Engine, name: str) -> int | None:
-    with db.connect() as conn:
-        model_id = conn.execute(
-            text("SELECT model_id FROM agents WHERE cr_name = :n"), {"n": name}
-        ).scalar_one()
-    return None if model_id is None else int(model_id)
 
 
 def test_an_agent_that_came_before_its_model_is_read_again_when_the_model_is_created(
@@ -61,7 +53,7 @@ def test_an_agent_that_came_before_its_model_is_read_again_when_the_model_is_cre
     # What the operator's requeue does with them: read and reconciled again.
     linked = reconcile_event(database, "early", owner, model="late-model")
     assert linked.status["phase"] == "Ready"
-    assert _model_of(db, "early") == created.model_id
+    assert model_of(db, "early") == created.model_id
     assert reconcile_event(database, "unset", owner).status["phase"] == "NoModel"
     # Re-created under its old name, the withdrawn model is still owed away from its agent.
     assert catalogue.mirror_model(database, "old-model", MODEL).awaiting == [
@@ -100,4 +92,4 @@ def test_an_agent_written_while_its_model_commits_finds_the_model(
     finally:
         model.close()
     assert reconciled.status["phase"] == "Ready"
-    assert _model_of(db, "racer") is not None
+    assert model_of(db, "racer") is not None
