@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from sqlalchemy import Engine, create_engine
 
 from achilles.db.roles import Component
 from achilles_dev import postgres
@@ -169,6 +170,17 @@ def wait_until_platform_owner_enforces(kubeconfig: Path) -> None:
         return "belongs to the Helm release" in probe.stderr
 
     wait_for(refused, timeout=30, what="the platform-owner policy to refuse kubectl")
+
+
+@pytest.fixture(scope="module")
+def journal(achilles_release: Release) -> Iterator[Engine]:
+    """The release's journal database as the migrations' login (the superuser): what a
+    test reads of the rows, or arranges in them."""
+    engine = create_engine(
+        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
+    )
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -7,12 +7,10 @@ Event), as for a model deleted unseen; re-created, it revives nobody (seed 000).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from tests.cluster.conftest import Cluster
@@ -29,15 +27,6 @@ from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 def _model_uid(journal: Engine, name: str) -> str | None:

@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from achilles.k8s.run_metadata import AGENT_ID_LABEL, RUN_ID_LABEL
@@ -39,15 +38,6 @@ from tests.crd_cases import agent, agent_model
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture(scope="module")

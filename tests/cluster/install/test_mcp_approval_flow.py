@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
@@ -55,15 +54,6 @@ def operator(
     log = tmp_path_factory.mktemp("mcp-flow") / "operator.log"
     with running_operator(cluster, achilles_release, log) as process:
         yield process
-
-
-@pytest.fixture(scope="module")
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 def _pods_url(cluster: Cluster, server: McpServer) -> str:

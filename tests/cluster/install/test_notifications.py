@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from achilles.k8s.annotations import RUN_REQUESTED_AT
@@ -42,15 +42,6 @@ pytestmark = pytest.mark.cluster
 
 SECRET = b"portal-and-engine-share-this-one"
 SECRET_NAME = "achilles-webhook-test"
-
-
-@pytest.fixture
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

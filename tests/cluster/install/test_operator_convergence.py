@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from achilles.db.database import Database
@@ -54,15 +54,6 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.cluster
 
 HOLD_SECONDS = 600.0  # the slow runner holds its run until the test ends it
-
-
-@pytest.fixture(scope="module")
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
@@ -41,15 +40,6 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.cluster
 
 STALE_AFTER_SECONDS = 6
-
-
-@pytest.fixture(scope="module")
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture(scope="module")

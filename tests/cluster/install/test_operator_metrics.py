@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
 from achilles.k8s.annotations import RUN_REQUESTED_AT, format_run_request
 from achilles_dev.ports import free_port
@@ -38,15 +37,6 @@ pytestmark = pytest.mark.cluster
 
 # The histograms' extra series and their label.
 _HISTOGRAM_SUFFIXES = {"_bucket": {"le"}, "_sum": set(), "_count": set()}
-
-
-@pytest.fixture(scope="module")
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 def _scrape(port: int) -> tuple[dict[str, str], list[Sample]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from achilles.handlers.controllers.sweeper import PENDING_PODS_EVERY
@@ -40,15 +40,6 @@ pytestmark = pytest.mark.cluster
 START_DEADLINE_SECONDS = 10
 
 CAP = 2
-
-
-@pytest.fixture(scope="module")
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 def _env(cluster: Cluster, hold: float) -> dict[str, str]:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from achilles.domain.run_controls import suspension_message
@@ -47,15 +47,6 @@ pytestmark = pytest.mark.cluster
 
 # Every call of this model holds its reply: a run that is running until it is cancelled.
 HOLDING_SCRIPT = {"rules": [{"reply": {"content": "held", "delay_seconds": 600}}]}
-
-
-@pytest.fixture(scope="module")
-def journal(achilles_release: Release) -> Iterator[Engine]:
-    engine = create_engine(
-        achilles_release.database_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture(scope="module")
