@@ -258,7 +258,6 @@ def run(
     with bench_cluster(
         progress,
         report=report,
-        served_namespaces=(),
         max_concurrency=max(size, 4),
         server_url=server_url,
     ) as cluster:

@@ -1,6 +1,8 @@
 """`achilles bench`'s benchmarks on a real control plane (a local stack of their own:
-API server, node, operator): burst-vs-cronjob, steady-state, restart, intake,
-slot-to-heartbeat, kept-jobs. bench/cli.py adds them to its group."""
+API server, controllers, operator): burst-vs-cronjob and intake with no node (pods are
+created, never run: no root needed); steady-state, slot-to-heartbeat and kept-jobs with
+the real node, whose runs run in containers of the runner image (root). bench/cli.py
+adds them to its group."""
 
 from __future__ import annotations
 
@@ -46,20 +48,20 @@ def burst_vs_cronjob(size: int, json_path: Path | None, server_url: str | None) 
     "MALLOC_ARENA_MAX=2 to compare its memory.",
 )
 @json_option
-@server_option
 def steady_state(
     size: int,
     rate: float,
     duration: float,
     operator_env: tuple[str, ...],
     json_path: Path | None,
-    server_url: str | None,
 ) -> None:
-    """The operator at N Agents: slot -> Job under steady load, RSS, CPU, API requests."""
+    """The operator at N Agents: slot -> Job under steady load, RSS, CPU, API requests;
+    the runs on a real node (root; its pods reach a database server of the benchmark's
+    own)."""
     from bench import steady
 
     env = _env_pairs(operator_env)
-    show(steady.run(size, json_path, server_url, rate=rate, duration=duration, operator_env=env))
+    show(steady.run(size, json_path, rate=rate, duration=duration, operator_env=env))
 
 
 def _env_pairs(items: tuple[str, ...]) -> dict[str, str]:
@@ -169,11 +171,9 @@ def slot_to_heartbeat(size: int, spacing: float, json_path: Path | None) -> None
     help="Also measure the operator of this commit (a git worktree), on the same Jobs.",
 )
 @json_option
-@server_option
-def kept_jobs(
-    size: int, window: float, before: str | None, json_path: Path | None, server_url: str | None
-) -> None:
-    """Database transactions per 5 min of an idle operator with N finished Jobs kept."""
+def kept_jobs(size: int, window: float, before: str | None, json_path: Path | None) -> None:
+    """Database transactions per 5 min of an idle operator with N finished Jobs kept, run
+    on a real node (root; its pods reach a database server of the benchmark's own)."""
     from bench import kept_jobs as benchmark
 
-    show(benchmark.run(size, json_path, server_url, window_s=window, before=before))
+    show(benchmark.run(size, json_path, window_s=window, before=before))

@@ -4,14 +4,15 @@
 the chart installed (operator Deployment off, as `achilles dev up` does) and a durable
 PostgreSQL database of its own (`bench.pg`); everything is stopped and removed after.
 Its node is one of two:
-- "process" (the default): etcd, kube-apiserver, kube-controller-manager built from
-  source and the kubelet stand-in, which runs the pods of `served_namespaces` only:
-  elsewhere pods stay Pending, which is what a benchmark of Job creation wants (a
-  thousand containers would swamp a small machine and measure it, not the operator);
+- "none" (the default): etcd, kube-apiserver, kube-controller-manager built from source
+  and no node (no scheduler either): the Job controller creates each Job's pod and it
+  stays Pending, unbound, which is what a benchmark of Job creation or of the operator's
+  intake wants (a thousand containers would swamp a small machine and measure it, not the
+  operator); no root needed;
 - "containerd": the real node of `achilles dev up` (kube-scheduler, containerd + runc,
-  kubelet, kube-proxy in a network namespace of its own) running the locally built
-  runner image, for what a user feels end to end. Its database server also listens on
-  the host's end of the node's network and lets the pods in, as the dev stack's does;
+  kubelet, kube-proxy in a network namespace of its own; root) running the locally built
+  runner image, for the benchmarks whose runs must run. Its database server also listens
+  on the host's end of the node's network and lets the pods in, as the dev stack's does;
   the runners' Secret and `BenchCluster.host_for_pods` name that address.
 
 The operator under test is `bench.operator_process`; what the API server counts of it,
@@ -96,8 +97,8 @@ class BenchCluster:
 
     @property
     def host_for_pods(self) -> str:
-        """The address pods reach this host at: loopback for the stand-in's host
-        processes, the host's end of the real node's veth for containers."""
+        """The address pods reach this host at: the host's end of the real node's veth
+        (loopback without a node, where no pod runs)."""
         return self.stack.config.apiserver_host
 
     @property
@@ -115,17 +116,15 @@ def bench_cluster(
     progress: Progress,
     *,
     report: Report,
-    served_namespaces: tuple[str, ...],
     max_concurrency: int,
     server_url: str | None = None,
-    node: NodeKind = "process",
+    node: NodeKind = "none",
 ) -> Iterator[BenchCluster]:
     """A control plane, the chart and a migrated database, all removed afterwards, watched
     by the invariant monitor throughout: its verdict goes into `report`.
 
-    `served_namespaces` are those whose pods the stand-in runs; a real node runs them all.
-    On a real node the database is on a server of the benchmark's own (pods must reach
-    it), so `server_url` is refused there."""
+    Without a node pods are created and never run. On a real node the database is on a
+    server of the benchmark's own (pods must reach it), so `server_url` is refused there."""
     real = node == "containerd"
     if real and server_url is not None:
         raise ValueError("on the real node the benchmark runs a database server its pods reach")
@@ -138,8 +137,6 @@ def bench_cluster(
         durable=True,
         with_postgres=False,
         node=node,
-        # A namespace nobody uses when none is served: pods elsewhere stay Pending.
-        kubelet_namespaces=served_namespaces or ("bench-no-pods",),
     )
     stack = LocalStack(config, report=progress)
     try:

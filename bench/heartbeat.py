@@ -174,7 +174,6 @@ def run(size: int, json_path: Path | None, spacing_s: float = SPACING_S) -> Repo
         bench_cluster(
             progress,
             report=report,
-            served_namespaces=(RUNS_NAMESPACE,),
             max_concurrency=size + 4,
             node="containerd",
         ) as cluster,

@@ -40,7 +40,6 @@ from bench.apiserver_counts import (
     request_rates,
 )
 from bench.cluster import (
-    RUNS_NAMESPACE,
     BenchCluster,
     bench_cluster,
 )
@@ -145,7 +144,6 @@ def run(
     with bench_cluster(
         progress,
         report=report,
-        served_namespaces=(RUNS_NAMESPACE,),
         max_concurrency=10,
         server_url=server_url,
     ) as cluster:

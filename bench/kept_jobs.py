@@ -3,8 +3,10 @@
 A run's Job is kept `ttlSecondsAfterFinished` (3600 s) after it ends, with its pod, so a
 busy installation keeps thousands (7,200 at two runs a second). Their cost should follow
 what changes, not how many are kept (issue 20). N real run Jobs (the operator's labels,
-named from run ids) whose pods exit at once are created in bulk and run to completion by
-the real Job controller and the kubelet stand-in. Then the operator runs against them
+named from run ids) whose pods exit at once (`/bin/true` in the runner image) are created
+in bulk and run to completion by the real Job controller and the real node (root; issue
+39: no longer host processes), so each is kept with its pod, its container ended, as in
+use. Then the operator runs against them
 with no Agent and nothing due, and over `--window` seconds (300: the old watchers
 restarted every 300 s) we count:
 
@@ -37,6 +39,7 @@ from achilles.k8s.run_metadata import (
     RUNNER_CONTAINER,
     job_name,
 )
+from achilles_dev.images import RUNNER_IMAGE
 from bench.apiserver_counts import operator_request_counts, request_rates
 from bench.cluster import RUNS_NAMESPACE, BenchCluster, bench_cluster
 from bench.operator_process import OperatorUnderTest, running_operator
@@ -95,7 +98,8 @@ def _finished_job(run_id: int) -> dict[str, Any]:
                     "containers": [
                         {
                             "name": RUNNER_CONTAINER,
-                            "image": "bench",
+                            "image": RUNNER_IMAGE,
+                            "imagePullPolicy": "IfNotPresent",
                             "command": ["/bin/true"],
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
@@ -215,7 +219,6 @@ def _worktree(ref: str, work_dir: Path) -> Path:
 def run(
     size: int,
     json_path: Path | None,
-    server_url: str | None = None,
     *,
     window_s: float = DEFAULT_WINDOW_S,
     before: str | None = None,
@@ -224,14 +227,19 @@ def run(
     report = Report(
         benchmark=NAME,
         size=size,
-        parameters={"finished_jobs": size, "window_s": window_s, "before": before},
+        parameters={
+            "finished_jobs": size,
+            "window_s": window_s,
+            "before": before,
+            "node": "containerd (real)",
+            "runner image": RUNNER_IMAGE,
+        },
     )
     with bench_cluster(
         progress,
         report=report,
-        served_namespaces=(RUNS_NAMESPACE,),
         max_concurrency=CONCURRENT_PODS,
-        server_url=server_url,
+        node="containerd",
     ) as cluster:
         report.details["versions"] = cluster.versions()
         site_dir = cluster.work_dir / "site"

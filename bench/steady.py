@@ -9,23 +9,26 @@ ServiceAccount, counted by the API server's flow-control metrics).
 
 Then the steady load: `--rate` slots per second for `--duration` seconds, written into
 `next_run_at` (`bench.workload.fast_forward`; the CRs' own slots are minutes or hours
-apart). Each run's pod runs a stand-in runner (two guarded UPDATEs through psql: claim,
-succeed), so runs finish and the operator folds real pod and Job outcomes. Measured:
-slot -> Job (the ADDED watch event; the slot is the Job's scheduled-for annotation),
-the operator's RSS and CPU, and its API requests per second by verb.
+apart). Each run's pod is a container of the runner image on the real node (root; issue
+39: no longer a host process) running a scripted runner (`SCRIPTED_RUNNER`: the claim and
+the success the runner writes first and last, through psycopg, no model call), so runs
+finish and the operator folds real pod and Job outcomes. Measured: slot -> Job (the
+ADDED watch event; the slot is the Job's scheduled-for annotation), the operator's RSS
+and CPU, and its API requests per second by verb.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import shlex
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from achilles.db.database import Database
 from achilles.k8s.run_metadata import RUN_SELECTOR, SLOT_ANNOTATION
-from achilles_dev.postgres import pg_bin_dir
+from achilles_dev.images import RUNNER_IMAGE
 from bench.apiserver_counts import (
     etcd_sizes,
     mean_object_bytes,
@@ -62,19 +65,27 @@ SECONDS_PER_AGENT = 0.1
 IDLE_WINDOW_S = 30.0
 MODEL = "bench"
 
-# The runner stand-in: what `achilles runner` writes first and last, nothing between, as
-# the runner's login with the run's id and secret in its session (as the runner does).
-RUNNER_SCRIPT = """#!/bin/sh
-# achilles bench: a runner stand-in. Usage: runner.sh --run-id N
-set -eu
-run_id="$2"
-url=$(printf '%s' "$ACHILLES_DATABASE_URL" | sed 's/+psycopg//')
-export PGOPTIONS="-c achilles.run_id=$run_id -c achilles.run_secret=$ACHILLES_RUN_SECRET"
-exec {psql} "$url" -v ON_ERROR_STOP=1 -q \\
-  -c "SELECT achilles_claim_run($run_id)" \\
-  -c "UPDATE agent_runs SET state = 'succeeded', output = 'bench', finished_at = now()
-      WHERE id = $run_id AND state = 'running'"
+# The scripted runner: what `achilles runner` writes first and last, nothing between, as
+# the runner's login with the run's id and secret in its session (as the runner does),
+# each statement a transaction of its own. Run by the runner image's python as
+# `python -c SCRIPTED_RUNNER --run-id N` (the Job's args), so a run costs a container
+# start and two statements, not the runner's imports and a model call.
+SCRIPTED_RUNNER = """\
+import os, sys
+import psycopg
+run_id = int(sys.argv[2])
+url = os.environ["ACHILLES_DATABASE_URL"].replace("+psycopg", "", 1)
+secret = os.environ["ACHILLES_RUN_SECRET"]
+options = f"-c achilles.run_id={run_id} -c achilles.run_secret={secret}"
+with psycopg.connect(url, options=options, autocommit=True) as connection:
+    connection.execute("SELECT achilles_claim_run(%s)", (run_id,))
+    connection.execute(
+        "UPDATE agent_runs SET state = 'succeeded', output = 'bench', finished_at = now()"
+        " WHERE id = %s AND state = 'running'",
+        (run_id,),
+    )
 """
+RUNNER_COMMAND = f"python -c {shlex.quote(SCRIPTED_RUNNER)}"
 
 
 def _schedule(index: int, now: datetime) -> dict[str, object]:
@@ -139,7 +150,6 @@ def _idle(
 def run(
     size: int,
     json_path: Path | None,
-    server_url: str | None = None,
     *,
     rate: float = DEFAULT_RATE,
     duration: float = DEFAULT_DURATION_S,
@@ -161,6 +171,8 @@ def run(
             "agents_per_owner": AGENTS_PER_OWNER,
             "idle_window_s": idle_window_s,
             "operator_env": operator_env or {},
+            "node": "containerd (real)",
+            "runner image": RUNNER_IMAGE,
         },
     )
     owners = math.ceil(size / AGENTS_PER_OWNER)
@@ -168,19 +180,19 @@ def run(
     with bench_cluster(
         progress,
         report=report,
-        served_namespaces=(RUNS_NAMESPACE,),
         max_concurrency=slots_total + 10,
-        server_url=server_url,
+        node="containerd",
     ) as cluster:
         report.details["versions"] = cluster.versions()
-        script = cluster.work_dir / "runner.sh"
-        script.write_text(RUNNER_SCRIPT.format(psql=pg_bin_dir() / "psql"))
-        script.chmod(0o755)
         database = Database(cluster.database.url, pool_size=2, application_name="achilles-bench")
         try:
             insert_owners(database, owners)
             with running_operator(
-                cluster, progress, runner_command=f"/bin/sh {script}", **(operator_env or {})
+                cluster,
+                progress,
+                runner_command=RUNNER_COMMAND,
+                runner_image=RUNNER_IMAGE,
+                **(operator_env or {}),
             ) as operator:
                 create_model(cluster, MODEL, "http://127.0.0.1:9/v1")
                 time.sleep(5)

@@ -2,13 +2,12 @@
 of work, the database, API and browser tiers as another, and each module with stacks of
 its own as one more, which the first worker free takes.
 
-The session's clusters (a control plane with a real node, `make dev`'s; the kubelet
-stand-in's for its own tests) are the costliest servers a worker can start, and most of
-their tests wait on them, so one worker takes them all; the other overlaps that wait
-with the tests that use no session cluster: the database, API and browser tiers, and
-the modules with stacks of their own (the benchmarks, the fault suite, `achilles dev`,
-the API's chart), which also go to the first worker done. Each worker starts only the
-session servers its own tests use.
+The session's cluster (a control plane with a real node, `make dev`'s) is the costliest
+server a worker can start, and most of its tests wait on it, so one worker takes them
+all; the other overlaps that wait with the tests that use no session cluster: the
+database, API and browser tiers, and the modules with stacks of their own (the
+benchmarks, the fault suite, `achilles dev`, the API's chart), which also go to the
+first worker done. Each worker starts only the session servers its own tests use.
 
 xdist's `--dist loadgroup` reads `xdist_group` marks by renaming each item's node id,
 which pytest 9 no longer allows (xdist 3.8 still sets `_nodeid`; the id moved), so the

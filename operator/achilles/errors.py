@@ -8,7 +8,7 @@ class AchillesError(Exception):
 
 
 class LocalStackError(AchillesError):
-    """The local development stack (Postgres, control plane, kubelet stand-in) failed."""
+    """The local development stack (Postgres, control plane, real node) failed."""
 
 
 class InvalidInputError(AchillesError, ValueError):

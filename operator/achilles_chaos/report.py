@@ -13,7 +13,7 @@ from typing import Any
 @dataclass
 class Result:
     scenario: str
-    node: str  # which node ran the pods: "containerd" (real) or "process" (stand-in)
+    node: str  # which node ran the pods: "containerd" (the real node, the only one now)
     injected: str = ""
     figure: str = ""
     passed: bool = False

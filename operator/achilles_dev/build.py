@@ -294,7 +294,7 @@ def missing_binaries(
 ) -> list[str]:
     """Binaries not built at the pinned version (empty when the cache is warm).
 
-    `node=False` leaves out the real node's binaries (a stack with the process stand-in);
+    `node=False` leaves out the real node's binaries (a stack without a node);
     `only` limits the question to those binaries (e.g. `{"helm"}` for `make lint`).
     """
     versions = versions or load_versions()

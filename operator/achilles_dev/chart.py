@@ -5,8 +5,8 @@ real cluster: the CRDs, RBAC, admission policies, the runs namespace with its qu
 AgentPlatform/default, and the schema migrations, which run as the chart's pre-install
 hook Job, the operator Deployment and the API's (`achilles api` and the web inbox, two
 replicas behind a NodePort Service the host's curl and browser reach) under their
-ServiceAccounts and RBAC — all from the engine image on a real node. The stand-in runs
-the hook's command as a process and neither Deployment (run `achilles operator` beside it).
+ServiceAccounts and RBAC — all from the engine image on the real node. A stack without a
+node (a benchmark's) gets the chart without its image: its objects, no Deployment.
 
 Helm installs `crds/` on first install only, so CRDs are applied server-side first,
 every time: a developer who changed the models and ran `achilles crds generate` gets

@@ -37,14 +37,15 @@ def local_values(
     migrations when a real node and a database run.
 
     `image` is the locally built engine image (`repository:tag`) a real node runs the
-    chart's Jobs from; the stand-in ignores images. `api` turns the API on (with the
-    stack's OIDC provider for people and its web inbox); without it the API is off.
+    chart's Jobs from; without it (a stack with no node) nothing of the chart runs. `api`
+    turns the API on (with the stack's OIDC provider for people and its web inbox);
+    without it the API is off.
     """
     on_node = image is not None and with_database
     values: dict[str, Any] = {
         # The operator runs as the chart's Deployment, from the engine image, where a real
-        # node can run that image and a database is there for it; elsewhere (the stand-in)
-        # it runs as a local process (`achilles operator`).
+        # node can run that image and a database is there for it; elsewhere (a benchmark's
+        # stack without a node) it runs as a local process (`achilles operator`).
         "operator": {"enabled": on_node},
         "api": {"enabled": on_node and api is not None},
         "migrations": {"enabled": with_database},

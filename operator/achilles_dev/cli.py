@@ -2,8 +2,8 @@
 
 `build` compiles the control plane and the real node once and builds the images; `up`
 starts PostgreSQL, etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a
-real node (containerd, kubelet, kube-proxy), or the kubelet stand-in, the demo model
-server and the dev OpenID Provider, and waits until they are ready; `env` prints the
+real node (containerd, kubelet, kube-proxy; root), the demo model server and the dev
+OpenID Provider, and waits until they are ready; `env` prints the
 exports that point tools at them; `token` prints a bearer token for a user key; `down`
 stops all of it and removes what the node left.
 """
@@ -27,22 +27,11 @@ state_dir_option = click.option(
 )
 
 
-def _stack(state_dir: Path | None, node: str | None = None) -> Any:
-    import dataclasses
-
-    from achilles.errors import LocalStackError
-    from achilles_dev.config import StackConfig, default_state_dir, parse_node_kind
+def _stack(state_dir: Path | None) -> Any:
+    from achilles_dev.config import StackConfig, default_state_dir
     from achilles_dev.stack import LocalStack
 
-    stack = LocalStack(StackConfig.load(state_dir or default_state_dir()))
-    if node is not None and node != stack.config.node:
-        if any(c.running for c in stack.components()):
-            raise LocalStackError(
-                f"the stack in {stack.config.state_dir} runs with a {stack.config.node} node; "
-                f"`achilles dev down` first to switch to {node}"
-            )
-        stack.config = dataclasses.replace(stack.config, node=parse_node_kind(node))
-    return stack
+    return LocalStack(StackConfig.load(state_dir or default_state_dir()))
 
 
 @click.group()
@@ -53,7 +42,9 @@ def dev() -> None:
 @dev.command()
 @click.option("--force", is_flag=True, help="Rebuild even when the binaries are current.")
 @click.option(
-    "--no-images", is_flag=True, help="Only the binaries (enough for the process stand-in)."
+    "--no-images",
+    is_flag=True,
+    help="Only the control plane's binaries (the benchmarks' stacks without a node).",
 )
 @click.option(
     "--only",
@@ -73,7 +64,7 @@ def build(force: bool, no_images: bool, only: tuple[str, ...]) -> None:
     import os
 
     if not no_images and os.geteuid() != 0:
-        click.echo("images and the real node skipped: they need root (the stand-in does not)")
+        click.echo("images and the real node skipped: they need root")
         no_images = True
     ensure_built(force=force, node=not no_images)
     if not no_images:
@@ -96,21 +87,13 @@ def kind_image() -> None:
 
 @dev.command()
 @state_dir_option
-@click.option(
-    "--node",
-    type=click.Choice(["containerd", "process"]),
-    default=None,
-    help="containerd: a real node (kubelet, kube-proxy, containerd, runc; needs root); "
-    "process: the kubelet stand-in, pods as host processes  "
-    "[default: what the stack ran with last, else containerd]",
-)
 @reports_errors
-def up(state_dir: Path | None, node: str | None) -> None:
-    """Start the local stack, install the chart (with the operator and the API on a real
-    node) and the demo (owner, model, agent)."""
+def up(state_dir: Path | None) -> None:
+    """Start the local stack (a real node: needs root), install the chart (the operator
+    and the API as its Deployments) and the demo (owner, model, agent)."""
     from achilles_dev.chart import install_into_stack  # the chart: CRDs, RBAC, policies
 
-    stack = _stack(state_dir, node)
+    stack = _stack(state_dir)
     stack.up()
     # Converge, not just start: the chart and the demo are applied on every `up`, so a
     # failed or missing release, or a deleted object of it, is put back.
@@ -142,7 +125,7 @@ def demo(state_dir: Path | None, timeout: float) -> None:
 @state_dir_option
 @reports_errors
 def down(state_dir: Path | None) -> None:
-    """Stop everything `up` started, pods' processes included."""
+    """Stop everything `up` started, and remove what its node left (pods included)."""
     _stack(state_dir).down()
 
 
@@ -210,15 +193,3 @@ def status(state_dir: Path | None) -> None:
     unhealthy = [c.name for c in checks if not c.healthy]
     if unhealthy:
         raise CommandFailed(f"not healthy: {', '.join(unhealthy)}")
-
-
-@dev.command(
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    add_help_option=False,
-)
-@click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
-def kubelet(arguments: tuple[str, ...]) -> None:
-    """Run the kubelet stand-in in the foreground (`--help` for its options)."""
-    from achilles_dev.kubelet.main import main
-
-    main(list(arguments))

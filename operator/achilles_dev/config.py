@@ -2,9 +2,10 @@
 
 A stack is fully described by a state directory, a set of ports and its node's network
 index, so two can run side by side: the developer's `achilles dev up` and the test
-suite's own stack. Its node is either the real one (containerd, kubelet, kube-proxy in
-a network namespace of its own: `achilles_dev.node`) or the process stand-in
-(`achilles_dev.kubelet`).
+suite's own stack. Its node is the real one (containerd, kubelet, kube-proxy in a
+network namespace of its own: `achilles_dev.node`), or none: a control plane alone, where
+pods are created and never scheduled (the benchmarks of Job creation, and the tests of
+the stack's own processes, which need no root).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ DEFAULT_NODE_NAME = "achilles-local"
 API_NODE_PORT = 30080
 _SETTINGS = "stack.json"
 
-NodeKind = Literal["containerd", "process"]
-NODE_KINDS: tuple[NodeKind, ...] = ("containerd", "process")
+NodeKind = Literal["containerd", "none"]
+NODE_KINDS: tuple[NodeKind, ...] = ("containerd", "none")
 
 
 # The developer stack's ports are fixed (its URLs stay the same from one `make dev` to the
@@ -45,7 +46,6 @@ class Ports:
     etcd_peer: int = 12380
     apiserver: int = 16443
     controller_manager: int = 16444
-    kubelet: int = 16450  # the process stand-in's; a real node's kubelet is in its netns
     scheduler: int = 16445
     # The offline model server the demo's AgentModel points at (host side, pods reach it).
     model_server: int = 18400
@@ -83,11 +83,9 @@ class StackConfig:
     # False for throw-away stacks: no fsync in etcd and PostgreSQL.
     durable: bool = True
     node_name: str = DEFAULT_NODE_NAME
-    # Namespaces whose pods the kubelet stand-in runs; empty means every namespace.
-    kubelet_namespaces: tuple[str, ...] = ()
     # The cluster tests' stacks leave PostgreSQL to the database fixtures.
     with_postgres: bool = True
-    # "containerd": the real node; "process": the kubelet stand-in (pods as host processes).
+    # "containerd": the real node; "none": no node (pods are created, never scheduled).
     node: NodeKind = "containerd"
     # N of the real node's 10.213.N.0/24 and 10.214.N.0/24 networks; 0 until the first up.
     network_index: int = 0
@@ -100,7 +98,6 @@ class StackConfig:
             "postgres_dir": str(self.postgres_dir),
             "durable": self.durable,
             "node_name": self.node_name,
-            "kubelet_namespaces": list(self.kubelet_namespaces),
             "with_postgres": self.with_postgres,
             "node": self.node,
             "network_index": self.network_index,
@@ -116,16 +113,25 @@ class StackConfig:
             return cls(state_dir=state_dir)
         except (OSError, ValueError) as error:
             raise LocalStackError(f"cannot read {state_dir / _SETTINGS}: {error}") from error
+        # Stacks recorded before the real node existed, or with `--node process`, ran their
+        # pods as host processes, a node that is gone (issue 39): nothing here stops them.
+        node = document.get("node", "process")
+        if node == "process":
+            raise LocalStackError(
+                f"the stack in {state_dir} ran its pods as host processes (`--node process`, "
+                "removed): stop it with an older checkout's `achilles dev down`, or end its "
+                f"processes, then remove {state_dir}"
+            )
+        ports = {f.name for f in dataclasses.fields(Ports)}
         return cls(
             state_dir=state_dir,
-            ports=Ports(**document["ports"]),
+            # Without the ports of components that are gone (the process node's).
+            ports=Ports(**{k: v for k, v in document["ports"].items() if k in ports}),
             postgres_dir=Path(document["postgres_dir"]),
             durable=bool(document["durable"]),
             node_name=str(document["node_name"]),
-            kubelet_namespaces=tuple(document["kubelet_namespaces"]),
             with_postgres=bool(document["with_postgres"]),
-            # Stacks recorded before the real node existed ran the stand-in.
-            node=parse_node_kind(document.get("node", "process")),
+            node=parse_node_kind(node),
             network_index=int(document.get("network_index", 0)),
         )
 
@@ -197,10 +203,6 @@ class StackConfig:
     @property
     def run_dir(self) -> Path:
         return self.state_dir / "run"
-
-    @property
-    def kubelet_dir(self) -> Path:
-        return self.state_dir / "kubelet"
 
     @property
     def kubeconfig(self) -> Path:

@@ -7,7 +7,8 @@ end of the node's veth instead, which is also the `kubernetes` Service's endpoin
 API server authorises with Node+RBAC and runs the default admission chain
 (ResourceQuota and ValidatingAdmissionPolicy included), and the controller-manager runs
 the controllers a cluster of Jobs and Services needs, each under its own service
-account. kube-scheduler runs with a real node; the kubelet stand-in binds pods itself.
+account. kube-scheduler runs with a real node; a stack without a node runs none (its pods
+are created and stay Pending, unbound).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ CONTROLLERS = (
     "validatingadmissionpolicy-status-controller",
 )
 # A real node registers tainted not-ready; this controller lifts the taint once it is
-# Ready (and taints it again when its kubelet stops reporting). The stand-in reports its
-# Node its own way, so it is left out there.
+# Ready (and taints it again when its kubelet stops reporting). Without a node it has
+# nothing to do.
 REAL_NODE_CONTROLLERS = ("node-lifecycle-controller",)
 
 
@@ -79,8 +80,8 @@ def apiserver_argv(bin_dir: Path, config: StackConfig, pki: Pki) -> list[str]:
         # Pods reach it through the `kubernetes` Service, whose endpoint this address is.
         endpoints = "--endpoint-reconciler-type=lease"
     else:
-        # Loopback is not a valid Endpoints address; nothing here routes to the
-        # `kubernetes` Service anyway (pods are host processes using the kubeconfig).
+        # Loopback is not a valid Endpoints address; without a node no pod runs to
+        # reach the `kubernetes` Service anyway.
         endpoints = "--endpoint-reconciler-type=none"
     return [
         str(bin_dir / "kube-apiserver"),
@@ -186,14 +187,7 @@ def write_kubeconfigs(config: StackConfig, pki: Pki) -> None:
         "kube-controller-manager",
     )
     if not config.real_node:
-        write_kubeconfig(
-            config.component_kubeconfig("kubelet"),
-            server,
-            pki.ca.cert,
-            pki.kubelet,
-            "kubelet-standin",
-        )
-        return
+        return  # no scheduler and no node
     for component, pair in (
         ("scheduler", pki.scheduler),
         ("kubelet", pki.node),

@@ -5,8 +5,8 @@ authorises it with RBAC, exactly as on a real cluster, so the identities here ma
 the admin is in `system:masters`, the controller-manager and the scheduler are
 `system:kube-controller-manager` and `system:kube-scheduler` (bound by the bootstrap RBAC
 policy), the real node is `system:node:<name>` in `system:nodes` (the Node authorizer and
-NodeRestriction admission govern it) with kube-proxy as `system:kube-proxy`, and the
-kubelet stand-in has its own user that `achilles_dev.rbac` grants just what it needs. The
+NodeRestriction admission govern it) with kube-proxy as `system:kube-proxy`, and the API
+server calls the kubelet as `kube-apiserver-kubelet-client` (`achilles_dev.rbac`). The
 service-account key pair signs and verifies bound service-account tokens.
 
 Files are created once and reused, so a restarted stack keeps its identities and
@@ -33,7 +33,6 @@ _KUBERNETES_SERVICE_IP = "10.0.0.1"  # first address of the range: the `kubernet
 ADMIN_USER = "achilles:admin"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 SCHEDULER_USER = "system:kube-scheduler"
-KUBELET_USER = "achilles:kubelet-standin"
 # The real node's identities, as the bootstrap RBAC policy and the Node authorizer know them.
 KUBE_PROXY_USER = "system:kube-proxy"
 NODES_GROUP = "system:nodes"
@@ -77,17 +76,8 @@ class Pki:
         return self._pair("controller-manager")
 
     @property
-    def kubelet(self) -> KeyPair:
-        return self._pair("kubelet-standin")
-
-    @property
-    def kubelet_serving(self) -> KeyPair:
-        """The stand-in's HTTPS endpoint (pod logs), as the API server dials it."""
-        return self._pair("kubelet-serving")
-
-    @property
     def apiserver_kubelet_client(self) -> KeyPair:
-        """How the API server authenticates to the stand-in's endpoint."""
+        """How the API server authenticates to the kubelet's endpoint (logs, exec)."""
         return self._pair("apiserver-kubelet-client")
 
     @property
@@ -303,17 +293,9 @@ def ensure_pki(
         server_names=loopback,
         server_ips=("127.0.0.1",),
     )
-    _ensure_leaf(
-        pki.kubelet_serving,
-        ca,
-        _name("achilles-kubelet"),
-        server_names=loopback,
-        server_ips=("127.0.0.1",),
-    )
     _ensure_leaf(pki.apiserver_kubelet_client, ca, _name("kube-apiserver-kubelet-client"))
     _ensure_leaf(pki.admin, ca, _name(ADMIN_USER, "system:masters"))
     _ensure_leaf(pki.controller_manager, ca, _name(CONTROLLER_MANAGER_USER))
-    _ensure_leaf(pki.kubelet, ca, _name(KUBELET_USER))
     _ensure_leaf(pki.scheduler, ca, _name(SCHEDULER_USER))
     _ensure_leaf(
         pki.scheduler_serving,

@@ -1,12 +1,13 @@
 """The whole local stack on one machine: Postgres, etcd, API server, controllers, scheduler,
-and a node: the real one (containerd, kubelet, kube-proxy) or the process stand-in.
+and the real node (containerd, kubelet, kube-proxy); or the control plane alone, with no
+node (a benchmark of Job creation: its pods are created and never scheduled).
 
 `achilles dev up/down/status/env` and the cluster tests' session fixtures drive a
 `LocalStack`, so what developers run is what the tests run. Every component is a
 process of its own, started detached with a pid file under the state directory and
 waited on through its health endpoint; `down` stops exactly those processes, then
 removes what the node left (pod sandboxes, shims, cgroups, mounts, its network
-namespace; or the stand-in's pod processes) and checks that nothing is left.
+namespace) and checks that nothing is left.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from achilles_dev.oidc_build import ensure_provider_built
 from achilles_dev.pki import NodeIdentity, Pki, ensure_pki
 from achilles_dev.processes import running_from_pidfile, stop_group
 from achilles_dev.stack_components import (
-    COMPONENTS,
+    CONTROL_PLANE_COMPONENTS,
     MODEL_SERVER,
     OIDC_PROVIDER,
     REAL_NODE_COMPONENTS,
@@ -36,7 +37,7 @@ from achilles_dev.stack_components import (
     is_http_ok,
     start_component,
 )
-from achilles_dev.stack_teardown import stop_real_node, stop_stand_in
+from achilles_dev.stack_teardown import stop_control_plane, stop_real_node
 from achilles_dev.versions import bin_dir
 from achilles_dev.waiting import wait_until
 
@@ -62,7 +63,7 @@ class LocalStack:
 
     @property
     def component_names(self) -> tuple[str, ...]:
-        names = REAL_NODE_COMPONENTS if self.config.real_node else COMPONENTS
+        names = REAL_NODE_COMPONENTS if self.config.real_node else CONTROL_PLANE_COMPONENTS
         # The demo's offline model and the people's identity provider come with the
         # database (the cluster tests' stacks bring their own).
         return (*names, MODEL_SERVER, OIDC_PROVIDER) if self.with_postgres else names
@@ -193,8 +194,6 @@ class LocalStack:
                 lambda: controlplane.scheduler_is_healthy(self.config, pki),
             )
             self._start_real_node(pki, images)
-        else:
-            self._start("kubelet", self._kubelet_argv(pki), self._node_is_ready)
         if self.with_postgres:
             self._start_model_server()
             self.start_oidc_provider()
@@ -307,19 +306,6 @@ class LocalStack:
     ) -> None:
         start_component(self.config, name, argv, is_ready, env, report=self.report)
 
-    def _kubelet_argv(self, pki: Pki) -> list[str]:
-        return [
-            sys.executable, "-m", "achilles_dev.kubelet",
-            "--kubeconfig", str(self.config.component_kubeconfig("kubelet")),
-            "--state-dir", str(self.config.kubelet_dir),
-            "--node-name", self.config.node_name,
-            "--namespaces", ",".join(self.config.kubelet_namespaces),
-            "--port", str(self.config.ports.kubelet),
-            "--tls-cert-file", str(pki.kubelet_serving.cert),
-            "--tls-private-key-file", str(pki.kubelet_serving.key),
-            "--client-ca-file", str(pki.ca.cert),
-        ]  # fmt: skip
-
     def _admin_client(self) -> Any:
         from achilles.k8s.client import api_client
 
@@ -329,13 +315,13 @@ class LocalStack:
         return controlplane.apiserver_is_ready(self.config, Pki(self.config.pki_dir))
 
     def _grant_kubelet_rbac(self) -> None:
-        from achilles_dev.rbac import ensure_apiserver_kubelet_rbac, ensure_kubelet_rbac
+        """The API server's access to the real kubelet (logs, exec); none without a node."""
+        from achilles_dev.rbac import ensure_apiserver_kubelet_rbac
 
+        if not self.config.real_node:
+            return
         with self._admin_client() as api_client:
-            if self.config.real_node:
-                ensure_apiserver_kubelet_rbac(api_client)
-            else:
-                ensure_kubelet_rbac(api_client)
+            ensure_apiserver_kubelet_rbac(api_client)
 
     def _node_is_ready(self) -> bool:
         from kubernetes import client
@@ -373,7 +359,7 @@ class LocalStack:
         if self.config.real_node:
             stop_real_node(self)
             return
-        stop_stand_in(self)
+        stop_control_plane(self)
 
 
 def _ensure_database(dsn: str, name: str) -> None:

@@ -19,8 +19,9 @@ from achilles_dev.waiting import wait_until
 
 Report = Callable[[str], None]
 
-# Start order; `down` stops them in reverse. The stand-in binds pods itself (no scheduler).
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet")
+# Start order. A stack without a node runs the control plane alone, and no scheduler: its
+# pods stay Pending, unbound. `down` stops them in reverse.
+CONTROL_PLANE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
 REAL_NODE_COMPONENTS = (
     "etcd",
     "kube-apiserver",

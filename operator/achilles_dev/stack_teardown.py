@@ -1,43 +1,32 @@
 """`achilles dev down`: stop exactly the stack's processes, then remove what its node left
 and check that nothing is left. A real node is stopped first (kubelet, pods, kube-proxy,
-containerd), then the control plane; the stand-in's pod processes are stopped after its
-components.
+containerd), then the control plane; a stack without a node has only the control plane.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from achilles.errors import LocalStackError
 from achilles_dev import postgres
-from achilles_dev.kubelet.runs import recorded_shims
-from achilles_dev.processes import ProcessRef, is_alive, running_from_pidfile, stop_group
+from achilles_dev.processes import running_from_pidfile, stop_group
 from achilles_dev.stack_components import DEMO_MCP_SERVERS, MODEL_SERVER, OIDC_PROVIDER
 
 if TYPE_CHECKING:
     from achilles_dev.stack import LocalStack
 
 
-def stop_stand_in(stack: LocalStack) -> None:
-    """Stop the components in reverse start order, then the stand-in's pod processes."""
+def stop_control_plane(stack: LocalStack) -> None:
+    """A stack without a node: stop the components in reverse start order."""
     stopped = []
     for component in reversed(stack.components()):
         if component.process is not None:
             stop_group(component.process, what=component.name)
             stopped.append(component.name)
         stack.config.pidfile(component.name).unlink(missing_ok=True)
-    pods = [shim for shim in _pod_shims(stack.config.kubelet_dir / "pods") if is_alive(shim)]
-    for shim in pods:
-        stop_group(shim, grace=5.0, what=f"pod process {shim.pid}")
-    if pods:
-        stopped.append(f"{len(pods)} pod process(es)")
     if stack.with_postgres and postgres.stop(stack.config.postgres_dir):
         stopped.append("postgres")
     leftovers = [c.name for c in stack.components() if c.running]
-    leftovers += [
-        f"pod process {s.pid}" for s in _pod_shims(stack.config.kubelet_dir / "pods") if is_alive(s)
-    ]
     if stack.with_postgres and postgres.is_running(stack.config.postgres_dir):
         leftovers.append("postgres")
     if leftovers:
@@ -87,7 +76,3 @@ def stop_real_node(stack: LocalStack) -> None:
     if leftovers:
         raise LocalStackError(f"still there after down: {', '.join(leftovers)}")
     stack.report(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
-
-
-def _pod_shims(pods_dir: Path) -> list[ProcessRef]:
-    return recorded_shims(pods_dir) if pods_dir.is_dir() else []

@@ -82,25 +82,6 @@ def runner_image() -> str:
     return os.environ.get("ACHILLES_TEST_RUNNER_IMAGE", RUNNER_IMAGE)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "standin(reason): the kubelet stand-in's own tests (`standin_cluster`, pods as host "
-        "processes); skipped, with the reason, where the session's cluster is kind or "
-        "ACHILLES_TEST_KUBECONFIG's",
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not runs_elsewhere():
-        return
-    for item in items:
-        marker = item.get_closest_marker("standin")
-        if marker is not None:
-            why = marker.args[0] if marker.args else marker.kwargs["reason"]
-            item.add_marker(pytest.mark.skip(reason=f"needs the kubelet stand-in: {why}"))
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     items = [item for item in session.items if item.get_closest_marker("cluster")]
     # The session stack's tests (the tier's PostgreSQL listens on its node's network);
@@ -110,7 +91,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     )
     needs_node = wants_stack and not runs_elsewhere()
     wants_kind = kind_requested() and wants_stack
-    if items and missing_binaries(node=needs_node):  # the stand-in's tests: the control plane
+    # Without root (or elsewhere) the stacks of their own that need no node still start:
+    # the control plane's binaries (test_dev_stack, the benchmarks of Job creation).
+    if items and missing_binaries(node=needs_node):
         ensure_built(node=needs_node)
     if needs_node:
         from achilles_dev.images import ensure_images
@@ -151,15 +134,11 @@ class Cluster:
         return client.BatchV1Api(self.api)
 
 
-def throwaway_stack(state_dir: Path, *, real_node: bool = True) -> LocalStack:
-    """A stack of its own (free ports, no fsync, no PostgreSQL: the tier has its own),
-    with a real node, or the kubelet stand-in for the stand-in's own tests."""
+def throwaway_stack(state_dir: Path) -> LocalStack:
+    """A stack of its own with a real node (free ports, no fsync, no PostgreSQL: the tier
+    has its own)."""
     config = StackConfig(
-        state_dir=state_dir,
-        ports=Ports.free(),
-        durable=False,
-        with_postgres=False,
-        node="containerd" if real_node else "process",
+        state_dir=state_dir, ports=Ports.free(), durable=False, with_postgres=False
     )
     return LocalStack(config)
 
@@ -234,23 +213,6 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             host_address=stack.config.apiserver_host,
             stack=stack,
         )
-
-
-@pytest.fixture(scope="session")
-def standin_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A stack with the kubelet stand-in (pods as host processes), for the stand-in's own
-    tests only (`@pytest.mark.standin`: test_standin.py, test_jobs.py), which go with it
-    (issue 39). Their modules use it as their `cluster`."""
-    ensure_built(node=False)
-    stack = throwaway_stack(tmp_path_factory.mktemp("standin"), real_node=False)
-    stack.up()
-    try:
-        with api_client(stack.config.kubeconfig) as api:
-            yield Cluster(
-                api=api, kubeconfig=stack.config.kubeconfig, host_address="127.0.0.1", stack=stack
-            )
-    finally:
-        stack.down()
 
 
 @pytest.fixture

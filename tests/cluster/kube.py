@@ -14,7 +14,7 @@ from tests.waiting import wait_for
 
 T = TypeVar("T")
 
-PYTHON = "python"  # the project's virtualenv python: the stand-in puts its bin first on PATH
+PYTHON = "python"  # the runner image's python (on its PATH)
 
 
 def present(value: T | None, what: str) -> T:

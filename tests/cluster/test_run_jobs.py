@@ -36,7 +36,7 @@ TIMEOUT = 60.0
 
 
 def _job(run_id: int, namespace: str, secret: RunSecret, agent_id: int = 1) -> dict[str, object]:
-    # `true` ignores its arguments: the stand-in's pod ends at once, touching nothing.
+    # `true` ignores its arguments: the pod ends at once, touching nothing.
     template = JobTemplate(
         namespace=namespace,
         image="achilles:test",

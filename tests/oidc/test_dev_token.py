@@ -1,6 +1,6 @@
 """`achilles dev token USER` and the stack's provider (`achilles dev up/env/status`).
 
-The stack here is a state directory with free ports and the process node: only its
+The stack here is a state directory with free ports and no node: only its
 provider is started (as `achilles dev up` starts it, pid file and all), not the rest.
 """
 
@@ -27,7 +27,7 @@ def _token(state_dir: Path, user: str) -> Result:
 
 @pytest.fixture
 def stack_with_provider(tmp_path: Path) -> Iterator[LocalStack]:
-    config = StackConfig(state_dir=tmp_path / "stack", ports=Ports.free(), node="process")
+    config = StackConfig(state_dir=tmp_path / "stack", ports=Ports.free(), node="none")
     config.save()
     stack = LocalStack(config, report=lambda _: None)
     try:

@@ -71,7 +71,7 @@ WORKING_ARGUMENTS: dict[str, tuple[str, ...]] = {
 CLUSTER_COMMANDS: dict[str, tuple[str, ...]] = {"run-now": ("default/helper",)}
 # Not run with working arguments here: long-running servers, the checkout-only groups
 # (the local stack would start one; the benchmarks and the fault suite are scaffolding
-# with their own harness), and `dev kubelet` (the stand-in's own argument parser).
+# with their own harness).
 NOT_RUN = (
     "db roles",  # takes no input at all: test_db_roles_prints_each_components_role
     "api",
@@ -178,7 +178,6 @@ def argument_prefix(command: click.Command, param: click.Parameter) -> list[str]
 MALFORMED_CASES = [
     pytest.param(name, param.name, id=f"{name} {hint(param)}")
     for name, command in COMMANDS.items()
-    if not name.startswith("dev kubelet")
     for param in command.params
     if malformed_value(param, Path("/nonexistent")) is not None
 ]
@@ -207,22 +206,16 @@ def test_a_malformed_value_is_one_line_naming_the_field(
     assert problem in line, line
 
 
-@pytest.mark.parametrize("name", sorted(n for n in COMMANDS if n != "dev kubelet"))
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_an_unknown_option_is_one_line(name: str) -> None:
     line = assert_one_error_line(run([*name.split(), "--no-such-option"]), 2)
     assert line.startswith("error: --no-such-option: no such option"), line
 
 
-def test_the_stand_ins_own_parser_also_fails_in_one_line() -> None:
-    line = assert_one_error_line(run(["dev", "kubelet", "--max-pods", "many"]), 2)
-    assert "--max-pods" in line
-
-
 REQUIRING = sorted(
     name
     for name, command in COMMANDS.items()
-    if name != "dev kubelet"
-    and any(p.required and p.name != "database_url" for p in command.params)
+    if any(p.required and p.name != "database_url" for p in command.params)
 )
 
 

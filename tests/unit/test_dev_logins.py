@@ -73,4 +73,4 @@ def test_pods_need_a_password_and_an_earlier_trust_is_replaced(tmp_path: Path) -
     ensure_pod_access(tmp_path, ("10.214.1.0/24", "10.213.1.0/24"))
     assert hba.read_text().splitlines() == expected  # idempotent
     ensure_pod_access(tmp_path, ())
-    assert hba.read_text().splitlines() == INITDB_LINES  # the stand-in: loopback only
+    assert hba.read_text().splitlines() == INITDB_LINES  # no node: loopback only

@@ -83,7 +83,7 @@ def test_warm_cache_builds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     ]
 
 
-def test_the_stand_in_needs_only_the_control_plane(
+def test_a_stack_without_a_node_needs_only_the_control_plane(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ACHILLES_CACHE_DIR", str(tmp_path))

@@ -41,6 +41,6 @@ def test_the_api_runs_on_a_real_node_with_the_stacks_provider() -> None:
     assert values["oidc"]["issuer"] == "http://10.213.3.1:18410"
     assert values["web"]["enabled"] is True
     assert values["web"]["publicURL"] == "http://10.213.3.2:30080"
-    # The stand-in (no image) and a stack without PostgreSQL run no API.
+    # A stack without a node (no image) or without PostgreSQL runs no API.
     assert local_values(with_database=True, api=api)["api"] == {"enabled": False}
     assert local_values(with_database=False, image=image, api=api)["api"] == {"enabled": False}

@@ -8,9 +8,11 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from achilles.errors import LocalStackError
 from achilles_dev.base_image import _qualified, debian_mirror
 from achilles_dev.config import StackConfig
 from achilles_dev.node.configs import (
@@ -44,21 +46,30 @@ def test_a_real_node_stack_serves_and_hands_out_its_veth_address(tmp_path: Path)
     assert config.apiserver_url == f"https://10.213.7.1:{config.ports.apiserver}"
     assert config.pod_database_url.startswith("postgresql+psycopg://postgres@10.213.7.1:")
     assert config.database_url.startswith("postgresql+psycopg://postgres@127.0.0.1:")
-    standin = StackConfig(state_dir=tmp_path, node="process")
-    assert standin.apiserver_url.startswith("https://127.0.0.1:")
-    assert standin.pod_database_url == standin.database_url
+    nodeless = StackConfig(state_dir=tmp_path, node="none")
+    assert nodeless.apiserver_url.startswith("https://127.0.0.1:")
+    assert nodeless.pod_database_url == nodeless.database_url
 
 
-def test_recorded_settings_survive_a_reload_and_old_stacks_ran_the_stand_in(
+def test_recorded_settings_survive_a_reload_and_a_process_node_stack_is_refused(
     tmp_path: Path,
 ) -> None:
     StackConfig(state_dir=tmp_path, node="containerd", network_index=3).save()
     loaded = StackConfig.load(tmp_path)
     assert (loaded.node, loaded.network_index) == ("containerd", 3)
+    # A stack recorded with the removed process node (its kubelet's port among its
+    # ports, or no node at all: before the real node existed) is refused, with the way out.
     document = json.loads((tmp_path / "stack.json").read_text())
-    del document["node"], document["network_index"], document["ports"]["scheduler"]
+    document["ports"]["kubelet"] = 16450
+    for recorded in ({"node": "process"}, {}):
+        del document["node"]
+        (tmp_path / "stack.json").write_text(json.dumps({**document, **recorded}))
+        with pytest.raises(LocalStackError, match=r"host processes \(`--node process`"):
+            StackConfig.load(tmp_path)
+        document["node"] = "containerd"
+    # The ports of components that are gone are left out, not refused.
     (tmp_path / "stack.json").write_text(json.dumps(document))
-    assert StackConfig.load(tmp_path).node == "process"
+    assert StackConfig.load(tmp_path).ports == loaded.ports
 
 
 def test_kubelet_settings_for_hybrid_cgroup_v1_without_cap_sys_resource(tmp_path: Path) -> None:

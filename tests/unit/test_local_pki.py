@@ -8,7 +8,8 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from achilles_dev.pki import ADMIN_USER, KUBELET_USER, ensure_pki
+from achilles_dev.pki import ADMIN_USER, ensure_pki
+from achilles_dev.rbac import APISERVER_KUBELET_CLIENT
 
 
 def load(path: Path) -> x509.Certificate:
@@ -33,9 +34,11 @@ def test_identities_and_serving_names(tmp_path: Path) -> None:
     assert (
         admin.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:masters"
     )
-    kubelet = load(pki.kubelet.cert)
-    assert kubelet.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == KUBELET_USER
-    assert not kubelet.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    client = load(pki.apiserver_kubelet_client.cert)
+    client.verify_directly_issued_by(ca)
+    common_name = client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    assert common_name == APISERVER_KUBELET_CLIENT  # the name achilles_dev.rbac binds
+    assert not client.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
     assert (pki.service_account_key.stat().st_mode & 0o777) == 0o600
 
 

@@ -16,7 +16,7 @@ from achilles_dev.stack_components import start_component
 
 
 def _config(tmp_path: Path) -> StackConfig:
-    config = StackConfig(state_dir=tmp_path, node="process")
+    config = StackConfig(state_dir=tmp_path, node="none")
     config.run_dir.mkdir(parents=True)
     return config
 

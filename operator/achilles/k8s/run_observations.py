@@ -49,7 +49,7 @@ def pod_from_json(pod: dict[str, Any], deleted: bool = False) -> PodObservation 
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
             unschedulable = condition.get("message") or "Unschedulable"
-    # The kubelet's (and the stand-in's) words for a Secret it could not find:
+    # The kubelet's words for a Secret it could not find:
     # `secret "achilles-run-7" not found`.
     missing = f'"{run_secret_name(int(run_id))}" not found'
     return PodObservation(

@@ -50,8 +50,7 @@ _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 def require_root() -> None:
     if os.geteuid() != 0:
         raise LocalStackError(
-            "the real node needs root (network namespace, cgroups, mounts); "
-            "run as root, or use the process stand-in: achilles dev up --node process"
+            "the real node needs root (network namespace, cgroups, mounts): run as root"
         )
 
 

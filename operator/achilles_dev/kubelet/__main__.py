@@ -1,5 +1,0 @@
-"""`python -m achilles_dev.kubelet`."""
-
-from achilles_dev.kubelet.main import main
-
-main()
