@@ -155,6 +155,17 @@ class Kube:
                 ids.append(int(value))
         return ids
 
+    def run_secret_ids(self) -> set[int]:
+        """The run id of every run Secret that exists (each is made right after its Job)."""
+        secrets = self.core.list_namespaced_secret(RUNS_NAMESPACE, label_selector=RUN_SELECTOR)
+        ids = set()
+        for secret in secrets.items:
+            labels = secret.metadata.labels if secret.metadata is not None else None
+            value = (labels or {}).get(RUN_ID_LABEL)
+            if value is not None and str(value).isdigit():
+                ids.add(int(value))
+        return ids
+
     def pods_per_run(self) -> dict[int, int]:
         counts: dict[int, int] = {}
         for pod in self.run_pods():

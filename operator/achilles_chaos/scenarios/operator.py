@@ -222,15 +222,20 @@ def operator_sigkill(ctx: Context) -> None:
             return True
         # A kill between creating Jobs and recording them leaves runs queued that have
         # their Jobs already (the next operator finds them AlreadyExists): not new work.
-        undispatched = {
-            int(row["id"])
-            for row in ctx.journal.rows(
-                "SELECT id FROM agent_runs WHERE agent_id = ANY(%s)"
-                " AND state = 'queued' AND dispatched_at IS NULL",
-                (list(ids.values()),),
-            )
-        }
-        return bool(undispatched - set(ctx.kube.job_run_ids()))
+        queued = ctx.journal.rows(
+            "SELECT id, dispatched_at IS NOT NULL AS marked FROM agent_runs"
+            " WHERE agent_id = ANY(%s) AND state = 'queued'",
+            (list(ids.values()),),
+        )
+        jobs = set(ctx.kube.job_run_ids())
+        if {int(row["id"]) for row in queued if not row["marked"]} - jobs:
+            return True
+        # A kill between a run's marking and its Job's create, or between the Job's
+        # create and its run Secret's, strands the run until an operator repairs it (the
+        # sweeper requeues a missing Job, gives a Job its missing Secret): no runner
+        # answers its request meanwhile, so the next start has that work.
+        marked = {int(row["id"]) for row in queued if row["marked"]}
+        return bool(marked - jobs or marked - ctx.kube.run_secret_ids())
 
     for number in range(kills):
         wait_for(something_to_dispatch, 120, what="a run for the restarted operator to dispatch")
