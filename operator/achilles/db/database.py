@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import psycopg
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session as Session
 from sqlalchemy.orm import sessionmaker
 
@@ -78,8 +78,13 @@ def with_connect_timeout(url: str, seconds: int = CONNECT_TIMEOUT_SECONDS) -> st
     )
 
 
-def unavailable(exc: OperationalError) -> DatabaseUnavailable:
-    return driver_errors.unreachable(exc.orig or exc)
+def unavailable(exc: OperationalError | DisconnectionError) -> DatabaseUnavailable:
+    """The connection failure on one line. `DisconnectionError` is the pool's own (no
+    driver error inside): `InvalidatePoolError` when the pool was invalidated (the
+    database lost) while this thread held one of its connections."""
+    if isinstance(exc, OperationalError):
+        return driver_errors.unreachable(exc.orig or exc)
+    return driver_errors.unreachable(exc)
 
 
 def schema_behind(exc: ProgrammingError) -> SchemaError | None:
@@ -90,8 +95,9 @@ def outage(error: BaseException) -> str | None:
     """What `error` says of the database being away, on one line ("database unreachable:
     ..."), when it says so: a connection refused or lost (the database restarting), as
     `DatabaseUnavailable` or the driver's OperationalError (psycopg's own, as a LISTEN
-    connection raises it, or SQLAlchemy's). None for any other error, a statement
-    cancelled included (its timeout: a slow statement, not an outage)."""
+    connection raises it, or SQLAlchemy's), or the pool's `DisconnectionError`. None for
+    any other error, a statement cancelled included (its timeout: a slow statement, not
+    an outage)."""
     driver = error.__cause__ if isinstance(error, DatabaseUnavailable) else error
     if isinstance(driver, OperationalError):
         driver = driver.orig or driver
@@ -99,7 +105,7 @@ def outage(error: BaseException) -> str | None:
         return None
     if isinstance(error, DatabaseUnavailable):
         return str(error)
-    if isinstance(driver, psycopg.OperationalError | OperationalError):
+    if isinstance(driver, psycopg.OperationalError | OperationalError | DisconnectionError):
         return str(driver_errors.unreachable(driver))
     return None
 
@@ -175,7 +181,7 @@ class Database:
         `self.engine` or `self.sessions` directly (migrations, Knowledge Store reads)."""
         try:
             yield
-        except OperationalError as exc:
+        except (OperationalError, DisconnectionError) as exc:
             raise unavailable(exc) from exc
         except ProgrammingError as exc:
             behind = schema_behind(exc)

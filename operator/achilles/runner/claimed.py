@@ -7,10 +7,12 @@ powerful, a bad time zone), or carried by the agent loop (`runner/execution.py`)
 failed with the crash that stopped it.
 
 The heartbeat beats from just after the claim (`runner/main.py`, psycopg alone): a
-database that goes away right after the claim is waited for (`_when_reachable`), as a
-run whose database goes away mid-call waits, and the reaper judges both by the same rule
-(issue 20's claim before the agent loop's imports made this window; `achilles chaos
-postgres-outage` stops PostgreSQL in it).
+database that goes away right after the claim is waited for (`runner/reach.py`), up to
+the model call (`runner/execution.py`), as a run whose database goes away mid-call waits,
+and the reaper judges both by the same rule (issue 20's claim before the agent loop's
+imports made this window; `achilles chaos postgres-outage` stops PostgreSQL in it). The
+write that ends the run waits for it too: a runner never exits leaving its row `running`
+because the database was away when it ended.
 """
 
 from __future__ import annotations
@@ -18,28 +20,22 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+from collections.abc import Mapping
 
 from achilles.db.database import Database
 from achilles.db.roles import Component
 from achilles.domain.run_spec import RunSpec
 from achilles.domain.runs import FailReason
 from achilles.domain.timezones import load_timezone
-from achilles.errors import ConfigurationError, DatabaseUnavailable, UnknownTimezoneError
+from achilles.errors import ConfigurationError, UnknownTimezoneError
 from achilles.runner.config import API_KEY_ENV, RunnerConfig
 from achilles.runner.events import EXIT_CRASH, EXIT_OK, Event
+from achilles.runner.reach import when_reachable
 from achilles.runner.startup import permanent_imports
 from achilles.services import db_roles
 from achilles.services.run_journal import RunJournal
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-# A database unreachable after the claim is tried again this often, doubling.
-REACH_FIRST_SECONDS = 0.5
-REACH_MOST_SECONDS = 5.0
 
 
 def carry_claimed_run(
@@ -63,25 +59,25 @@ def carry_claimed_run(
     )
     try:
         try:
-            spec = _when_reachable("reading the run", lambda: database.load(config.run_id))
+            spec = when_reachable("reading the run", lambda: database.load(config.run_id))
             if spec is None:
                 log.info("run %d is gone (deleted with its agent); nothing to do", config.run_id)
                 return EXIT_OK
             log.info("run %d: agent %d (%s)", spec.run_id, spec.agent_id, spec.agent_name)
-            powerful = _when_reachable(
+            powerful = when_reachable(
                 "checking the login", lambda: _powerful_login(database, config)
             )
             if powerful is not None:
                 log.error("run %d: %s", spec.run_id, powerful)
-                database.fail(spec.run_id, FailReason.ERROR, powerful)
+                record_fail(database, spec.run_id, powerful)
                 return EXIT_OK
             return _start(spec, config, database, events, claimed, stop)
         except Exception as exc:
             # A bug or a lost database after the claim: never leave the row `running`.
             log.exception("run %d: the runner crashed", config.run_id)
-            database.fail(
+            record_fail(
+                database,
                 config.run_id,
-                FailReason.ERROR,
                 f"runner crashed: {type(exc).__name__}: {exc} (traceback in the pod log)",
             )
             return EXIT_CRASH
@@ -89,17 +85,18 @@ def carry_claimed_run(
         database.database.dispose()
 
 
-def _when_reachable(what: str, call: Callable[[], T]) -> T:
-    """`call`, tried again while the database is unreachable (the pod's deadline bounds
-    the wait; the heartbeat thread keeps trying too)."""
-    delay = REACH_FIRST_SECONDS
-    while True:
-        try:
-            return call()
-        except DatabaseUnavailable as exc:
-            log.warning("%s: %s; trying again in %.1f s", what, exc, delay)
-        time.sleep(delay)  # a backoff between attempts, not a wait for another thread
-        delay = min(2 * delay, REACH_MOST_SECONDS)
+def record_fail(database: RunJournal, run_id: int, error: str) -> bool:
+    """The run failed with `error`, written once the database answers (the heartbeat
+    beats meanwhile: `runner/main.py` stops it after this). The write is guarded by the
+    row's state, so a try again after an ambiguous failure (the commit may have landed)
+    is refused, not doubled: False means the row had already left `running` (this end
+    recorded by the try before, or another end first), which is no error."""
+    written = when_reachable(
+        f"recording run {run_id}'s end", lambda: database.fail(run_id, FailReason.ERROR, error)
+    )
+    if not written:
+        log.info("run %d: already ended (its end recorded before); nothing more to write", run_id)
+    return written
 
 
 def _powerful_login(database: RunJournal, config: RunnerConfig) -> str | None:
@@ -143,7 +140,7 @@ def _start(
     ends the heartbeat)."""
     refusal = _refusal(spec, config)
     if refusal is not None or spec.model is None:
-        database.fail(spec.run_id, FailReason.ERROR, refusal or "no model")
+        record_fail(database, spec.run_id, refusal or "no model")
         return EXIT_OK
     # Here, not at the top: the agent loop's stack (openai alone is most of a second of
     # CPU) would otherwise delay the heartbeat.

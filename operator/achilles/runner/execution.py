@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from datetime import UTC, datetime
+from functools import partial
 
 from achilles.domain.run_spec import ModelEndpoint, RunSpec
 from achilles.domain.run_trace import RunUsed, endpoint_host
@@ -32,6 +33,7 @@ from achilles.runner.events import (
 )
 from achilles.runner.loop import AgentLoop, LoopLimits, timed_out_message
 from achilles.runner.prompt import compose_messages, composed_prompt_digest
+from achilles.runner.reach import when_reachable
 from achilles.runner.steps import StepJournal
 from achilles.runner.tracing import RunTrace, close_run_trace, start_run_trace
 from achilles.services.run_journal import RunJournal
@@ -66,7 +68,8 @@ def execute(
     wait for the first event.
 
     `claimed` is the claim's `time.monotonic()`: deadlines count from it, not from
-    this module's import. `stop` stops the loop and the heartbeat."""
+    this module's import. `stop` stops the loop (the heartbeat beats on until the
+    process's work is done: `runner/main.py`)."""
     trace = start_run_trace(spec, model_endpoint, claimed=claimed)
     # The run's MCP sessions, one per server, opened at the first call (issue 38).
     connections = McpConnections()
@@ -151,11 +154,21 @@ def _execute(
         model_id=model_endpoint.provider_model,
     )
     # Approved calls are made, and decided approvals told, before the model is called.
+    # The journal work up to the model call waits out a database gone away, as the run's
+    # load did (`runner/reach.py`). Trying the approvals' start again never makes a call
+    # twice: each is claimed (a committed, guarded UPDATE) before it is made, and one
+    # claimed by this run is not approved any more (an outcome lost to the outage is then
+    # "unknown", as for a run that crashed making it).
     approved = None
     if spec.approvals_owed:
-        approved = approvals.start_note(tool_context, spec.mcp_sources, os.environ, connections)
+        approved = when_reachable(
+            "settling the approvals",
+            lambda: approvals.start_note(tool_context, spec.mcp_sources, os.environ, connections),
+        )
     notes = [approved] if approved else []
-    notes += [note for hook in selection.run_start_notes if (note := hook(tool_context))]
+    for hook in selection.run_start_notes:
+        if note := when_reachable("the run's start notes", partial(hook, tool_context)):
+            notes.append(note)
     messages = compose_messages(spec, datetime.now(UTC), notes)
     log.info("offering tools: %s", ", ".join(selection.toolbox.names))
 
@@ -199,7 +212,7 @@ def _conclude(
                 if at_deadline
                 else f"runner terminated by {signal_name} before the run finished"
             )
-            written = journal.fail(FailReason.ERROR, error)
+            written = _record_fail(journal, spec, error)
             log.warning(
                 "run %d: %s received; failure %s",
                 spec.run_id,
@@ -213,8 +226,17 @@ def _conclude(
             )
             return EXIT_OK
         case LoopCrashed(error):
-            journal.fail(FailReason.ERROR, f"runner crashed: {error} (traceback in the pod log)")
+            _record_fail(journal, spec, f"runner crashed: {error} (traceback in the pod log)")
             return EXIT_CRASH
         case None:
-            journal.fail(FailReason.ERROR, timed_out_message(spec.run_timeout_seconds))
+            _record_fail(journal, spec, timed_out_message(spec.run_timeout_seconds))
             return EXIT_OK
+
+
+def _record_fail(journal: StepJournal, spec: RunSpec, error: str) -> bool:
+    """The run's end written once the database answers (`runner/reach.py`); guarded by
+    the row's state, so a write tried again after an ambiguous failure is refused (False:
+    the row already left `running`), never doubled."""
+    return when_reachable(
+        f"recording run {spec.run_id}'s end", lambda: journal.fail(FailReason.ERROR, error)
+    )

@@ -12,8 +12,12 @@ runs on a worker thread; the heartbeat beats on its own thread and connection.
   Job's activeDeadlineSeconds, or the runner's own a little later) -> `failed/error`
   naming the limit; exit 0.
 - heartbeat refused (the reaper failed the row as stale) -> stop, write nothing; exit 0.
-- the loop or the setup raised (a bug, the database gone) -> `failed/error` with the
-  exception if the database lets us; exit 1.
+- the loop or the setup raised (a bug) -> `failed/error` with the exception; exit 1.
+
+A database gone away from the claim to the model call is waited for (`runner/reach.py`:
+0.5 s doubling to 5 s, the pod's deadline bounding it), and so is the write that ends the
+run: the runner records its end once the database is back, the heartbeat beating
+meanwhile, instead of exiting with its row `running` for the reaper to fail as stale.
 
 Exit codes: 0 whenever the runner behaved as designed - it wrote the run's
 terminal state, or the row was not claimable (already claimed, finished,
@@ -85,12 +89,15 @@ def run(config: RunnerConfig) -> int:
     log.info("run %d claimed", config.run_id)
     # The claim was the first beat; the next ones come from here, before the journal's
     # stack is imported (on a starved node that import alone outlasted the threshold).
+    # `stop` ends the agent loop; the heartbeat beats until this process's work is done,
+    # a write that ends the run and waits for the database included (`runner/reach.py`).
     stop = threading.Event()
+    done = threading.Event()
     Heartbeat(
         beat=HeartbeatAlone(conninfo, run_id).beat,
         interval=config.heartbeat_interval,
         on_row_lost=lambda: events.put(RowLost()),
-        stop=stop,
+        stop=done,
     ).start()
     try:
         # From here on the row is `running`: `carry_claimed_run` ends it whatever happens.
@@ -100,3 +107,4 @@ def run(config: RunnerConfig) -> int:
         return carry_claimed_run(config, settings, events, claimed_at, stop)
     finally:
         stop.set()
+        done.set()
