@@ -84,6 +84,12 @@ LOCK_MESSAGES = {
 }
 
 
+def refusal_message(closed: tuple[str, ...]) -> str:
+    """What a run request refused by closed locks is told (at enqueue, at dispatch or at
+    the claim): the same words wherever the refusal comes from."""
+    return "run refused: " + "; ".join(LOCK_MESSAGES[LockReason(lock)] for lock in closed)
+
+
 def condition(
     kind: str,
     ok: bool,

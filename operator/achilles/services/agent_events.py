@@ -31,11 +31,11 @@ from achilles.domain.agent_event import (
     parse_run_request,
 )
 from achilles.domain.agent_status import (
-    LOCK_MESSAGES,
     agent_status,
     condition,
     invalid_spec_message,
     needs_patch,
+    refusal_message,
 )
 from achilles.domain.gates import LockReason
 from achilles.domain.run_cancel import describe
@@ -286,7 +286,7 @@ def _answer_run_request(
             except StartRefused as refused:
                 closed = refused.reasons
     if run is None:
-        refusal = "run refused: " + "; ".join(LOCK_MESSAGES[LockReason(c)] for c in closed)
+        refusal = refusal_message(closed)
         result.request_outcome = "refused"
         result.refused_locks = closed
         result.events.append(AgentEventPost(EventType.WARNING, EventReason.RUN_REFUSED, refusal))

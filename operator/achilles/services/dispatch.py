@@ -66,9 +66,9 @@ from achilles.db.journal import dispatched
 from achilles.db.journal.dispatch import DispatchableRun as DispatchableRun
 from achilles.db.journal.runs import skip_queued_run
 from achilles.db.journal.settings import database_now, load_settings
-from achilles.domain.agent_status import LOCK_MESSAGES
+from achilles.domain.agent_status import refusal_message
 from achilles.domain.budget import week_window
-from achilles.domain.gates import LockReason, closed_locks, is_budget_exhausted
+from achilles.domain.gates import closed_locks, is_budget_exhausted
 from achilles.domain.run_secret import RunSecret
 from achilles.domain.runs import STOP_GRACE, SkipReason
 from achilles.k8s.jobs import (
@@ -124,11 +124,6 @@ class DispatchResult:
     def progressed(self) -> bool:
         """Some waiting runs left the queue (more may wait for the next pass at once)."""
         return bool(self.created or self.withdrawn or self.skipped)
-
-
-def refusal_message(closed: tuple[LockReason, ...]) -> str:
-    """What a run request refused by closed locks is told (at enqueue or at dispatch)."""
-    return "run refused: " + "; ".join(LOCK_MESSAGES[lock] for lock in closed)
 
 
 def _spec(
