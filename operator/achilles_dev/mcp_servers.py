@@ -6,19 +6,21 @@ read-only tools and `@modelcontextprotocol/server-memory` (npm) write tools; tho
 speak stdio only, so `supergateway` (npm) serves each over streamable HTTP, one child
 process per MCP session.
 
-Each is installed once per version under `~/.cache/achilles/mcp/<name>-<version>`
-(never in the repository) with the registry's own client (`npm install`, `uv pip
-install`), and started as a process of its own on a leased port; `start` returns once
-the server answers an MCP listing.
+Each is installed once per version under `~/.cache/achilles/mcp/<name>-<version>` (or
+`$ACHILLES_CACHE_DIR/mcp/`; never in the repository) with the registry's own client
+(`npm install`, `uv pip install`), and started as a process of its own on a leased
+port; `start` returns once the server answers an MCP listing.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +28,15 @@ from pathlib import Path
 from achilles.errors import LocalStackError
 from achilles.mcp_client.client import McpEndpoint, McpUnreachable, list_tools
 from achilles_dev.ports import free_port, release
+from achilles_dev.versions import cache_root
 from achilles_dev.waiting import poll
 
-CACHE = Path(os.environ.get("ACHILLES_CACHE", Path.home() / ".cache" / "achilles")) / "mcp"
 EVERYTHING_VERSION = "2026.8.31"
 MEMORY_VERSION = "2026.8.31"
 TIME_VERSION = "2026.10.19"
 SUPERGATEWAY_VERSION = "4.0.0"
+# Written into an install's directory once the install finished.
+INSTALLED_STAMP = ".installed"
 START_TIMEOUT = 120.0
 # One listing's bound: a stdio server behind supergateway starts a process per session,
 # which takes 3-4 s on a quiet machine and ten times that on a loaded one; a listing given
@@ -42,28 +46,30 @@ LISTING_TIMEOUT = 60.0
 
 def _npm(package: str, version: str, binary: str) -> Path:
     """`binary` of npm `package@version`, installed once into the cache."""
-    home = CACHE / f"{package.rsplit('/', 1)[-1]}-{version}"
-    path = home / "node_modules" / ".bin" / binary
-    if not path.exists():
+    home = cache_root() / "mcp" / f"{package.rsplit('/', 1)[-1]}-{version}"
+
+    def install() -> None:
         npm = shutil.which("npm")
         if npm is None:
             raise LocalStackError(
                 "npm is needed for the reference MCP servers (apt-get install npm)"
             )
-        home.mkdir(parents=True, exist_ok=True)
+        home.mkdir(parents=True)
         subprocess.run(
             [npm, "install", "--prefix", str(home), f"{package}@{version}", "--no-audit",
              "--no-fund", "--loglevel=error"],
             check=True,
         )  # fmt: skip
-    return path
+
+    install_once(home, install)
+    return home / "node_modules" / ".bin" / binary
 
 
 def _pypi(package: str, version: str, binary: str) -> Path:
     """`binary` of PyPI `package==version`, in a virtual environment of its own."""
-    home = CACHE / f"{package}-{version}"
-    path = home / "bin" / binary
-    if not path.exists():
+    home = cache_root() / "mcp" / f"{package}-{version}"
+
+    def install() -> None:
         uv = shutil.which("uv")
         if uv is None:
             raise LocalStackError("uv is needed for the reference MCP servers")
@@ -73,7 +79,29 @@ def _pypi(package: str, version: str, binary: str) -> Path:
             check=True,
             env={**os.environ, "VIRTUAL_ENV": str(home)},
         )
-    return path
+
+    install_once(home, install)
+    return home / "bin" / binary
+
+
+def install_once(home: Path, install: Callable[[], None]) -> None:
+    """Run `install` into the empty directory `home` unless a finished install is there.
+
+    Under a lock: the test workers and a `make dev` ask at once on a cold cache, and a
+    second `npm install` into the same prefix moves the first one's `node_modules` aside
+    while it runs (a worker's binary was gone just after its own install). The stamp is
+    written last, so an install killed half-way is started again from nothing."""
+    stamp = home / INSTALLED_STAMP
+    if stamp.exists():
+        return
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with (home.parent / f".{home.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists():  # another process installed it while this one waited
+            return
+        shutil.rmtree(home, ignore_errors=True)
+        install()
+        stamp.touch()
 
 
 def everything_binary() -> Path:
