@@ -295,9 +295,8 @@ def _restart(
             note="its work, less sensitive than the seconds to what else the host runs",
         )
         cores, rss = op.usage_over(idle_window_s)
-        rss_goal = (
-            (at_most(256, "MiB") if size <= 10_000 else at_most(512, "MiB")) if goals else None
-        )
+        # Flat whatever the number of Agents (issue 40): the operator keeps no object each.
+        rss_goal = at_most(256, "MiB") if goals else None
         report.add_value(
             f"operator RSS after the {label}, {size:,} Agents", rss, "MiB", goal=rss_goal
         )
