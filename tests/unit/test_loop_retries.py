@@ -39,11 +39,12 @@ class Recorded(Wake):
         self.stop, self.left = stop, waits
         self.timeouts: list[float] = []
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> bool:
         self.timeouts.append(timeout)
         self.left -= 1
         if self.left == 0:
             self.stop.set()
+        return False
 
 
 class Failing:

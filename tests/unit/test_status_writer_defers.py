@@ -115,11 +115,12 @@ class Woken(Wake):
         self.stop, self.idle, self.left = stop, idle, waits
         self.seen: list[tuple[float, bool]] = []
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> bool:
         self.seen.append((timeout, self.idle.is_set()))
         self.left -= 1
         if self.left == 0:
             self.stop.set()
+        return False
 
 
 def test_the_dispatcher_is_busy_during_its_passes_and_a_burst_and_idle_while_it_waits() -> None:

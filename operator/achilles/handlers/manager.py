@@ -251,6 +251,7 @@ CONTROLLERS: tuple[Declared, ...] = (
         queue="agents due in the journal (next_run_at, SKIP LOCKED)",
         reconcile="scheduler.Scheduler.schedule_once",
         run=scheduler_loop,
+        pace=scheduler.SCHEDULER_PACE,
     ),
     Controller(
         dispatcher.NAME,
@@ -337,9 +338,11 @@ def _source(source: Source[Happened]) -> str:
 
 
 def _retry(controller: Declared) -> str:
+    pace = f"; a woken pass {controller.pace:g} s after the last at the soonest"
+    paced = pace if controller.pace else ""
     if controller.retry is None:
-        return ""  # its queue's, in its queue column
-    return f"; a failed pass again after {controller.retry}"
+        return paced  # a failure's retry is its queue's, in its queue column
+    return f"{paced}; a failed pass again after {controller.retry}"
 
 
 def table() -> list[tuple[str, str, str, str, str]]:

@@ -15,11 +15,16 @@ A failed pass is retried in one place, `LoopHandle.drive`, as a workqueue retrie
 failed key (controller-runtime's `AddRateLimited` of a controller with one key): after
 the controller's declared `Backoff`, doubling with each failure in a row, forgotten at
 the next pass that worked. No loop sleeps or catches on its own after a failure.
+
+A controller may declare a `pace`, as a workqueue's overall rate limiter paces one key:
+a pass its wake asks for starts at least that long after the one before, and the wakes
+meanwhile make that one pass (its timer's passes are on time).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -53,6 +58,7 @@ class LoopHandle:
     woken: Wake
     passes: Passes
     retry: Backoff = LOOP_RETRY
+    pace: float = 0.0
 
     def run_pass(self, work: Callable[[], T]) -> T | None:
         """One pass (`Passes.run`): its result, or None when it raised."""
@@ -65,9 +71,12 @@ class LoopHandle:
         why) is a failure: the next waits out `retry` (its first delay, doubling with
         each failure in a row, forgotten at the next pass that worked), cut short by a
         wake too, as a workqueue's put is not held by its key's backoff: something
-        happened, so look at once."""
+        happened, so look at once. With a `pace`, a woken pass starts at least `pace`
+        after the last one started (never later than its timer): the wakes in between
+        make that one pass."""
         failures = 0
         while not self.stop.is_set():
+            started = time.monotonic()
             after = self.run_pass(reconcile)
             if after is None:
                 failures += 1
@@ -75,7 +84,17 @@ class LoopHandle:
             else:
                 failures = 0
             if after > 0:
-                self.woken.wait(after)
+                due = time.monotonic() + after
+                if self.woken.wait(after) and self.pace > 0:
+                    self._paced(min(due, started + self.pace))
+
+    def _paced(self, until: float) -> None:
+        """Wait (for the stop only) until `until`, then take the wakes that came
+        meanwhile: the pass about to start reads what each of them followed."""
+        rest = until - time.monotonic()
+        if rest > 0:
+            self.stop.wait(rest)
+        self.woken.take()
 
 
 @dataclass(frozen=True)
@@ -148,6 +167,9 @@ class Controller(Generic[C, S]):
     # not waited for at shutdown.
     joined: bool = True
     retry: Backoff | None = LOOP_RETRY
+    # The least seconds between the starts of two passes when a wake asks for the second
+    # (`LoopHandle.drive`); 0: at once.
+    pace: float = 0.0
 
     def thread_names(self) -> list[str]:
         if self.threads == 1:
@@ -183,7 +205,9 @@ class Manager(Generic[C, S]):
                 if isinstance(source, On):
                     wakes.route(source.signal, source.target(controller.name))
             retry = controller.retry or LOOP_RETRY  # unused by a workqueue's threads
-            self.handles[controller.name] = LoopHandle(controller.name, stop, woken, passes, retry)
+            self.handles[controller.name] = LoopHandle(
+                controller.name, stop, woken, passes, retry, controller.pace
+            )
         loops: dict[str, Callable[[C], None]] = {}
         unjoined: set[str] = set()
         for controller in self.controllers:

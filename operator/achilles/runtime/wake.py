@@ -19,9 +19,11 @@ class Wake:
     def set(self) -> None:
         self.event.set()
 
-    def wait(self, timeout: float) -> None:
-        self.event.wait(timeout)
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for a set; whether it was set (the wake cleared)."""
+        woken = self.event.wait(timeout)
         self.event.clear()
+        return woken
 
     def take(self) -> bool:
         """Whether it was set, clearing it: for a loop that looks at the wake on its own

@@ -1,6 +1,7 @@
 """The scheduler: due slots become queued (or skipped) runs, each slot once.
 
-Wakes at the nearest slot, on a `next_run_at` NOTIFY, or after SCHEDULER_MAX_SLEEP.
+Wakes at the nearest slot, on a `next_run_at` NOTIFY (SCHEDULER_PACE after its last pass
+at the soonest), or after SCHEDULER_MAX_SLEEP.
 Owns nothing in memory but the time of its last slot repair.
 """
 
@@ -29,6 +30,12 @@ SCHEDULER_MAX_SLEEP = 30.0
 # pass would cost O(agents) per slot and per NOTIFY (docs/performance.md); a zone moved
 # in `users` shows in the slots within this.
 SCHEDULE_REPAIR_EVERY = 60.0
+# Every agent row whose slot moves NOTIFYs: at a restart's listing (each changed Agent
+# reconciled) hundreds a second, each a pass of four statements that finds nothing due,
+# a fifth of the operator's CPU in the restart (a py-spy --gil profile of `achilles bench
+# intake`). A pass a NOTIFY asks for starts at least this long after the last one (the
+# manager's pace); a slot due sooner keeps its timer.
+SCHEDULER_PACE = 0.5
 NAME = "scheduler"
 
 
