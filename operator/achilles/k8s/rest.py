@@ -32,6 +32,7 @@ _QUERY = {
 }
 DEFAULT_TIMEOUT = (10.0, 60.0)
 JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
 # The API server answers a list with only each object's metadata.
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 # A metadata list comes in pages of this many objects: one list of 10,000 Agents is
@@ -52,6 +53,7 @@ def request(
     body: dict[str, Any] | None = None,
     timeout: Any = DEFAULT_TIMEOUT,
     accept: str = JSON,
+    content_type: str = JSON,
 ) -> Any:
     """The unread response (urllib3's) to `method path`; `ApiException` for a status
     outside 2xx, as the generated clients raise it."""
@@ -62,7 +64,7 @@ def request(
     ]
     headers = {"Accept": accept}
     if body is not None:
-        headers["Content-Type"] = JSON
+        headers["Content-Type"] = content_type
     serialized = api.param_serialize(
         method=method,
         resource_path=path,
@@ -83,6 +85,16 @@ def request_json(api: client.ApiClient, method: str, path: str, **kwargs: Any) -
     response = request(api, method, path, **kwargs)
     try:
         return json_body(response)
+    finally:
+        response.release_conn()
+
+
+def request_unread(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> None:
+    """`method path` for its status alone (see `request`): the answer is read off the
+    connection, for its reuse, and not decoded."""
+    response = request(api, method, path, **kwargs)
+    try:
+        response.read()
     finally:
         response.release_conn()
 
@@ -142,9 +154,7 @@ class CoreApi:
     ) -> None:
         """Create a Secret; its answer (which holds the value) is read and dropped."""
         path = f"/api/v1/namespaces/{namespace}/secrets"
-        response = request(self.api, "POST", path, body=body, timeout=_request_timeout)
-        response.read()
-        response.release_conn()
+        request_unread(self.api, "POST", path, body=body, timeout=_request_timeout)
 
     def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
         path = f"/api/v1/namespaces/{namespace}/events"

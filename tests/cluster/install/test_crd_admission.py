@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources import AgentStatus
 from tests.cluster.conftest import Cluster
 from tests.cluster.install.api import Achilles, rejection, verdict
@@ -308,7 +309,9 @@ def test_second_default_model_is_refused(admin_api: Achilles, achilles_release: 
 # --- status: the operator's fields survive the status subresource ---
 
 
-def test_status_keeps_every_operator_field(admin_api: Achilles, namespace: str) -> None:
+def test_status_keeps_every_operator_field(
+    admin_api: Achilles, achilles_release: Release, namespace: str
+) -> None:
     admin_api.create(agent("reported"), namespace)
     status = AgentStatus.model_validate(
         {
@@ -342,3 +345,27 @@ def test_status_keeps_every_operator_field(admin_api: Achilles, namespace: str) 
     assert stored["spec"]["prompt"] == "Summarise my week."
     again = admin_api.patch("Agent", "reported", {"status": {"phase": "Other"}}, namespace)
     assert again["status"]["phase"] == "Ready"
+
+
+def test_the_operators_status_patch_merges_and_tells_a_gone_agent(
+    admin_api: Achilles, achilles_release: Release, cluster: Cluster, namespace: str
+) -> None:
+    """`Resources.patch_status` (a merge patch of the status subresource whose answer is
+    not decoded): it merges into what is there, says False for an Agent that is gone,
+    and raises the API server's refusal of a status the schema does not allow."""
+    resources = Resources(cluster.api)
+    admin_api.create(agent("patched"), namespace)
+    ref = ObjectRef("Agent", "agents", "patched", namespace)
+    assert resources.patch_status(ref, {"phase": "Ready", "databaseId": 7})
+    assert resources.patch_status(ref, {"phase": "Paused"})
+    assert admin_api.get("Agent", "patched", namespace)["status"] == {
+        "phase": "Paused",
+        "databaseId": 7,
+    }
+    with pytest.raises(ApiException) as refused:
+        resources.patch_status(ref, {"databaseId": "not a number"})
+    assert refused.value.status == 422
+    assert "databaseId" in str(refused.value.body)
+    admin_api.delete("Agent", "patched", namespace)
+    gone = ObjectRef("Agent", "agents", "never-made", namespace)
+    assert resources.patch_status(gone, {"phase": "Ready"}) is False
