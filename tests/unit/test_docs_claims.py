@@ -135,8 +135,9 @@ CLAIMS = [
     # docs/architecture.md: the loops' table
     Claim(
         ARCH,
-        rf"its nearest slot, a schedule NOTIFY, {T} at most",
-        (f"{SCHEDULER}:SCHEDULER_MAX_SLEEP",),
+        rf"its nearest slot, a schedule NOTIFY \({T} after its last pass at the soonest\), {T} at"
+        r" most",
+        (f"{SCHEDULER}:SCHEDULER_PACE", f"{SCHEDULER}:SCHEDULER_MAX_SLEEP"),
     ),
     Claim(ARCH, rf"a runs NOTIFY, {T}; backs off while refused", (f"{DISPATCHER}:DISPATCH_TICK",)),
     Claim(
@@ -256,8 +257,13 @@ CLAIMS = [
     ),
     Claim(
         OPS,
-        rf"Sleeps until the nearest slot \(at most {T}\)",
-        (f"{SCHEDULER}:SCHEDULER_MAX_SLEEP",),
+        rf"Sleeps until the nearest slot \(at most {T}\); a slot moved \(a `next_run_at` NOTIFY\)"
+        rf" wakes it, {T} after its last pass at the soonest, .*? a pass every {T}",
+        (
+            f"{SCHEDULER}:SCHEDULER_MAX_SLEEP",
+            f"{SCHEDULER}:SCHEDULER_PACE",
+            f"{SCHEDULER}:SCHEDULER_PACE",
+        ),
     ),
     Claim(OPS, rf"backs off \(\d+ s → {T}\)", (f"{DISPATCHER}:MAX_BACKOFF",)),
     Claim(
