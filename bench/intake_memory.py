@@ -44,6 +44,15 @@ def memory_figures(report: Report, cluster: BenchCluster, when: str, progress: P
     last = records[-1]
     # This operator process's records (a restarted operator appends to the same file).
     mine = [r for r in records if r.get("pid") == last.get("pid")]
+    if "gc" in last:  # the cyclic collector so far, per generation: [collections, seconds]
+        collections = last["gc"]
+        report.add_value(f"full collections so far, {when}", collections["2"][0], "")
+        report.add_value(
+            f"cyclic collector's CPU so far, {when}",
+            sum(seconds for _, seconds in collections.values()),
+            "s",
+            note=f"every generation (gc.callbacks); full ones: {collections['2'][1]:.2f} s",
+        )
     if "tasks" in last:
         peak_tasks = max(r["tasks"] for r in mine)
         report.add_value(f"asyncio tasks alive at most, {when}", peak_tasks, "")

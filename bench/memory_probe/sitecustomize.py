@@ -10,7 +10,9 @@ That record also carries /proc/self/smaps's RSS summed by mapping (the brk heap,
 anonymous mappings, each shared library): where the RSS that is not the heap lives.
 Each record counts the asyncio tasks alive (kopf's per-object workers); with
 ACHILLES_BENCH_MEMORY_PROBE_BODIES_EVERY=<seconds>, a record that often also counts the
-parsed Agent bodies alive (a walk of the whole heap): what the peak is made of.
+parsed Agent bodies alive (a walk of the whole heap): what the peak is made of. Each
+record also carries the cyclic collector's collections so far and their seconds, per
+generation (`gc.callbacks`): what the collector costs the process.
 """
 
 from __future__ import annotations
@@ -92,6 +94,20 @@ def _count_agent_bodies() -> int:
     return sum(1 for o in gc.get_objects() if _is_agent_body(o))
 
 
+# Per generation: collections and seconds so far; the start of the one under way.
+_GC_TOTALS: dict[str, list[float]] = {"0": [0, 0.0], "1": [0, 0.0], "2": [0, 0.0]}
+_GC_STARTED: list[float] = [0.0]
+
+
+def _timed_collection(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _GC_STARTED[0] = time.perf_counter()
+        return
+    totals = _GC_TOTALS[str(info["generation"])]
+    totals[0] += 1
+    totals[1] += time.perf_counter() - _GC_STARTED[0]
+
+
 def _probe(path: Path) -> None:
     trim = path.with_name(path.name + ".trim")
     libc = ctypes.CDLL("libc.so.6")
@@ -106,6 +122,7 @@ def _probe(path: Path) -> None:
                 "pid": os.getpid(),
                 "rss_kib": _rss_kib(),
                 "tasks": len(getattr(asyncio.tasks, "_all_tasks", ())),
+                "gc": {gen: [int(n), round(s, 4)] for gen, (n, s) in _GC_TOTALS.items()},
             }
             if count_every and time.monotonic() - counted_at >= count_every:
                 # Parsed Agent bodies alive now: a full walk of the heap, so only on request.
@@ -134,4 +151,5 @@ def _probe(path: Path) -> None:
 
 _target = os.environ.get("ACHILLES_BENCH_MEMORY_PROBE")
 if _target:
+    gc.callbacks.append(_timed_collection)
     threading.Thread(target=_probe, args=(Path(_target),), daemon=True, name="memory-probe").start()

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 import pytest
+from kubernetes import client
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -75,13 +76,11 @@ def _run_job(run_id: int, command: list[str] | None = None) -> dict[str, Any]:
 
 
 def _create(jobs: RunJobs, run_id: int, command: list[str] | None = None) -> None:
-    create_job(jobs.batch, jobs.namespace, _run_job(run_id, command))
+    create_job(client.BatchV1Api(jobs.api), jobs.namespace, _run_job(run_id, command))
 
 
 def _delete(jobs: RunJobs, run_id: int) -> None:
-    jobs.batch.delete_namespaced_job(
-        job_name(run_id), jobs.namespace, propagation_policy="Background"
-    )
+    assert jobs.delete(run_id)
 
 
 def _unlabelled(jobs: RunJobs, name: str) -> None:
@@ -89,7 +88,7 @@ def _unlabelled(jobs: RunJobs, name: str) -> None:
     manifest = _run_job(999_999)
     manifest["metadata"] = {"name": name}
     manifest["spec"]["template"]["metadata"] = {}
-    create_job(jobs.batch, jobs.namespace, manifest)
+    create_job(client.BatchV1Api(jobs.api), jobs.namespace, manifest)
 
 
 def _one_pass(stream: Any) -> list[Page[JobObservation] | Change[JobObservation]]:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from achilles.domain.run_secret import RunSecret
 from achilles.k8s.refusals import CREATE_TIMEOUT, JobRejected, not_sent, rejected
-from achilles.k8s.rest import CoreApi
+from achilles.k8s.rest import BatchApi, CoreApi
 from achilles.k8s.run_metadata import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -68,7 +67,7 @@ class RunSecrets:
     """The operator's calls on run Secrets (and on the Job a Secret belongs to), in the
     runs namespace only."""
 
-    def __init__(self, batch: client.BatchV1Api, core: CoreApi, namespace: str) -> None:
+    def __init__(self, batch: BatchApi, core: CoreApi, namespace: str) -> None:
         self.batch = batch
         self.core = core
         self.namespace = namespace
@@ -97,12 +96,12 @@ class RunSecrets:
         job = self._job(run_id)
         if job is None:
             return False
-        uid = job.metadata.uid if job.metadata else None
+        uid = (job.get("metadata") or {}).get("uid")
         if not uid:
             return False
         return self.create(run_id, secret, uid)
 
-    def _job(self, run_id: int) -> Any:
+    def _job(self, run_id: int) -> dict[str, Any] | None:
         """The run's Job (None: there is none); raises `JobRejected` as `create` does."""
         try:
             return self.batch.read_namespaced_job(
@@ -125,7 +124,7 @@ class RunSecrets:
         job = self._job(run_id)
         if job is None:
             return None
-        annotations = (job.metadata.annotations if job.metadata else None) or {}
+        annotations = (job.get("metadata") or {}).get("annotations") or {}
         found = annotations.get(RUN_SECRET_DIGEST_ANNOTATION)
         try:
             return bytes.fromhex(found) if found else None
