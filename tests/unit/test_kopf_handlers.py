@@ -16,6 +16,7 @@ from kopf._cogs.structs.ephemera import AnyMemo
 from kopf._core.reactor.inventory import ResourceMemory
 
 import achilles.handlers  # noqa: F401  (registers the handlers on kopf's default registry)
+from achilles.handlers.agents import agent_event
 from achilles.handlers.catalogue import model_event, platform_event, tool_event
 from achilles.handlers.diffbase import ForgetfulMemories, NoDiffBase
 
@@ -29,8 +30,7 @@ def test_every_resource_handler_is_a_watching_one() -> None:
     # ... and no index, whose state kopf keeps in the object's memory (ForgetfulMemories).
     assert list(registry._indexing.get_all_handlers()) == []
     watching = {handler.fn for handler in registry._watching.get_all_handlers()}
-    # The Agents are the agent watch's (handlers/agents.py), not kopf's.
-    assert watching == {model_event, tool_event, platform_event}
+    assert watching == {agent_event, model_event, tool_event, platform_event}
 
 
 def test_no_diff_base_is_built_read_or_stored() -> None:

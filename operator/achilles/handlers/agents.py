@@ -4,19 +4,15 @@ The decision is services/agent_events.py's (the Agent's use case, one module); t
 module reads the event (domain/agent_event.py's `AgentEvent`), asks, and applies the
 answer (spec patch, Events, status, wakes).
 
-The Agents' own list+watch (k8s/agent_watch.py, client-go's reflector without its
-cache, as for run pods and Jobs) hands every event to `on_agent_event`, on its thread:
-kopf's per-object machinery (a task, a memory, a cause, a logger and the handler's
-kwargs for each event) was most of the CPU of a restart's listing, for handlers that
-used none of it (`achilles bench intake`, docs/performance.md). The operator's own status
+kopf hands every event to `agent_event`, in its event loop. The operator's own status
 write coming back, and a listed Agent that already agrees with its row and status (most
 of them, when the operator starts), are settled there from memory, read from the raw
-body: no statement, no API call. Everything else is put, as the few fields the
-reconcile reads (an `AgentEvent`), on the Agent workqueue (runtime/workqueue.py), and
-the body goes with its page or event instead of being held until a thread is free
-(when kopf's handler waited for a thread, every Agent waiting held its whole body: at a
-first intake of 100,000 Agents, arriving faster than the threads reconcile them, that
-was 2 GiB). The workqueue's
+body: no statement, no API call, no thread. Everything else is put, as the few fields
+the reconcile reads (an `AgentEvent`), on the Agent workqueue (runtime/workqueue.py),
+and the handler returns: kopf lets the body go at once instead of holding it until a
+thread is free. When the handler waited for a thread, every Agent waiting held its whole
+body (about 20 KB, most of it `managedFields`): at a first intake of 100,000 Agents,
+arriving faster than the threads reconcile them, that was 2 GiB. The workqueue's
 threads (`THREADS`, started by manager.py) reconcile through the database
 (`handle_queued`), one thread per Agent at a time. A failure is the queue's rate-limited
 re-add (1 s, doubling to 60 s), and a requeue (a model or tool the Agent names came or
@@ -27,10 +23,11 @@ the Agent afresh when its turn comes, so the queue alone orders an Agent's handl
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import kopf
 
 from achilles.db.database import Database
 from achilles.domain.agent_event import AgentEvent, AgentReconciliation, is_own_status_echo
@@ -42,15 +39,14 @@ from achilles.handlers.agent_queue import (
     QueuedAgentEvent,
     agent_ref,
 )
-from achilles.handlers.context import RuntimeContext, StatusMarks
+from achilles.handlers.context import RuntimeContext, StatusMarks, context_of
 from achilles.handlers.signals import Happened
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
-from achilles.k8s.agent_watch import agent_watch
 from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
-from achilles.k8s.watching import ListWatch, Page
-from achilles.runtime.manager import LoopHandle
+from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
+from achilles.k8s.resources.kinds import AGENT
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import reconcile_agent_event, settled_from_memory
 from achilles.services.agent_intake import SettledAgents
@@ -100,72 +96,26 @@ def reconciler_of(context: RuntimeContext) -> AgentReconciler:
     )
 
 
-@dataclass(frozen=True)
-class AgentWatch:
-    """The Agents' list+watch and what its events need (`watch_of` builds it for the
-    agent-watch loop, handlers/manager.py): the reconciler (its queue, its digests, what
-    an Agent settled at once applies) and the status queue (an echo the status writer
-    asked to reconcile)."""
-
-    watch: ListWatch[dict[str, Any]]
-    reconciler: AgentReconciler
-    statuses: StatusQueue
-
-
-def watch_of(context: RuntimeContext) -> AgentWatch:
-    return AgentWatch(agent_watch(context.resources), reconciler_of(context), context.statuses)
-
-
-def follow_agents(agents: AgentWatch, stop: threading.Event) -> bool:
-    """One pass of the Agents' list+watch: list them when nothing is known yet (a start,
-    or the API server no longer has the version: every Agent comes as listed, type
-    None), then watch until the stream ends (True: the next pass resumes where it was).
-    An API server that failed raises; the next pass resumes from the last event taken,
-    so none is lost."""
-    stream = agents.watch.follow()
-    try:
-        while not stop.is_set():
-            item = next(stream, None)
-            if item is None:
-                return True
-            if isinstance(item, Page):
-                for body in item.items:
-                    on_agent_event(agents, None, body)
-            else:
-                on_agent_event(agents, item.type, item.item)
-        return True
-    finally:
-        stream.close()
-
-
-def run_watch(agents: AgentWatch, loop: LoopHandle) -> None:
-    """A watch ended is resumed at once; a failed one after the runtime's backoff."""
-    loop.drive(lambda: 0.0 if follow_agents(agents, loop.stop) else None)
-
-
-def on_agent_event(agents: AgentWatch, type: str | None, body: Mapping[str, Any]) -> None:
-    """One Agent event (type None: listed), on the agent-watch thread: settled at once
-    when it is the operator's own status coming back or a listed Agent that already
-    agrees with its row and status (no statement, no API call), else put on the Agent
-    workqueue as the few fields the reconcile reads."""
-    reconciler = agents.reconciler
+@kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
+async def agent_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    context = context_of(memo)
+    body = event["object"]
     uid = body["metadata"]["uid"]
     # With an older event of this Agent still waiting, this one replaces it whatever it
     # is: settled here, it would be followed by the older one's handling.
-    waiting = reconciler.queue.waiting(uid)
-    if not waiting and _is_echo(agents.statuses, type, body):
+    waiting = context.agent_queue.waiting(uid)
+    if not waiting and _is_echo(context.statuses, type, body):
         metrics.AGENT_EVENTS.labels("modified", "echo").inc()
         return
     agent = _read_event(type, body)
-    settled_agents = reconciler.settled_agents
-    if not waiting and type is None and settled_agents is not None:
-        settled = settled_from_memory(reconciler.database, agent, settled_agents)
+    if not waiting and type is None and context.settled_agents is not None:
+        settled = settled_from_memory(context.database, agent, context.settled_agents)
         if settled is not None:
             metrics.AGENT_EVENTS.labels("listed", "unchanged").inc()
             ref = agent_ref(agent.name, agent.namespace, agent.uid)
-            _apply(reconciler, ref, dict(agent.status), settled)
+            _apply(reconciler_of(context), ref, dict(agent.status), settled)
             return
-    reconciler.queue.put(uid, QueuedAgentEvent(type, agent))
+    context.agent_queue.put(uid, QueuedAgentEvent(type, agent))
 
 
 def handle_queued(reconciler: AgentReconciler, queued: QueuedAgent) -> None:

@@ -3,12 +3,11 @@ reconcile, as kueue's cmd/kueue/main.go sets up its reconcilers on controller-ru
 manager (`SetupWithManager(...).For(...).Watches(...)`). docs/architecture.md shows this
 table row for row (tests/unit/test_manager_table.py holds them to each other).
 
-kopf watches the three catalogue kinds and hands their events to catalogue.py in its
-event loop; the Agents' own list+watch runs here (`agent-watch`, agents.py: kopf's
-per-object machinery was most of a restart's CPU). What those cannot settle at once goes
-to a workqueue whose threads run here (`agents-N`, `catalogue-N`), and a failed
-reconcile is the queue's rate-limited re-add. What is not about one object runs here
-too, one thread per loop, each in its own module under controllers/. Who wakes whom is the `On`
+kopf watches the four kinds and hands their events to the handlers (agents.py,
+catalogue.py) in its event loop; what those cannot settle at once goes to a workqueue
+whose threads run here (`agents-N`, `catalogue-N`), and a failed reconcile is the
+queue's rate-limited re-add. What is not about one object runs here too, one thread per
+loop, each in its own module under controllers/. Who wakes whom is the `On`
 sources below and nothing else: a part emits what happened (handlers/signals.py), the
 manager routes it to the loops that declared it. Every loop is safe with two replicas
 because the database decides (row locks, SKIP LOCKED, the dispatch advisory lock, the
@@ -55,7 +54,7 @@ def agent_worker(context: RuntimeContext, loop: LoopHandle) -> None:
     """One of the Agent workqueue's threads: each takes an Agent's newest waiting event
     and reconciles it (`agents.handle_queued`, which logs and re-adds a failure), one
     thread per Agent at a time, on `agents.AgentReconciler` (its own handles, built by
-    `agents.reconciler_of`, which the agent watch uses too). Events still waiting when
+    `agents.reconciler_of`, which the kopf handler uses too). Events still waiting when
     the operator stops are not lost: the next start lists every Agent again."""
     reconciler = agents.reconciler_of(context)
 
@@ -63,10 +62,6 @@ def agent_worker(context: RuntimeContext, loop: LoopHandle) -> None:
         agents.handle_queued(reconciler, queued)
 
     process(reconciler.queue, handle, loop.stop, agents.TAKE_SECONDS)
-
-
-def agent_watch_loop(context: RuntimeContext, loop: LoopHandle) -> None:
-    agents.run_watch(agents.watch_of(context), loop)
 
 
 def catalogue_of(context: RuntimeContext) -> catalogue.CatalogueReconciler:
@@ -209,19 +204,9 @@ def status_loop(context: RuntimeContext, loop: LoopHandle) -> None:
 
 CONTROLLERS: tuple[Declared, ...] = (
     Controller(
-        "agent-watch",
-        sources=(ListWatch("Agent"),),
-        queue="none: each event settled at once (the operator's own status, a listed Agent"
-        " that agrees) or put on the Agent workqueue",
-        reconcile="agents.follow_agents",
-        run=agent_watch_loop,
-        joined=False,
-        retry=watchers.RETRY,
-    ),
-    Controller(
         "agents",
         sources=(
-            Stream("Agent", via="agent-watch"),
+            Stream("Agent", via="kopf"),
             Requeue("catalogue, sweeper: an AgentModel or AgentTool came or went"),
         ),
         queue="Agent workqueue keyed by uid, newest event wins; a failure re-added"

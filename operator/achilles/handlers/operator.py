@@ -100,10 +100,10 @@ def configure(
         spans=operator_spans(),
     )
     if context.settled_agents is not None:
-        # The agent watch lists every Agent once the runtime starts. With the snapshot
-        # read first, each listed Agent that agrees is settled on its thread as it
-        # arrives; read beside the listing, every Agent listed before the read ended was
-        # queued, its body held, for a handler thread that waited for the read
+        # kopf lists every Agent once this handler returns. With the snapshot read first,
+        # each listed Agent that agrees is settled in kopf's event loop as it arrives;
+        # read beside the listing, every Agent listed before the read ended was queued,
+        # its body held, for a handler thread that waited for the read
         # (`achilles bench intake`: the RSS a restart leaves). A read that fails or hangs
         # does not hold the start: the first listed Agent reads it again.
         context.settled_agents.preload().join(SNAPSHOT_WAIT_SECONDS)

@@ -12,15 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.resources.common import API_GROUP, API_VERSION, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
-from achilles.k8s.rest import (
-    DEFAULT_TIMEOUT,
-    MERGE_PATCH,
-    CoreApi,
-    each_metadata,
-    request,
-    request_json,
-    request_unread,
-)
+from achilles.k8s.rest import MERGE_PATCH, CoreApi, each_metadata, request_unread
 
 COMPONENT = "achilles-operator"
 
@@ -87,23 +79,6 @@ class Resources:
                 return False
             raise
         return True
-
-    def list_agents(
-        self,
-        namespace: str,
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Any = DEFAULT_TIMEOUT,
-        **query: Any,
-    ) -> Any:
-        """The AgentList of `namespace`, or of every namespace when it is "", as a dict;
-        with `_preload_content=False`, the unread response (a watch's stream when
-        `watch=True`): k8s/watching.py's `ListWatch` takes it as a generated `list_*`."""
-        scope = f"/namespaces/{namespace}" if namespace else ""
-        path = f"/apis/{API_GROUP}/{API_VERSION_NAME}{scope}/{AGENT.plural}"
-        if not _preload_content:
-            return request(self.api, "GET", path, query=query, timeout=_request_timeout)
-        return request_json(self.api, "GET", path, query=query, timeout=_request_timeout)
 
     def agent_uids(self) -> set[str] | None:
         """The uids of every Agent in the cluster (metadata only); None on failure."""

@@ -99,8 +99,7 @@ class LoopHandle:
 
 @dataclass(frozen=True)
 class Stream:
-    """Events of a kind, handed over by `via` (kopf's watch of a custom resource, or a
-    list+watch of our own)."""
+    """Events of a kind, handed over by `via` (kopf's watch of a custom resource)."""
 
     kind: str
     via: str
