@@ -47,6 +47,26 @@ class Scripted:
         return after
 
 
+def _driven(
+    name: str, woken: Wake, reconcile: Scripted, pace: float = 0.0
+) -> tuple[LoopHandle, threading.Thread]:
+    """The loop's handle, its `drive` running `reconcile` on a thread of its own."""
+    loop = LoopHandle(name, threading.Event(), woken, Passes(NoPasses()), pace=pace)
+    thread = threading.Thread(target=loop.drive, args=(reconcile,), daemon=True)
+    thread.start()
+    return loop, thread
+
+
+def _woken_during(woken: Wake, after: float) -> Callable[[], float]:
+    """A pass that sets its own loop's wake (a NOTIFY during it) and asks for `after`."""
+
+    def step() -> float:
+        woken.set()
+        return after
+
+    return step
+
+
 def _stopped(loop: LoopHandle, thread: threading.Thread) -> None:
     loop.stop.set()
     loop.woken.set()
@@ -64,9 +84,7 @@ def test_wakes_during_a_pass_make_one_pass_a_pace_after_it_began() -> None:
         return 60.0
 
     reconcile = Scripted([storm, lambda: 60.0, lambda: 60.0])
-    loop = LoopHandle("scheduler", threading.Event(), woken, Passes(NoPasses()), pace=pace)
-    thread = threading.Thread(target=loop.drive, args=(reconcile,), daemon=True)
-    thread.start()
+    loop, thread = _driven("scheduler", woken, reconcile, pace=pace)
     assert reconcile.passed[1].wait(PATIENCE)
     _stopped(loop, thread)
     # 200 wakes, one pass; it began no sooner than the pace after the first.
@@ -77,30 +95,18 @@ def test_wakes_during_a_pass_make_one_pass_a_pace_after_it_began() -> None:
 def test_a_pass_due_by_its_timer_is_not_held_by_the_pace() -> None:
     woken = Wake()
 
-    def woken_and_due_soon() -> float:
-        woken.set()
-        return 0.05  # the nearest slot
-
-    reconcile = Scripted([woken_and_due_soon, lambda: 60.0])
+    # Woken during the pass, the nearest slot due in 0.05 s.
+    reconcile = Scripted([_woken_during(woken, 0.05), lambda: 60.0])
     # A pace of a minute: the second pass comes at the slot, not after the pace.
-    loop = LoopHandle("scheduler", threading.Event(), woken, Passes(NoPasses()), pace=60.0)
-    thread = threading.Thread(target=loop.drive, args=(reconcile,), daemon=True)
-    thread.start()
+    loop, thread = _driven("scheduler", woken, reconcile, pace=60.0)
     assert reconcile.passed[1].wait(PATIENCE)
     _stopped(loop, thread)
 
 
 def test_the_stop_ends_a_paced_wait() -> None:
     woken = Wake()
-
-    def woken_during() -> float:
-        woken.set()
-        return 3600.0
-
-    reconcile = Scripted([woken_during, lambda: 60.0])
-    loop = LoopHandle("scheduler", threading.Event(), woken, Passes(NoPasses()), pace=3600.0)
-    thread = threading.Thread(target=loop.drive, args=(reconcile,), daemon=True)
-    thread.start()
+    reconcile = Scripted([_woken_during(woken, 3600.0), lambda: 60.0])
+    loop, thread = _driven("scheduler", woken, reconcile, pace=3600.0)
     assert reconcile.passed[0].wait(PATIENCE)
     _stopped(loop, thread)  # not an hour later
     assert len(reconcile.starts) == 1
@@ -109,15 +115,8 @@ def test_the_stop_ends_a_paced_wait() -> None:
 def test_without_a_pace_a_wake_during_a_pass_is_the_next_pass_at_once() -> None:
     """The default (every other loop): the dispatcher's wakes are runs to start."""
     woken = Wake()
-
-    def woken_during() -> float:
-        woken.set()
-        return 3600.0
-
-    reconcile = Scripted([woken_during, lambda: 3600.0])
-    loop = LoopHandle("dispatcher", threading.Event(), woken, Passes(NoPasses()))
-    thread = threading.Thread(target=loop.drive, args=(reconcile,), daemon=True)
-    thread.start()
+    reconcile = Scripted([_woken_during(woken, 3600.0), lambda: 3600.0])
+    loop, thread = _driven("dispatcher", woken, reconcile)
     assert reconcile.passed[1].wait(PATIENCE)
     _stopped(loop, thread)
 

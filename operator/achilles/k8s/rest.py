@@ -101,6 +101,17 @@ def request_unread(api: client.ApiClient, method: str, path: str, **kwargs: Any)
         response.release_conn()
 
 
+def list_or_watch(
+    api: client.ApiClient, path: str, preload: bool, timeout: Any, query: dict[str, Any]
+) -> Any:
+    """A generated `list_*` call's answer: the list as a dict, or with `preload` False
+    (as `_preload_content=False`) the unread response, a watch's stream when `query`
+    says `watch=True` (k8s/watching.py's `ListWatch` reads it so)."""
+    if not preload:
+        return request(api, "GET", path, query=query, timeout=timeout)
+    return request_json(api, "GET", path, query=query, timeout=timeout)
+
+
 def each_metadata(api: client.ApiClient, path: str, **query: Any) -> Iterator[dict[str, Any]]:
     """The metadata of each object the list at `path` holds, read in pages of
     METADATA_PAGE (`query`: the generated clients' keywords, e.g. `label_selector`) and
@@ -142,9 +153,7 @@ class CoreApi:
         """The PodList as a dict; with `_preload_content=False`, the unread response (a
         watch's stream when `watch=True`)."""
         path = f"/api/v1/namespaces/{namespace}/pods"
-        if not _preload_content:
-            return request(self.api, "GET", path, query=query, timeout=_request_timeout)
-        return request_json(self.api, "GET", path, query=query, timeout=_request_timeout)
+        return list_or_watch(self.api, path, _preload_content, _request_timeout, query)
 
     def read_namespaced_secret(self, name: str, namespace: str) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
@@ -180,9 +189,7 @@ class BatchApi:
         """The JobList as a dict; with `_preload_content=False`, the unread response (a
         watch's stream when `watch=True`)."""
         path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-        if not _preload_content:
-            return request(self.api, "GET", path, query=query, timeout=_request_timeout)
-        return request_json(self.api, "GET", path, query=query, timeout=_request_timeout)
+        return list_or_watch(self.api, path, _preload_content, _request_timeout, query)
 
     def create_namespaced_job(
         self, namespace: str, body: dict[str, Any], *, _request_timeout: Any = DEFAULT_TIMEOUT
