@@ -34,9 +34,10 @@ class Resources:
 
     def patch_status(self, ref: ObjectRef, status: dict[str, Any]) -> bool:
         """Merge-patch `status`; False when the object is gone. The answer (the whole
-        object) is not decoded: through the generated client, decoding it and validating
-        the call was a third of an Agent's reconcile at a restart (a py-spy --gil profile
-        of `achilles bench intake`), for an answer no caller reads."""
+        object) is not decoded: through the generated client the whole call (validating
+        its arguments, the request, decoding that answer) was a third of an Agent's
+        reconcile at a restart (a py-spy --gil profile of `achilles bench intake`), and
+        no caller reads the answer."""
         scope = "" if ref.namespace is None else f"/namespaces/{ref.namespace}"
         path = f"/apis/{API_GROUP}/{API_VERSION_NAME}{scope}/{ref.plural}/{ref.name}/status"
         try:
