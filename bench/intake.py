@@ -32,7 +32,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from achilles.db.database import Database
-from achilles.handlers.operator import LISTING_PAGE
+from achilles.k8s.watching import PAGE_SIZE as LISTING_PAGE
 from bench.apiserver_counts import (
     etcd_sizes,
     mean_object_bytes,

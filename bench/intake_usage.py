@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any, cast
 
-from achilles.handlers.operator import LISTING_PAGE
+from achilles.k8s.watching import PAGE_SIZE as LISTING_PAGE
 from bench.cluster import GROUP, VERSION, BenchCluster
 from bench.operator_process import Usage
 

@@ -195,3 +195,33 @@ def test_the_catalogue_queue_keeps_a_relist_under_a_newer_event() -> None:
     queue.put(key, CatalogueToRead(tool))
     queue.put(key, event)
     assert queue.take(0) == (key, event)
+
+
+def test_wait_handled_returns_once_the_keys_handlings_end() -> None:
+    """What a listing put is handled when none of its keys waits or is being handled;
+    a key put later, or a failure's re-add waiting out its backoff, does not hold it."""
+    queue: WorkQueue[str, int] = WorkQueue()
+    queue.put("a", 1)
+    queue.put("b", 1)
+    assert not queue.wait_handled(["a", "b"], 0)
+    assert queue.take(0) == ("a", 1)
+    queue.done("a")
+    assert queue.take(0) == ("b", 1)
+    assert not queue.wait_handled(["a", "b"], 0), "b is being handled"
+    queue.add_rate_limited("b", 2)  # b failed: re-added after its backoff
+    queue.done("b")
+    queue.put("c", 1)
+    assert queue.wait_handled(["a", "b"], 0)
+    assert queue.wait_handled([], 0)
+
+
+def test_a_thread_waiting_for_keys_wakes_when_the_last_is_done() -> None:
+    queue: WorkQueue[str, int] = WorkQueue()
+    queue.put("a", 1)
+    answered: list[bool] = []
+    waiter = threading.Thread(target=lambda: answered.append(queue.wait_handled(["a"], 30)))
+    waiter.start()
+    assert queue.take(30) == ("a", 1)
+    queue.done("a")
+    waiter.join(30)
+    assert answered == [True]

@@ -31,7 +31,6 @@ def operator(liveness: str, verbose: bool) -> None:
     import achilles.handlers  # noqa: F401 - registers the handlers
     from achilles.cli.common import CommandFailed
     from achilles.handlers.config import OperatorConfig
-    from achilles.handlers.diffbase import ForgetfulMemories
     from achilles.k8s.client import load_configuration
 
     config = OperatorConfig.from_env()  # fail fast, with a one-line error, on bad settings
@@ -56,7 +55,6 @@ def operator(liveness: str, verbose: bool) -> None:
     _refuse_powerful_login(config.database_url)
     asyncio.run(
         kopf.operator(
-            memories=ForgetfulMemories(),
             clusterwide=True,
             standalone=True,
             liveness_endpoint=liveness or None,

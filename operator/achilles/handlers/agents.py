@@ -4,15 +4,19 @@ The decision is services/agent_events.py's (the Agent's use case, one module); t
 module reads the event (domain/agent_event.py's `AgentEvent`), asks, and applies the
 answer (spec patch, Events, status, wakes).
 
-kopf hands every event to `agent_event`, in its event loop. The operator's own status
+The Agents' own list+watch (k8s/agent_watch.py, client-go's reflector without its
+cache, as for run pods and Jobs) hands every event to `on_agent_event`, on its thread:
+kopf's per-object machinery (a task, a memory, a cause, a logger and the handler's
+kwargs for each event) was most of the CPU of a restart's listing, for handlers that
+used none of it (`achilles bench intake`, docs/performance.md). The operator's own status
 write coming back, and a listed Agent that already agrees with its row and status (most
 of them, when the operator starts), are settled there from memory, read from the raw
-body: no statement, no API call, no thread. Everything else is put, as the few fields
-the reconcile reads (an `AgentEvent`), on the Agent workqueue (runtime/workqueue.py),
-and the handler returns: kopf lets the body go at once instead of holding it until a
-thread is free. When the handler waited for a thread, every Agent waiting held its whole
-body (about 20 KB, most of it `managedFields`): at a first intake of 100,000 Agents,
-arriving faster than the threads reconcile them, that was 2 GiB. The workqueue's
+body: no statement, no API call. Everything else is put, as the few fields the
+reconcile reads (an `AgentEvent`), on the Agent workqueue (runtime/workqueue.py), and
+the body goes with its page or event instead of being held until a thread is free
+(when kopf's handler waited for a thread, every Agent waiting held its whole body: at a
+first intake of 100,000 Agents, arriving faster than the threads reconcile them, that
+was 2 GiB). The workqueue's
 threads (`THREADS`, started by manager.py) reconcile through the database
 (`handle_queued`), one thread per Agent at a time. A failure is the queue's rate-limited
 re-add (1 s, doubling to 60 s), and a requeue (a model or tool the Agent names came or
@@ -23,11 +27,11 @@ the Agent afresh when its turn comes, so the queue alone orders an Agent's handl
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import kopf
 
 from achilles.db.database import Database
 from achilles.domain.agent_event import AgentEvent, AgentReconciliation, is_own_status_echo
@@ -39,14 +43,17 @@ from achilles.handlers.agent_queue import (
     QueuedAgentEvent,
     agent_ref,
 )
-from achilles.handlers.context import RuntimeContext, StatusMarks, context_of
+from achilles.handlers.context import RuntimeContext, StatusMarks
 from achilles.handlers.signals import Happened
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.annotations import CANCEL_RUN, RUN_REQUESTED_AT
+from achilles.k8s.custom_watch import custom_watch
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
-from achilles.k8s.resources.common import API_GROUP, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
+from achilles.k8s.watching import ListWatch, Page
+from achilles.runtime.manager import LoopHandle
+from achilles.runtime.synced import Synced
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_events import reconcile_agent_event, settled_from_memory
 from achilles.services.agent_intake import SettledAgents
@@ -54,10 +61,13 @@ from achilles.services.agent_intake import SettledAgents
 log = logging.getLogger("achilles.operator")
 
 
-# The workqueue's threads: as many as kopf's threads for the other handlers; a reconcile
-# is mostly Python under one GIL with a few short statements, so more threads only wait
-# (operator.py).
+# The workqueue's threads: a reconcile is mostly Python under one GIL with a few short
+# statements, so more threads only wait.
 THREADS = 4
+# The longest the Agents' listing waits for the catalogue's (a catalogue kind's listing
+# waits catalogue.SYNC_SECONDS for its objects to be mirrored; a kind that cannot be
+# listed, the API server refusing it, holds the Agents this long).
+CATALOGUE_SYNC_SECONDS = 60.0
 # How long a thread waits for an event before it looks at the stop flag again.
 TAKE_SECONDS = 1.0
 # The reconcile's name in the log.
@@ -67,7 +77,7 @@ RECONCILE = "agent_reconcile"
 @dataclass(frozen=True)
 class AgentReconciler:
     """An Agent's reconcile, with exactly what it uses (`reconciler_of` builds it for the
-    workqueue's threads, handlers/manager.py, and for what the kopf handler settles from
+    workqueue's threads, handlers/manager.py, and for what the agent watch settles from
     memory): the journal's database, the API server (the Agent read afresh, its spec,
     status and Events), the Jobs client (a removed Agent's Jobs, a cancelled run's), the
     Agent workqueue (a failure's re-add), the rows' digests a listed Agent is checked
@@ -96,26 +106,92 @@ def reconciler_of(context: RuntimeContext) -> AgentReconciler:
     )
 
 
-@kopf.on.event(API_GROUP, API_VERSION_NAME, AGENT.plural)
-async def agent_event(type: str | None, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    context = context_of(memo)
-    body = event["object"]
+@dataclass(frozen=True)
+class AgentWatch:
+    """The Agents' list+watch and what its events need (`watch_of` builds it for the
+    agent-watch loop, handlers/manager.py): the reconciler (its queue, its digests, what
+    an Agent settled at once applies), the status queue (an echo the status writer
+    asked to reconcile) and the catalogue's first listings (`catalogue_synced`: the
+    models and tools an Agent names are mirrored before the Agents are listed)."""
+
+    watch: ListWatch[dict[str, Any]]
+    reconciler: AgentReconciler
+    statuses: StatusQueue
+    catalogue_synced: Synced
+
+
+def watch_of(context: RuntimeContext) -> AgentWatch:
+    return AgentWatch(
+        custom_watch(context.resources, AGENT),
+        reconciler_of(context),
+        context.statuses,
+        context.catalogue_synced,
+    )
+
+
+def follow_agents(agents: AgentWatch, stop: threading.Event) -> bool:
+    """One pass of the Agents' list+watch: list them when nothing is known yet (a start,
+    or the API server no longer has the version: every Agent comes as listed, type
+    None), then watch until the stream ends (True: the next pass resumes where it was).
+    An API server that failed raises; the next pass resumes from the last event taken,
+    so none is lost."""
+    stream = agents.watch.follow()
+    listed, since = 0, time.monotonic()
+    try:
+        while not stop.is_set():
+            item = next(stream, None)
+            if item is None:
+                return True
+            if not isinstance(item, Page):
+                on_agent_event(agents, item.type, item.item)
+                continue
+            if item.first:
+                listed, since = 0, time.monotonic()
+            listed += len(item.items)
+            for body in item.items:
+                on_agent_event(agents, None, body)
+            if item.last:
+                log.info("%d Agent(s) listed in %.1f s, %d to reconcile", listed,
+                         time.monotonic() - since, len(agents.reconciler.queue))  # fmt: skip
+        return True
+    finally:
+        stream.close()
+
+
+def run_watch(agents: AgentWatch, loop: LoopHandle) -> None:
+    """First the catalogue's first listings, mirrored (CATALOGUE_SYNC_SECONDS at
+    most): an Agent listed before its AgentModel was mirrored would be refused a run
+    its model allows ("no model"). Then a watch ended is resumed at once; a failed one
+    after the runtime's backoff."""
+    if not agents.catalogue_synced.wait(CATALOGUE_SYNC_SECONDS):
+        pending = ", ".join(sorted(agents.catalogue_synced.pending()))
+        log.warning("the Agents listed before the catalogue (%s not listed yet)", pending)
+    loop.drive(lambda: 0.0 if follow_agents(agents, loop.stop) else None)
+
+
+def on_agent_event(agents: AgentWatch, type: str | None, body: Mapping[str, Any]) -> None:
+    """One Agent event (type None: listed), on the agent-watch thread: settled at once
+    when it is the operator's own status coming back or a listed Agent that already
+    agrees with its row and status (no statement, no API call), else put on the Agent
+    workqueue as the few fields the reconcile reads."""
+    reconciler = agents.reconciler
     uid = body["metadata"]["uid"]
     # With an older event of this Agent still waiting, this one replaces it whatever it
     # is: settled here, it would be followed by the older one's handling.
-    waiting = context.agent_queue.waiting(uid)
-    if not waiting and _is_echo(context.statuses, type, body):
+    waiting = reconciler.queue.waiting(uid)
+    if not waiting and _is_echo(agents.statuses, type, body):
         metrics.AGENT_EVENTS.labels("modified", "echo").inc()
         return
     agent = _read_event(type, body)
-    if not waiting and type is None and context.settled_agents is not None:
-        settled = settled_from_memory(context.database, agent, context.settled_agents)
+    settled_agents = reconciler.settled_agents
+    if not waiting and type is None and settled_agents is not None:
+        settled = settled_from_memory(reconciler.database, agent, settled_agents)
         if settled is not None:
             metrics.AGENT_EVENTS.labels("listed", "unchanged").inc()
             ref = agent_ref(agent.name, agent.namespace, agent.uid)
-            _apply(reconciler_of(context), ref, dict(agent.status), settled)
+            _apply(reconciler, ref, dict(agent.status), settled)
             return
-    context.agent_queue.put(uid, QueuedAgentEvent(type, agent))
+    reconciler.queue.put(uid, QueuedAgentEvent(type, agent))
 
 
 def handle_queued(reconciler: AgentReconciler, queued: QueuedAgent) -> None:
@@ -140,7 +216,7 @@ def _event_of(reconciler: AgentReconciler, queued: QueuedAgent) -> QueuedAgentEv
         return queued
     ref = queued.ref
     body = reconciler.resources.read_object(ref)
-    if body is not None:  # handled as kopf hands over a listed object: in full
+    if body is not None:  # handled as a listed object: in full
         return QueuedAgentEvent(None, _read_event(None, body))
     # Gone meanwhile: handled as its deletion.
     meta = {"uid": ref.uid, "namespace": ref.namespace, "name": ref.name}
@@ -150,7 +226,7 @@ def _event_of(reconciler: AgentReconciler, queued: QueuedAgent) -> QueuedAgentEv
 def _reconcile(reconciler: AgentReconciler, queued: QueuedAgentEvent) -> None:
     event = queued.event
     kind = "listed" if queued.type is None else queued.type.lower()
-    # A listed Agent (kopf's listing at start, or a retry's fresh read) may already agree.
+    # A listed Agent (the listing at start, or a retry's fresh read) may already agree.
     settled = reconciler.settled_agents if queued.type is None else None
     reconciliation = reconcile_agent_event(reconciler.database, event, settled)
     metrics.AGENT_EVENTS.labels(
@@ -164,7 +240,7 @@ def _reconcile(reconciler: AgentReconciler, queued: QueuedAgentEvent) -> None:
 
 def _is_echo(statuses: StatusQueue, type: str | None, body: Mapping[str, Any]) -> bool:
     """The operator's own status write coming back, unless the status writer asked for
-    a reconcile of the agent: told in kopf's event loop, from the raw body, with no
+    a reconcile of the agent: told on the agent watch's thread, from the raw body, with no
     thread hop (most events, once the operator runs, are these)."""
     meta, status = body["metadata"], body.get("status") or {}
     annotations = meta.get("annotations") or {}
@@ -179,11 +255,11 @@ def _is_echo(statuses: StatusQueue, type: str | None, body: Mapping[str, Any]) -
 
 
 def _read_event(type: str | None, body: Mapping[str, Any]) -> AgentEvent:
-    """What the reconcile reads of an Agent, from its raw body, not through kopf's views
-    of it: in kopf's event loop, for each of the Agents listed at a start, resolving every
-    field through a view was a quarter of the handler's time (a py-spy profile of
-    `achilles bench intake`). It keeps the spec, the status and the annotations, and lets
-    the rest of the body (most of it `managedFields`) go with kopf's event."""
+    """What the reconcile reads of an Agent, from its raw body: it keeps the spec, the
+    status and the annotations, and lets the rest of the body (most of it
+    `managedFields`) go with its page or event. (When kopf handed the Agents over,
+    resolving every field through its views was a quarter of the handler's time at a
+    start's listing: a py-spy profile of `achilles bench intake`.)"""
     meta = body["metadata"]
     return AgentEvent(
         uid=meta["uid"],

@@ -10,14 +10,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from achilles.k8s.objects import ObjectRef
+from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL
+from achilles.runtime.synced import Synced
 from achilles.runtime.workqueue import WorkQueue
 
 CatalogueKey = tuple[str, str]  # (kind, name)
+# The catalogue's kinds, each with its own list+watch (handlers/catalogue.py).
+CATALOGUE_KINDS = (AGENT_MODEL, AGENT_TOOL, AGENT_PLATFORM)
 
 
 @dataclass(frozen=True)
 class CatalogueEvent:
-    """kopf's event type (None: listed) and the object's metadata, spec and status;
+    """The watch event's type (None: listed) and the object's metadata, spec and status;
     `relist`: an MCP AgentTool's server is listed even if its status is current."""
 
     ref: ObjectRef
@@ -56,3 +60,8 @@ def keep_relist(waiting: QueuedCatalogue, newer: QueuedCatalogue) -> QueuedCatal
 
 def new_catalogue_queue() -> WorkQueue[CatalogueKey, QueuedCatalogue]:
     return WorkQueue(merge=keep_relist)
+
+
+def new_catalogue_synced() -> Synced:
+    """Each catalogue kind marked once its first listing is mirrored (the Agents wait)."""
+    return Synced(kind.kind for kind in CATALOGUE_KINDS)

@@ -1,4 +1,4 @@
-"""What the operator's controllers and its kopf handlers share: one `RuntimeContext`.
+"""What the operator's controllers and object handlers share: one `RuntimeContext`.
 
 It holds the process's handles (database, API clients, settings), the wakes by which
 one part tells the loops that something happened (`wakes`: routed by handlers/
@@ -13,28 +13,29 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import kopf
+from typing import Protocol
 
 from achilles.db.database import Database, outage
 from achilles.handlers import metrics
 from achilles.handlers.agent_queue import QueuedAgent
-from achilles.handlers.catalogue_queue import CatalogueKey, QueuedCatalogue, new_catalogue_queue
+from achilles.handlers.catalogue_queue import (
+    CatalogueKey,
+    QueuedCatalogue,
+    new_catalogue_queue,
+    new_catalogue_synced,
+)
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.signals import Happened
 from achilles.handlers.statuses import StatusQueue, WrittenStatuses
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import Resources
 from achilles.runtime.loops import Passes
+from achilles.runtime.synced import Synced
 from achilles.runtime.wake import Wakes
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services.agent_intake import SettledAgents
 from achilles.services.run_objects import RunObjects
 from achilles.telemetry.spans import NO_SPANS, Spans
-
-# Where kopf's memo holds the context (handlers/operator.py puts it there at start).
-CONTEXT_KEY = "runtime"
 
 # An owner's other agents get the weekly budget a run changed in turns (StatusQueue):
 # at most 100 patches every 10 s per replica, however many agents an owner has.
@@ -138,6 +139,8 @@ class RuntimeContext:
     catalogue_queue: WorkQueue[CatalogueKey, QueuedCatalogue] = field(
         default_factory=new_catalogue_queue
     )
+    # The catalogue kinds whose first listing is mirrored: the Agents' listing waits.
+    catalogue_synced: Synced = field(default_factory=new_catalogue_synced)
     # Run pods and Jobs as the watchers know them; the sweeper reads it (no listing).
     run_objects: RunObjects = field(init=False)
 
@@ -162,12 +165,3 @@ class RuntimeContext:
     def health(self) -> dict[str, float]:
         """Seconds since each loop last completed a pass."""
         return self.passes.health()
-
-
-def context_of(memo: Any) -> RuntimeContext:
-    """The context from kopf's memo; an event before the start put it there is retried
-    by kopf (the one kopf error the handlers raise)."""
-    context = memo.get(CONTEXT_KEY)
-    if not isinstance(context, RuntimeContext):
-        raise kopf.TemporaryError("the operator's runtime is starting", delay=2)
-    return context

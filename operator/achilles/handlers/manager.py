@@ -3,22 +3,28 @@ reconcile, as kueue's cmd/kueue/main.go sets up its reconcilers on controller-ru
 manager (`SetupWithManager(...).For(...).Watches(...)`). docs/architecture.md shows this
 table row for row (tests/unit/test_manager_table.py holds them to each other).
 
-kopf watches the four kinds and hands their events to the handlers (agents.py,
-catalogue.py) in its event loop; what those cannot settle at once goes to a workqueue
-whose threads run here (`agents-N`, `catalogue-N`), and a failed reconcile is the
-queue's rate-limited re-add. What is not about one object runs here too, one thread per
-loop, each in its own module under controllers/. Who wakes whom is the `On`
-sources below and nothing else: a part emits what happened (handlers/signals.py), the
-manager routes it to the loops that declared it. Every loop is safe with two replicas
-because the database decides (row locks, SKIP LOCKED, the dispatch advisory lock, the
-one-active-run and request-key indexes).
+Each kind of ours has its list+watch here, a thread each (`agentmodel-watch`,
+`agenttool-watch`, `agentplatform-watch`, catalogue.py; `agent-watch`, agents.py, which
+lists once the catalogue's first listings are mirrored): kopf's per-object machinery was
+most of a restart's CPU, for handlers that used none of it, and kopf cannot say when a
+kind's listing is done. What a watch cannot settle at once goes to a workqueue whose
+threads run here (`agents-N`, `catalogue-N`), and a failed reconcile is the queue's
+rate-limited re-add. What is not about one object runs here too, one thread per loop,
+each in its own module under controllers/. kopf runs the start-up (operator.py), the
+clean-up and the probe. Who wakes whom is the `On` sources below and nothing else: a
+part emits what happened (handlers/signals.py), the manager routes it to the loops that
+declared it. Every loop is safe with two replicas because the database decides (row
+locks, SKIP LOCKED, the dispatch advisory lock, the one-active-run and request-key
+indexes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from achilles.handlers import agents, catalogue
 from achilles.handlers.agent_queue import QueuedAgent
-from achilles.handlers.catalogue_queue import QueuedCatalogue
+from achilles.handlers.catalogue_queue import CATALOGUE_KINDS, QueuedCatalogue
 from achilles.handlers.context import RuntimeContext
 from achilles.handlers.controllers import (
     dispatcher,
@@ -30,6 +36,7 @@ from achilles.handlers.controllers import (
     watchers,
 )
 from achilles.handlers.signals import EMITTED_BY, Happened
+from achilles.k8s.resources.kinds import CustomResourceKind
 from achilles.runtime.backoff import Backoff
 from achilles.runtime.manager import (
     Channel,
@@ -54,7 +61,7 @@ def agent_worker(context: RuntimeContext, loop: LoopHandle) -> None:
     """One of the Agent workqueue's threads: each takes an Agent's newest waiting event
     and reconciles it (`agents.handle_queued`, which logs and re-adds a failure), one
     thread per Agent at a time, on `agents.AgentReconciler` (its own handles, built by
-    `agents.reconciler_of`, which the kopf handler uses too). Events still waiting when
+    `agents.reconciler_of`, which the agent watch uses too). Events still waiting when
     the operator stops are not lost: the next start lists every Agent again."""
     reconciler = agents.reconciler_of(context)
 
@@ -62,6 +69,32 @@ def agent_worker(context: RuntimeContext, loop: LoopHandle) -> None:
         agents.handle_queued(reconciler, queued)
 
     process(reconciler.queue, handle, loop.stop, agents.TAKE_SECONDS)
+
+
+def agent_watch_loop(context: RuntimeContext, loop: LoopHandle) -> None:
+    agents.run_watch(agents.watch_of(context), loop)
+
+
+def catalogue_watch_loop(kind: CustomResourceKind) -> Callable[[RuntimeContext, LoopHandle], None]:
+    """The loop of one catalogue kind's list+watch (`catalogue.follow_catalogue`)."""
+
+    def loop(context: RuntimeContext, handle: LoopHandle) -> None:
+        catalogue.run_watch(catalogue.watch_of(context, kind), handle)
+
+    return loop
+
+
+def catalogue_watch(kind: CustomResourceKind) -> Declared:
+    return Controller(
+        f"{kind.singular}-watch",
+        sources=(ListWatch(kind.kind),),
+        queue="none: each event put on the catalogue workqueue; the first listing"
+        " mirrored before the watch goes on",
+        reconcile="catalogue.follow_catalogue",
+        run=catalogue_watch_loop(kind),
+        joined=False,
+        retry=watchers.RETRY,
+    )
 
 
 def catalogue_of(context: RuntimeContext) -> catalogue.CatalogueReconciler:
@@ -203,10 +236,22 @@ def status_loop(context: RuntimeContext, loop: LoopHandle) -> None:
 
 
 CONTROLLERS: tuple[Declared, ...] = (
+    *(catalogue_watch(kind) for kind in CATALOGUE_KINDS),
+    Controller(
+        "agent-watch",
+        sources=(ListWatch("Agent"),),
+        queue="none: each event settled at once (the operator's own status, a listed Agent"
+        " that agrees) or put on the Agent workqueue; listed once the catalogue's first"
+        " listings are mirrored",
+        reconcile="agents.follow_agents",
+        run=agent_watch_loop,
+        joined=False,
+        retry=watchers.RETRY,
+    ),
     Controller(
         "agents",
         sources=(
-            Stream("Agent", via="kopf"),
+            Stream("Agent", via="agent-watch"),
             Requeue("catalogue, sweeper: an AgentModel or AgentTool came or went"),
         ),
         queue="Agent workqueue keyed by uid, newest event wins; a failure re-added"
@@ -219,9 +264,7 @@ CONTROLLERS: tuple[Declared, ...] = (
     Controller(
         "catalogue",
         sources=(
-            Stream("AgentModel", via="kopf"),
-            Stream("AgentTool", via="kopf"),
-            Stream("AgentPlatform", via="kopf"),
+            *(Stream(kind.kind, via=f"{kind.singular}-watch") for kind in CATALOGUE_KINDS),
             Requeue("sweeper: each MCP AgentTool to list again (its MCP listings pass)"),
         ),
         queue="catalogue workqueue keyed by kind and name, newest event wins (a waiting"

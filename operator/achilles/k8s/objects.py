@@ -12,7 +12,14 @@ from kubernetes.client.exceptions import ApiException
 
 from achilles.k8s.resources.common import API_GROUP, API_VERSION, API_VERSION_NAME
 from achilles.k8s.resources.kinds import AGENT
-from achilles.k8s.rest import MERGE_PATCH, CoreApi, each_metadata, request_unread
+from achilles.k8s.rest import (
+    DEFAULT_TIMEOUT,
+    MERGE_PATCH,
+    CoreApi,
+    each_metadata,
+    list_or_watch,
+    request_unread,
+)
 
 COMPONENT = "achilles-operator"
 
@@ -80,6 +87,23 @@ class Resources:
                 return False
             raise
         return True
+
+    def list_objects(
+        self,
+        plural: str,
+        namespace: str,
+        *,
+        _preload_content: bool = True,
+        _request_timeout: Any = DEFAULT_TIMEOUT,
+        **query: Any,
+    ) -> Any:
+        """The list of a kind of ours (`plural`) in `namespace`, or in every namespace
+        when it is "" (a cluster-scoped kind: always ""), as a dict; with
+        `_preload_content=False`, the unread response (a watch's stream when
+        `watch=True`): k8s/custom_watch.py's `ListWatch` takes it as a generated `list_*`."""
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        path = f"/apis/{API_GROUP}/{API_VERSION_NAME}{scope}/{plural}"
+        return list_or_watch(self.api, path, _preload_content, _request_timeout, query)
 
     def agent_uids(self) -> set[str] | None:
         """The uids of every Agent in the cluster (metadata only); None on failure."""

@@ -28,6 +28,9 @@ from kubernetes.watch.watch import iter_resp_lines
 T = TypeVar("T")
 
 GONE = 410
+# A listing comes in pages of this many objects: a single list of 10,000 Agents is ~50 MB
+# of JSON parsed at once, a peak the process's RSS keeps (`achilles bench intake`, which
+# also times the API server's own listing in these pages).
 PAGE_SIZE = 500
 CONNECT_TIMEOUT = 10.0
 # A silent stream outlives its own timeout by this much before the client gives up (the

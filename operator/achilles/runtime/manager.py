@@ -99,7 +99,8 @@ class LoopHandle:
 
 @dataclass(frozen=True)
 class Stream:
-    """Events of a kind, handed over by `via` (kopf's watch of a custom resource)."""
+    """Events of a kind, handed over by `via` (kopf's watch of a custom resource, or a
+    list+watch of our own)."""
 
     kind: str
     via: str

@@ -17,7 +17,7 @@ import heapq
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 from achilles.runtime import backoff
@@ -46,7 +46,9 @@ class WorkQueue(Generic[K, V]):
         it waits (by default the newer one)."""
         self._clock = clock
         self._merge = merge
-        self._changed = threading.Condition()
+        lock = threading.Lock()
+        self._changed = threading.Condition(lock)  # a key became ready, or a re-add due
+        self._handled = threading.Condition(lock)  # a key's handling ended
         self._order: deque[K] = deque()  # keys ready to take, oldest first
         self._items: dict[K, V] = {}  # every waiting key's newest item
         self._handling: dict[K, int] = {}  # key -> the sequence number at its take
@@ -134,6 +136,25 @@ class WorkQueue(Generic[K, V]):
             if key in self._items:
                 self._order.append(key)
                 self._changed.notify()
+            self._handled.notify_all()
+
+    def wait_handled(self, keys: Iterable[K], timeout: float) -> bool:
+        """Wait until none of `keys` waits to be taken or is being handled (a re-add
+        waiting out its backoff does not count: that handling ended, and failed), within
+        `timeout` seconds; whether they all were. As a controller waits for its informers'
+        first listing (client-go's `WaitForCacheSync`), a part waits for what another
+        part's listing put here to be handled."""
+        pending = set(keys)
+        deadline = time.monotonic() + timeout
+        with self._handled:
+            while True:
+                pending = {key for key in pending if key in self._items or key in self._handling}
+                if not pending:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._handled.wait(remaining)
 
     def __len__(self) -> int:
         """Keys waiting (not those being handled, nor re-adds waiting out a backoff)."""

@@ -1,5 +1,5 @@
 """One event of an Agent, reconciled: what the row, the status, the spec and the Events
-must become. The Agent's use case, whole: the kopf handler (handlers/agents.py) reads the
+must become. The Agent's use case, whole: the Agent handler (handlers/agents.py) reads the
 event, calls `reconcile_agent_event` (or `settled_from_memory`) and applies what it
 returns; nothing here calls the API server, so the decision is testable against the
 database. The row's statements are db/journal/agent_row.py's and agent_links.py's; what
@@ -55,7 +55,7 @@ from achilles.k8s.resources.agent import AgentSpec
 class SettledRows(Protocol):
     """The rows read as settled when the operator started (services/agent_intake.py's
     `SettledAgents`): whether a listed Agent's digest is among them, answered once;
-    `wait=False` (kopf's event loop): False at once when the snapshot is not at hand."""
+    `wait=False` (the agent watch's thread): False at once when the snapshot is not at hand."""
 
     def unchanged(
         self, digest: bytes, wake_on_reply: bool | None, *, wait: bool = True
@@ -118,7 +118,7 @@ def settled_from_memory(
     database: Database, event: AgentEvent, settled: SettledRows
 ) -> AgentReconciliation | None:
     """A listed Agent that already agrees with its row and status, answered from memory
-    without waiting (kopf's event loop: no statement, no API call, no thread); None when
+    without waiting (the agent watch's thread: no statement, no API call); None when
     that cannot be told at once (the snapshot is being read, a run or cancel request on
     it awaits its answer, its spec is invalid, it differs) and `reconcile_agent_event`
     decides on a thread. `database` is not used: nothing here reads or writes."""

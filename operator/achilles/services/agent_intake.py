@@ -3,8 +3,8 @@ costs no write and no round trip. The reconcile of an Agent event
 (services/agent_events.py) asks it, with the listed Agent's digest
 (domain/agent_event.py), through its `SettledRows`.
 
-kopf lists every Agent when the operator starts (and after a watch expired) and hands
-each over as an event; reconciling each in full is a transaction of a dozen statements
+The agent watch lists every Agent when the operator starts (and after a watch expired)
+and hands each over as an event; reconciling each in full is a transaction of a dozen statements
 and took 3-6 minutes at 10,000 Agents (`achilles bench intake`). Most of them changed
 nothing while no operator ran. `SettledAgents` reads every row once, a page at a time,
 and keeps one digest per agent of what a reconcile would write and what the status
@@ -45,7 +45,7 @@ from achilles.errors import UnknownTimezoneError
 log = logging.getLogger("achilles.operator")
 
 PAGE = 1000
-# A snapshot older than this is read again before it answers (a later listing: kopf
+# A snapshot older than this is read again before it answers (a later listing: the watch
 # lists again when a watch's resourceVersion expired).
 SNAPSHOT_SECONDS = 300.0
 # Shapes of status seen (locks, schedule, zone): few, whatever the number of agents.
@@ -55,7 +55,8 @@ _SETTLED_STATUS: dict[tuple[DurableLocks, Hashable, str], dict[str, Any]] = {}
 
 class SettledAgents:
     """One digest per settled agent row, read on the first question and answered from
-    memory; each digest answers once. Thread-safe (kopf's handler threads ask at once)."""
+    memory; each digest answers once. Thread-safe (the watch's and the workers' threads
+    ask at once)."""
 
     def __init__(
         self,
@@ -75,7 +76,7 @@ class SettledAgents:
     def unchanged(self, digest: bytes, wake_on_reply: bool | None, *, wait: bool = True) -> bool:
         """Whether reconciling the listed Agent of `digest` (domain/agent_event.py's
         `cr_digest`), saying `wake_on_reply`, would write nothing, neither row nor status.
-        `wait=False` (kopf's event loop): False at once, not a read, when the snapshot is
+        `wait=False` (the agent watch's thread): False at once, not a read, when the snapshot is
         being read or due to be read again; the caller then asks again on a thread."""
         if not self._lock.acquire(blocking=wait):
             return False
@@ -92,7 +93,7 @@ class SettledAgents:
 
     def preload(self) -> threading.Thread:
         """Read the snapshot now, in a thread of its own (the operator's start waits for
-        it, with a bound, before kopf lists the Agents). A failed read is logged; the
+        it, with a bound, before the agent watch lists the Agents). A failed read is logged; the
         first question reads again."""
 
         def read() -> None:
