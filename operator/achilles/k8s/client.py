@@ -17,10 +17,18 @@ from kubernetes.config.config_exception import ConfigException
 
 from achilles.errors import ClusterUnavailable
 
+# Connections a client keeps open to the API server. The kubernetes client's default is
+# five per CPU (10 on two cores), and the operator's one client is shared by six watches,
+# each holding a connection for its whole stream, the dispatcher's create threads and the
+# workqueues' threads: past the pool, each request opened a connection (a TLS handshake
+# on both sides) and closed it after, while a burst's Jobs were made.
+CONNECTIONS = 48
+
 
 def load_configuration(kubeconfig: Path | None = None) -> client.Configuration:
     """Connection settings from `kubeconfig`, the default kubeconfig, or the pod's account."""
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = CONNECTIONS
     try:
         config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=str(kubeconfig) if kubeconfig else None,
