@@ -37,6 +37,9 @@ def configure(
     # kopf runs the start-up and clean-up activities and the liveness probe; it watches
     # no resource (every kind is a list+watch of the runtime's: handlers/manager.py), so
     # its watching, persistence and posting settings have nothing to act on.
+    # Nor does it need to notice CRDs appearing or going away (a watch of every CRD, and
+    # the RBAC for it): the kinds are the runtime's to list and watch.
+    settings.scanning.disabled = True
     # API calls must not hang an activity forever on a dead connection.
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10

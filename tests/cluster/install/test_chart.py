@@ -166,7 +166,6 @@ def test_operator_rbac_is_exactly_what_it_does() -> None:
         (["achilles.io"], ["agents/status", "agentmodels/status", "agenttools/status",
                            "agentplatforms/status"], ["get", "patch"]),
         ([""], ["events"], ["create"]),
-        (["apiextensions.k8s.io"], ["customresourcedefinitions"], ["list", "watch"]),
     ]  # fmt: skip
     runs = one(documents, "Role", "operator")
     assert runs["metadata"]["namespace"] == "achilles-runs"
