@@ -51,7 +51,7 @@ from achilles.k8s.custom_watch import custom_watch
 from achilles.k8s.jobs import RunJobs
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.kinds import AGENT
-from achilles.k8s.watching import ListWatch, Page
+from achilles.k8s.watching import Change, ListWatch, Page, follow_until
 from achilles.runtime.manager import LoopHandle
 from achilles.runtime.synced import Synced
 from achilles.runtime.workqueue import WorkQueue
@@ -135,27 +135,24 @@ def follow_agents(agents: AgentWatch, stop: threading.Event) -> bool:
     None), then watch until the stream ends (True: the next pass resumes where it was).
     An API server that failed raises; the next pass resumes from the last event taken,
     so none is lost."""
-    stream = agents.watch.follow()
     listed, since = 0, time.monotonic()
-    try:
-        while not stop.is_set():
-            item = next(stream, None)
-            if item is None:
-                return True
-            if not isinstance(item, Page):
-                on_agent_event(agents, item.type, item.item)
-                continue
-            if item.first:
-                listed, since = 0, time.monotonic()
-            listed += len(item.items)
-            for body in item.items:
-                on_agent_event(agents, None, body)
-            if item.last:
-                log.info("%d Agent(s) listed in %.1f s, %d to reconcile", listed,
-                         time.monotonic() - since, len(agents.reconciler.queue))  # fmt: skip
-        return True
-    finally:
-        stream.close()
+
+    def page(item: Page[dict[str, Any]]) -> None:
+        nonlocal listed, since
+        if item.first:
+            listed, since = 0, time.monotonic()
+        listed += len(item.items)
+        for body in item.items:
+            on_agent_event(agents, None, body)
+        if item.last:
+            log.info("%d Agent(s) listed in %.1f s, %d to reconcile", listed,
+                     time.monotonic() - since, len(agents.reconciler.queue))  # fmt: skip
+
+    def change(item: Change[dict[str, Any]]) -> None:
+        on_agent_event(agents, item.type, item.item)
+
+    follow_until(agents.watch, stop, page, change)
+    return True
 
 
 def run_watch(agents: AgentWatch, loop: LoopHandle) -> None:

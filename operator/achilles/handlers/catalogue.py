@@ -57,7 +57,7 @@ from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
 from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL, CustomResourceKind
-from achilles.k8s.watching import ListWatch, Page
+from achilles.k8s.watching import Change, ListWatch, Page, follow_until
 from achilles.runtime.manager import LoopHandle
 from achilles.runtime.synced import Synced
 from achilles.runtime.workqueue import WorkQueue
@@ -203,29 +203,26 @@ def follow_catalogue(watched: CatalogueWatch, stop: threading.Event) -> bool:
     handling for its timeout): the kind is then marked synced. An API server that failed
     raises; the next pass resumes from the last event taken."""
     kind, queue = watched.kind, watched.queue
-    stream = watched.watch.follow()
     listed: list[CatalogueKey] = []
-    try:
-        while not stop.is_set():
-            item = next(stream, None)
-            if item is None:
-                return True
-            if not isinstance(item, Page):
-                on_catalogue_event(queue, kind, item.type, item.item)
-                continue
-            if item.first:
-                listed = []
-            listed += [on_catalogue_event(queue, kind, None, body) for body in item.items]
-            if item.last and kind.kind in watched.synced.pending():
-                if queue.wait_handled(listed, SYNC_SECONDS):
-                    log.info("%d %s(s) listed and mirrored", len(listed), kind.kind)
-                else:
-                    log.warning("%ss listed but not all mirrored within %.0f s; the Agents"
-                                " go on", kind.kind, SYNC_SECONDS)  # fmt: skip
-                watched.synced.mark(kind.kind)
-        return True
-    finally:
-        stream.close()
+
+    def page(item: Page[dict[str, Any]]) -> None:
+        nonlocal listed
+        if item.first:
+            listed = []
+        listed += [on_catalogue_event(queue, kind, None, body) for body in item.items]
+        if item.last and kind.kind in watched.synced.pending():
+            if queue.wait_handled(listed, SYNC_SECONDS):
+                log.info("%d %s(s) listed and mirrored", len(listed), kind.kind)
+            else:
+                log.warning("%ss listed but not all mirrored within %.0f s; the Agents"
+                            " go on", kind.kind, SYNC_SECONDS)  # fmt: skip
+            watched.synced.mark(kind.kind)
+
+    def change(item: Change[dict[str, Any]]) -> None:
+        on_catalogue_event(queue, kind, item.type, item.item)
+
+    follow_until(watched.watch, stop, page, change)
+    return True
 
 
 def run_watch(watched: CatalogueWatch, loop: LoopHandle) -> None:

@@ -18,6 +18,7 @@ one `ListWatch`.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -218,3 +219,26 @@ class ListWatch(Generic[T]):
         finally:
             response.close()
             response.release_conn()
+
+
+def follow_until(
+    watch: ListWatch[T],
+    stop: threading.Event,
+    on_page: Callable[[Page[T]], None],
+    on_change: Callable[[Change[T]], None],
+) -> None:
+    """One pass of `watch` (`ListWatch.follow`), each page and change handed over in
+    order, until the stream ends or `stop` is set. What raises ends the pass; the next
+    resumes from the last event handed over."""
+    stream = watch.follow()
+    try:
+        while not stop.is_set():
+            item = next(stream, None)
+            if item is None:
+                return
+            if isinstance(item, Page):
+                on_page(item)
+            else:
+                on_change(item)
+    finally:
+        stream.close()
