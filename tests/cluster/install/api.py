@@ -99,6 +99,27 @@ class Achilles:
         applied: dict[str, Any] = json_body(response)
         return applied
 
+    def apply_platform_as_helm(self, **spec: Any) -> dict[str, Any]:
+        """AgentPlatform/default (the release's: only Helm may change it) changed as Helm
+        changes it, `spec` over its spec: a server-side apply of the whole object by the
+        field manager "helm". A merge patch named "helm" is an Update, another field
+        manager to the API server than Helm's own apply, and the chart's next `helm
+        upgrade` then conflicts on the fields it set. The whole object, labels and
+        annotations too: an apply by "helm" drops what Helm's apply owns and it leaves out."""
+        platform = self.get("AgentPlatform", "default")
+        meta = platform["metadata"]
+        manifest = {
+            "apiVersion": platform["apiVersion"],
+            "kind": "AgentPlatform",
+            "metadata": {
+                "name": "default",
+                "labels": meta.get("labels") or {},
+                "annotations": meta.get("annotations") or {},
+            },
+            "spec": {**platform["spec"], **spec},
+        }
+        return self.apply(manifest, field_manager="helm")
+
     def patch(
         self,
         kind: str,

@@ -342,8 +342,8 @@ def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
     model = f"m-{uuid.uuid4().hex[:6]}"
     admin_api.create(agent_model(model))
     owner = new_owner(journal)
-    helm = "helm"  # AgentPlatform/default is the release's: change it as Helm would
-    admin_api.patch("AgentPlatform", "default", {"spec": {"maxConcurrency": 1}}, field_manager=helm)
+    # AgentPlatform/default is the release's: change it as Helm would.
+    admin_api.apply_platform_as_helm(maxConcurrency=1)
     waiter: subprocess.Popen[str] | None = None
     try:
         wait_for(
@@ -420,9 +420,7 @@ def test_a_lock_closed_on_a_waiting_run_refuses_the_request_and_leaves_no_row(
         if waiter is not None and waiter.poll() is None:
             waiter.kill()
             waiter.communicate()
-        admin_api.patch(
-            "AgentPlatform", "default", {"spec": {"maxConcurrency": 4}}, field_manager=helm
-        )
+        admin_api.apply_platform_as_helm(maxConcurrency=4)
         admin_api.delete("Agent", "busy", namespace)
         admin_api.delete("Agent", "waits", namespace)
         admin_api.delete("AgentModel", model)

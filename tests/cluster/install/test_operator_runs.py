@@ -57,32 +57,10 @@ def setup(admin_api: Achilles, journal: Engine) -> Iterator[str]:
     admin_api.create(agent_model(name))
     # AgentPlatform/default is the release's: only Helm may change it (as `helm upgrade
     # --set maxConcurrency=...` would, without touching the quota).
-    _set_cap_as_helm(admin_api, CAP)
+    admin_api.apply_platform_as_helm(maxConcurrency=CAP)
     yield name
-    _set_cap_as_helm(admin_api, 4)
+    admin_api.apply_platform_as_helm(maxConcurrency=4)
     admin_api.delete("AgentModel", name)
-
-
-def _set_cap_as_helm(admin_api: Achilles, cap: int) -> None:
-    """As Helm changes it: a server-side apply of the whole object by the field manager
-    "helm". A merge patch named "helm" is an Update, another field manager to the API
-    server than Helm's own apply, and the chart's next `helm upgrade` then conflicted on
-    `spec.maxConcurrency` (test_chart.py's upgrade test, run after this module on the
-    same cluster). The whole object, labels and annotations too: an apply by "helm"
-    drops what Helm's apply owns and this one leaves out."""
-    platform = admin_api.get("AgentPlatform", "default")
-    meta = platform["metadata"]
-    manifest = {
-        "apiVersion": platform["apiVersion"],
-        "kind": "AgentPlatform",
-        "metadata": {
-            "name": "default",
-            "labels": meta.get("labels") or {},
-            "annotations": meta.get("annotations") or {},
-        },
-        "spec": {**platform["spec"], "maxConcurrency": cap},
-    }
-    admin_api.apply(manifest, field_manager="helm")
 
 
 def _rows(journal: Engine, sql: str, **params: Any) -> list[Any]:
