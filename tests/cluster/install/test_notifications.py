@@ -152,9 +152,7 @@ def test_an_owner_past_the_budget_thresholds_is_warned_on_each_agent_once(
     the owner's Agent both thresholds' Events and the BudgetWarning condition, and the
     webhook one notification per threshold."""
     owner = new_owner(journal)
-    admin_api.patch(
-        "AgentPlatform", "default", {"spec": {"weeklyTokenBudget": 10}}, field_manager="helm"
-    )
+    admin_api.apply_platform_as_helm(weeklyTokenBudget=10)
     model = f"demo-{uuid.uuid4().hex[:6]}"
     try:
         with (
@@ -200,12 +198,7 @@ def test_an_owner_past_the_budget_thresholds_is_warned_on_each_agent_once(
 
             notified = wait_for(warned, 60, what="both thresholds at the webhook")
     finally:
-        admin_api.patch(
-            "AgentPlatform",
-            "default",
-            {"spec": {"weeklyTokenBudget": 200000}},
-            field_manager="helm",
-        )
+        admin_api.apply_platform_as_helm(weeklyTokenBudget=200000)
         admin_api.delete("AgentModel", model)
     assert status["weeklyTokens"]["used"] >= 10
     thresholds = sorted(r.body["data"]["budget"]["thresholdPercent"] for r in notified if r.body)
