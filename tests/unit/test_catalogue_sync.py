@@ -1,4 +1,4 @@
-"""The Agents' listing waits for the catalogue's (handlers/catalogue.py,
+"""The Agents' listing waits for the catalogue's (handlers/catalogue_watch.py,
 runtime/synced.py): a catalogue kind is marked synced only once the objects of its first
 listing are handled from its workqueue, so an Agent listed at a start finds its model
 mirrored; a kind whose objects are not handled within its bound is marked anyway, and a
@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, cast
 
-from achilles.handlers import catalogue
+from achilles.handlers import catalogue_watch as catalogue
 from achilles.handlers.catalogue_queue import (
     CatalogueEvent,
     QueuedCatalogue,

@@ -65,7 +65,7 @@ log = logging.getLogger("achilles.operator")
 # statements, so more threads only wait.
 THREADS = 4
 # The longest the Agents' listing waits for the catalogue's (a catalogue kind's listing
-# waits catalogue.SYNC_SECONDS for its objects to be mirrored; a kind that cannot be
+# waits catalogue_watch.SYNC_SECONDS for its objects to be mirrored; a kind that cannot be
 # listed, the API server refusing it, holds the Agents this long).
 CATALOGUE_SYNC_SECONDS = 60.0
 # How long a thread waits for an event before it looks at the stop flag again.

@@ -1,16 +1,11 @@
 """AgentModel, AgentTool and AgentPlatform handlers: mirror into the tables, report status.
 
-Each kind has its own list+watch (k8s/custom_watch.py, as the Agents have theirs), whose
-thread hands each event to `on_catalogue_event`: it puts what the reconcile reads (a
-`CatalogueEvent`) on the catalogue's workqueue, keyed by kind and name. A kind's first
-listing is handled before its watch goes on, and the kind marked synced: the Agents'
-listing waits for the three (handlers/agents.py), so an Agent listed at a start finds
-its model and tools mirrored, as a controller-runtime controller waits for the caches
-its reconcile reads. The queue's threads (`THREADS`, started by manager.py) reconcile
-it (`handle_queued`), one thread per object at a time; a failure (the database or the
-API server down) is the queue's rate-limited re-add of the object, read afresh from the
-API server when its backoff is over and handled as a listed object (as deleted when it
-is gone).
+Each kind's list+watch (catalogue_watch.py) puts what the reconcile reads (a
+`CatalogueEvent`) on the catalogue's workqueue, keyed by kind and name. The queue's
+threads (`THREADS`, started by manager.py) reconcile it (`handle_queued`), one thread
+per object at a time; a failure (the database or the API server down) is the queue's
+rate-limited re-add of the object, read afresh from the API server when its backoff is
+over and handled as a listed object (as deleted when it is gone).
 
 Every MCP listing is this handler's, on the queue's threads: at a new spec, at a retry,
 and when the sweeper's relist pass puts each source on the queue to be listed again
@@ -25,7 +20,6 @@ down (a minute at most), not at the next relist.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,19 +41,14 @@ from achilles.handlers.catalogue_queue import (
     QueuedCatalogue,
     catalogue_key,
 )
-from achilles.handlers.context import RuntimeContext
 from achilles.handlers.discovery import report_discovery
 from achilles.handlers.owed_specs import deliver_owed_specs
 from achilles.handlers.signals import Happened
-from achilles.k8s.custom_watch import custom_watch
 from achilles.k8s.objects import ObjectRef, Resources
 from achilles.k8s.resources.agent_model import AgentModelSpec
 from achilles.k8s.resources.agent_platform import SINGLETON_NAME, AgentPlatformSpec
 from achilles.k8s.resources.agent_tool import AgentToolSpec
-from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL, CustomResourceKind
-from achilles.k8s.watching import Change, ListWatch, Page, follow_until
-from achilles.runtime.manager import LoopHandle
-from achilles.runtime.synced import Synced
+from achilles.k8s.resources.kinds import AGENT_MODEL, AGENT_PLATFORM, AGENT_TOOL
 from achilles.runtime.workqueue import WorkQueue
 from achilles.services import catalogue, mcp_sources
 
@@ -74,9 +63,6 @@ log = logging.getLogger("achilles.operator")
 # (a relist every 300 s by default; each listing's timeout is its AgentTool's).
 THREADS = 2
 TAKE_SECONDS = 1.0
-# How long a catalogue kind's first listing waits for its objects to be handled before
-# the kind is marked synced anyway (the Agents' listing waits for the three).
-SYNC_SECONDS = 30.0
 RECONCILE = "catalogue_reconcile"
 
 
@@ -153,81 +139,6 @@ class Mirror:
 
 def _deleted(type: str | None, meta: Mapping[str, Any]) -> bool:
     return type == "DELETED" or bool(meta.get("deletionTimestamp"))
-
-
-_META = ("name", "uid", "generation", "deletionTimestamp")
-
-
-def on_catalogue_event(
-    queue: WorkQueue[CatalogueKey, QueuedCatalogue],
-    kind: CustomResourceKind,
-    type: str | None,
-    body: Mapping[str, Any],
-) -> CatalogueKey:
-    """One event of a catalogue kind (type None: listed), on its watch's thread: put on
-    the catalogue workqueue as the few fields the reconcile reads; its key."""
-    meta: Mapping[str, Any] = body["metadata"]
-    ref = ObjectRef(kind.kind, kind.plural, meta["name"], None, meta.get("uid"))
-    # The few fields the reconcile reads; the body goes with its page or event.
-    kept: dict[str, Any] = {k: meta[k] for k in _META if k in meta}
-    queued = CatalogueEvent(
-        ref, type, kept, dict(body.get("spec") or {}), dict(body.get("status") or {})
-    )
-    key = catalogue_key(ref)
-    queue.put(key, queued)
-    return key
-
-
-@dataclass(frozen=True)
-class CatalogueWatch:
-    """One catalogue kind's list+watch and what its events need (`watch_of` builds it
-    for its loop, handlers/manager.py): the catalogue workqueue, and `synced`, marked
-    with the kind once its first listing is handled (the Agents wait for it)."""
-
-    kind: CustomResourceKind
-    watch: ListWatch[dict[str, Any]]
-    queue: WorkQueue[CatalogueKey, QueuedCatalogue]
-    synced: Synced
-
-
-def watch_of(context: RuntimeContext, kind: CustomResourceKind) -> CatalogueWatch:
-    watch = custom_watch(context.resources, kind)
-    return CatalogueWatch(kind, watch, context.catalogue_queue, context.catalogue_synced)
-
-
-def follow_catalogue(watched: CatalogueWatch, stop: threading.Event) -> bool:
-    """One pass of a catalogue kind's list+watch: list it when nothing is known yet,
-    then watch until the stream ends (True: the next pass resumes where it was). The
-    first listing's objects are put on the queue and, before the watch goes on, handled
-    (SYNC_SECONDS at most: an MCP server that does not answer holds its AgentTool's
-    handling for its timeout): the kind is then marked synced. An API server that failed
-    raises; the next pass resumes from the last event taken."""
-    kind, queue = watched.kind, watched.queue
-    listed: list[CatalogueKey] = []
-
-    def page(item: Page[dict[str, Any]]) -> None:
-        nonlocal listed
-        if item.first:
-            listed = []
-        listed += [on_catalogue_event(queue, kind, None, body) for body in item.items]
-        if item.last and kind.kind in watched.synced.pending():
-            if queue.wait_handled(listed, SYNC_SECONDS):
-                log.info("%d %s(s) listed and mirrored", len(listed), kind.kind)
-            else:
-                log.warning("%ss listed but not all mirrored within %.0f s; the Agents"
-                            " go on", kind.kind, SYNC_SECONDS)  # fmt: skip
-            watched.synced.mark(kind.kind)
-
-    def change(item: Change[dict[str, Any]]) -> None:
-        on_catalogue_event(queue, kind, item.type, item.item)
-
-    follow_until(watched.watch, stop, page, change)
-    return True
-
-
-def run_watch(watched: CatalogueWatch, loop: LoopHandle) -> None:
-    """A watch ended is resumed at once; a failed one after the runtime's backoff."""
-    loop.drive(lambda: 0.0 if follow_catalogue(watched, loop.stop) else None)
 
 
 def handle_queued(reconciler: CatalogueReconciler, queued: QueuedCatalogue) -> None:

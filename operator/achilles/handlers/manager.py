@@ -4,7 +4,7 @@ manager (`SetupWithManager(...).For(...).Watches(...)`). docs/architecture.md sh
 table row for row (tests/unit/test_manager_table.py holds them to each other).
 
 Each kind of ours has its list+watch here, a thread each (`agentmodel-watch`,
-`agenttool-watch`, `agentplatform-watch`, catalogue.py; `agent-watch`, agents.py, which
+`agenttool-watch`, `agentplatform-watch`, catalogue_watch.py; `agent-watch`, agents.py, which
 lists once the catalogue's first listings are mirrored): kopf's per-object machinery was
 most of a restart's CPU, for handlers that used none of it, and kopf cannot say when a
 kind's listing is done. What a watch cannot settle at once goes to a workqueue whose
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from achilles.handlers import agents, catalogue
+from achilles.handlers import agents, catalogue, catalogue_watch
 from achilles.handlers.agent_queue import QueuedAgent
 from achilles.handlers.catalogue_queue import CATALOGUE_KINDS, QueuedCatalogue
 from achilles.handlers.context import RuntimeContext
@@ -76,21 +76,21 @@ def agent_watch_loop(context: RuntimeContext, loop: LoopHandle) -> None:
 
 
 def catalogue_watch_loop(kind: CustomResourceKind) -> Callable[[RuntimeContext, LoopHandle], None]:
-    """The loop of one catalogue kind's list+watch (`catalogue.follow_catalogue`)."""
+    """The loop of one catalogue kind's list+watch (`catalogue_watch.follow_catalogue`)."""
 
     def loop(context: RuntimeContext, handle: LoopHandle) -> None:
-        catalogue.run_watch(catalogue.watch_of(context, kind), handle)
+        catalogue_watch.run_watch(catalogue_watch.watch_of(context, kind), handle)
 
     return loop
 
 
-def catalogue_watch(kind: CustomResourceKind) -> Declared:
+def catalogue_watch_of(kind: CustomResourceKind) -> Declared:
     return Controller(
         f"{kind.singular}-watch",
         sources=(ListWatch(kind.kind),),
         queue="none: each event put on the catalogue workqueue; the first listing"
         " mirrored before the watch goes on",
-        reconcile="catalogue.follow_catalogue",
+        reconcile="catalogue_watch.follow_catalogue",
         run=catalogue_watch_loop(kind),
         joined=False,
         retry=watchers.RETRY,
@@ -236,7 +236,7 @@ def status_loop(context: RuntimeContext, loop: LoopHandle) -> None:
 
 
 CONTROLLERS: tuple[Declared, ...] = (
-    *(catalogue_watch(kind) for kind in CATALOGUE_KINDS),
+    *(catalogue_watch_of(kind) for kind in CATALOGUE_KINDS),
     Controller(
         "agent-watch",
         sources=(ListWatch("Agent"),),
