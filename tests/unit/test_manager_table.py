@@ -16,7 +16,7 @@ from kubernetes import client
 
 from achilles.db import notifications
 from achilles.db.database import Database
-from achilles.handlers import agents, manager
+from achilles.handlers import agents, manager, manager_table
 from achilles.handlers.config import OperatorConfig
 from achilles.handlers.context import LoopMetrics, RuntimeContext
 from achilles.handlers.controllers import listener, sweeper
@@ -120,7 +120,7 @@ def _documented_rows() -> list[tuple[str, ...]]:
 
 
 def test_docs_show_the_table_row_for_row() -> None:
-    assert _documented_rows() == manager.table()
+    assert _documented_rows() == manager_table.table()
 
 
 def test_the_listener_declares_the_channels_it_listens_on() -> None:
